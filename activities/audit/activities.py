@@ -1,0 +1,38 @@
+"""Temporal activities of the audit store.
+
+The store is injected, so the worker owns one `AuditStore` (and its connection pool) for all
+activity executions:
+
+    audit = AuditActivities(AuditStore(store_url_from_env()))
+    Worker(..., activities=[audit.record_audit])
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.audit.store import AuditStore
+from workflows.contracts import AuditEvent
+
+BAD_AUDIT_EVENT = "BadAuditEvent"
+
+
+class AuditActivities:
+    def __init__(self, store: AuditStore) -> None:
+        self._store = store
+
+    @activity.defn(name="record_audit")
+    async def record_audit(self, events: list[AuditEvent]) -> int:
+        """Append events (idempotent by `event_id`); return how many were new.
+
+        `AuditStoreUnavailable` propagates as a retryable failure, so Temporal keeps retrying and
+        the events land once the database is back. An event that can never be stored (a field
+        over its column limit, non-JSON data) fails non-retryably with type `BadAuditEvent`.
+        """
+        try:
+            return await asyncio.to_thread(self._store.append, events)
+        except ValueError as exc:
+            raise ApplicationError(str(exc), type=BAD_AUDIT_EVENT, non_retryable=True) from exc

@@ -1,0 +1,188 @@
+"""Activities served by a cluster's controller on `slurm.<cluster>`: everything that needs the
+cluster itself (Slurm commands and the job output files).
+
+This module is the Temporal boundary: it maps scheduler errors onto retryable failures or
+non-retryable `ApplicationError`s, and enforces the cluster's gates once more before acting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.attribute.rules import attribute
+from activities.detect.logtail import read_new_lines
+from activities.detect.registry import Registry
+from activities.detect.watch import WatchCheckpoint, watch_attempt
+from activities.slurm.actions import SlurmActions
+from activities.slurm.client import SlurmClient
+from activities.slurm.errors import (
+    ActionsNotAllowed,
+    JobGone,
+    ParseError,
+    PreconditionFailed,
+    SchedulerError,
+)
+from activities.slurm.runner import CommandRunner
+from workflows.contracts import (
+    ActionRequest,
+    ActionResult,
+    AdviceKind,
+    AttributeRequest,
+    Attribution,
+    ClusterGates,
+    JobObservation,
+    LogCursor,
+    LogLine,
+    Reconciliation,
+    VerifyRequest,
+    WatchRequest,
+    WatchResult,
+)
+
+MAX_ATTRIBUTION_LINES = 50_000
+
+
+@asynccontextmanager
+async def scheduler_errors() -> AsyncIterator[None]:
+    """Non-retryable scheduler errors become ApplicationErrors typed by class name."""
+    try:
+        yield
+    except (JobGone, PreconditionFailed, ActionsNotAllowed, ParseError) as exc:
+        raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from exc
+    except SchedulerError:
+        raise  # transient: Temporal retries with backoff
+
+
+class ClusterActivities:
+    def __init__(
+        self,
+        cluster: str,
+        runner: CommandRunner,
+        gates: ClusterGates,
+        registry: Registry | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.runner = runner
+        self.slurm = SlurmClient(runner)
+        self.actions = SlurmActions(self.slurm)
+        self.gates = gates
+        self.registry = registry or Registry.load()
+
+    def all(self) -> list[object]:
+        return [
+            self.watch_attempt,
+            self.attribute_anomaly,
+            self.scheduler_action,
+            self.verify_advice,
+            self.observe_job,
+        ]
+
+    @activity.defn(name="observe_job")
+    async def observe_job(self, job_id: int) -> JobObservation | None:
+        async with scheduler_errors():
+            return await self.slurm.show_job(job_id)
+
+    @activity.defn(name="watch_attempt")
+    async def watch_attempt(self, req: WatchRequest) -> WatchResult:
+        info = activity.info()
+        resume = None
+        if info.heartbeat_details:
+            try:
+                resume = WatchCheckpoint.model_validate(info.heartbeat_details[0])
+            except (ValueError, TypeError):
+                resume = None  # an older checkpoint shape: start from the request's cursor
+
+        def beat(checkpoint: WatchCheckpoint) -> None:
+            activity.heartbeat(checkpoint.model_dump(mode="json"))
+
+        async with scheduler_errors():
+            return await watch_attempt(req, self.slurm, self.runner, self.registry, beat, resume)
+
+    @activity.defn(name="attribute_anomaly")
+    async def attribute_anomaly(self, req: AttributeRequest) -> Attribution:
+        lines = await self._attempt_lines(req.log_path, req.attempt_start_line)
+        async with scheduler_errors():
+            obs = await self.slurm.show_job(req.job.job_id)
+            nodes = await self.slurm.show_nodes(req.node_list) if req.node_list else []
+        node_list = req.node_list or (obs.node_list if obs else [])
+        return await asyncio.to_thread(
+            attribute, self.registry, req.anomaly, lines, obs, nodes, node_list
+        )
+
+    async def _attempt_lines(self, path: str | None, start_line: int) -> list[LogLine]:
+        if not path:
+            return []
+        cursor = LogCursor(path=path)
+        lines: list[LogLine] = []
+        while True:
+            got = await read_new_lines(self.runner, cursor)
+            cursor = got.cursor
+            lines.extend(
+                LogLine(source="job.log", line_no=n, text=t) for n, t in got.lines if n > start_line
+            )
+            if len(lines) > MAX_ATTRIBUTION_LINES:
+                # Keep the head (the first errors) and the tail (the end of the failure).
+                half = MAX_ATTRIBUTION_LINES // 2
+                lines = lines[:half] + lines[-half:]
+            if got.at_eof or not got.lines:
+                return lines
+
+    @activity.defn(name="scheduler_action")
+    async def scheduler_action(self, req: ActionRequest) -> ActionResult:
+        if not self.gates.acknowledge_scheduler_actions:
+            raise ApplicationError(
+                f"cluster {self.cluster} has not set acknowledge_scheduler_actions",
+                type="ActionsNotAllowed",
+                non_retryable=True,
+            )
+        async with scheduler_errors():
+            if self.gates.partitions:
+                obs = await self.actions.observe(req.job.job_id)
+                if obs.partition not in self.gates.partitions:
+                    raise ActionsNotAllowed(
+                        f"partition {obs.partition!r} is not in {self.gates.partitions}"
+                    )
+            return await self.actions.run(req)
+
+    @activity.defn(name="verify_advice")
+    async def verify_advice(self, req: VerifyRequest) -> Reconciliation:
+        """Judge from fresh observations whether Slurm reached the advised state."""
+        deadline = asyncio.get_running_loop().time() + req.timeout_seconds
+        last: JobObservation | None = None
+        async with scheduler_errors():
+            while True:
+                obs = await self.slurm.show_job(req.job.job_id)
+                if obs is None:
+                    return Reconciliation(status="abandoned", reason="job_gone", observation=last)
+                last = obs
+                if converged(req, obs):
+                    return Reconciliation(
+                        status="converged", reason="desired_state_observed", observation=obs
+                    )
+                if asyncio.get_running_loop().time() > deadline:
+                    return Reconciliation(
+                        status="abandoned", reason="not_converged_in_time", observation=obs
+                    )
+                activity.heartbeat()
+                await asyncio.sleep(req.poll_seconds)
+
+
+def converged(req: VerifyRequest, obs: JobObservation) -> bool:
+    advice = req.advice
+    if advice.kind == AdviceKind.STOP:
+        return obs.terminal
+    if advice.kind in (AdviceKind.REQUEUE, AdviceKind.REQUEUE_EXCLUDING):
+        if obs.restarts <= advice.attempt or obs.held:
+            return False
+        if not set(advice.nodes) <= set(obs.exc_node_list):
+            return False
+        # A fast next attempt may already have run (even finished): its nodes must be clean.
+        started = obs.state != "PENDING"
+        return not (started and set(advice.nodes) & set(obs.node_list))
+    return True
+

@@ -1,0 +1,172 @@
+"""The watch loop for one attempt: tail the job's output, poll its Slurm state, report.
+
+It returns at each milestone the workflow records (attempt started, first progress, anomaly,
+completion) and otherwise after a bounded window, so the workflow can continue-as-new between
+watches. Progress is heartbeated: a retried watch resumes where the last one stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+from pydantic import BaseModel
+
+from activities.detect.logtail import read_new_lines
+from activities.detect.progress import ProgressParser
+from activities.detect.registry import Registry
+from activities.detect.watcher import AttemptWatcher, WatchState
+from activities.slurm.client import SlurmClient
+from activities.slurm.runner import CommandRunner
+from workflows.contracts import (
+    Anomaly,
+    AnomalyKind,
+    JobObservation,
+    LogCursor,
+    ProgressMark,
+    WatchRequest,
+    WatchResult,
+)
+
+# How long a terminal job's output may keep arriving after Slurm says it ended (NFS, buffering).
+DRAIN_SECONDS = 2.0
+
+
+class WatchCheckpoint(BaseModel):
+    """What the watch heartbeats, so a retry after a crash loses neither lines nor signals."""
+
+    cursor: LogCursor | None
+    state: WatchState
+    attempt_start_line: int
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+async def watch_attempt(
+    req: WatchRequest,
+    slurm: SlurmClient,
+    runner: CommandRunner,
+    registry: Registry,
+    heartbeat: Callable[[WatchCheckpoint], None],
+    resume: WatchCheckpoint | None = None,
+    now: Callable[[], datetime] = _now,
+) -> WatchResult:
+    state = resume.state if resume else WatchState()
+    cursor = resume.cursor if resume else req.cursor
+    start_line = resume.attempt_start_line if resume else req.attempt_start_line
+    watcher = AttemptWatcher(
+        registry, ProgressParser(req.progress_pattern), hang_timeout=req.hang_timeout, state=state
+    )
+    deadline = now() + timedelta(seconds=req.max_window_seconds)
+    seen_started = req.seen_started
+
+    async def read_all(feed: bool) -> None:
+        nonlocal cursor
+        if cursor is None:
+            return
+        while True:
+            got = await read_new_lines(runner, cursor)
+            cursor = got.cursor
+            if feed:
+                stamp = now()
+                for line_no, text in got.lines:
+                    watcher.feed(line_no, text, stamp)
+            if got.at_eof or not got.lines:
+                return
+
+    def result(outcome: str, obs: JobObservation | None, **extra: object) -> WatchResult:
+        return WatchResult.model_validate(
+            {
+                "outcome": outcome,
+                "cursor": cursor,
+                "observation": obs,
+                "attempt_start_line": start_line,
+                "resumed_from": state.resumed_from,
+                "last_iteration": state.last_iteration,
+                "checkpoint_failure": state.checkpoint_failure,
+                **extra,
+            }
+        )
+
+    while True:
+        obs = await slurm.show_job(req.job.job_id)
+        if obs is None:
+            return result("job_gone", None)
+        if cursor is None and obs.std_out:
+            cursor = LogCursor(path=obs.std_out)
+        if obs.restarts > req.attempt:
+            return result("requeued", obs)
+
+        if not seen_started:
+            if obs.state == "PENDING":
+                # Output written before this attempt runs (the previous attempt's tail, Slurm's
+                # requeue notice) belongs to the previous attempt: skip it.
+                await read_all(feed=False)
+                start_line = cursor.line_no if cursor else 0
+                await asyncio.sleep(req.poll_seconds)
+                heartbeat(
+                    WatchCheckpoint(cursor=cursor, state=state, attempt_start_line=start_line)
+                )
+                continue
+            return result("started", obs)
+
+        await read_all(feed=True)
+        current = now()
+        if state.first_iteration is not None and not req.seen_progress:
+            mark = ProgressMark(
+                iteration=state.first_iteration,
+                line_no=state.first_progress_line or 0,
+                at=state.last_progress_at or current,
+            )
+            return result("progress", obs, progress=mark)
+
+        if obs.terminal:
+            await asyncio.sleep(DRAIN_SECONDS)
+            await read_all(feed=True)
+            if obs.state == "COMPLETED" and obs.exit_code == 0 and obs.exit_signal == 0:
+                return result("completed", obs)
+            return result("anomaly", obs, anomaly=_anomaly(req, obs, watcher, AnomalyKind.CRASH))
+        if watcher.fatal_overdue(current):
+            kind = state.fatal_kind or AnomalyKind.CRASH
+            return result("anomaly", obs, anomaly=_anomaly(req, obs, watcher, kind))
+        if obs.running and watcher.hung(current, obs.start_time):
+            return result("anomaly", obs, anomaly=_anomaly(req, obs, watcher, AnomalyKind.HANG))
+        if current >= deadline:
+            return result("window_elapsed", obs)
+        heartbeat(WatchCheckpoint(cursor=cursor, state=state, attempt_start_line=start_line))
+        await asyncio.sleep(req.poll_seconds)
+
+
+def _anomaly(
+    req: WatchRequest, obs: JobObservation, watcher: AttemptWatcher, kind: AnomalyKind
+) -> Anomaly:
+    state = watcher.state
+    if kind == AnomalyKind.HANG:
+        bound = watcher.hang_bound()
+        summary = (
+            f"no training progress for more than {bound.total_seconds():.0f}s"
+            f" (last iteration {state.last_iteration})"
+            if bound
+            else "hang"
+        )
+    elif obs.terminal:
+        summary = f"job {obs.state} with exit code {obs.exit_code}:{obs.exit_signal}"
+    else:
+        summary = f"fatal error while the job is still {obs.state}"
+    if state.pattern_ids:
+        summary += f"; patterns: {', '.join(state.pattern_ids[:5])}"
+    return Anomaly(
+        kind=kind,
+        attempt=req.attempt,
+        detected_at=datetime.now(UTC),
+        summary=summary,
+        pattern_ids=list(state.pattern_ids),
+        signals=list(state.signals[:20]),
+        job_state=obs.state,
+        exit_code=obs.exit_code,
+        exit_signal=obs.exit_signal,
+        nodes=list(obs.node_list),
+    )

@@ -1,0 +1,162 @@
+"""Scheduler actions, each idempotent: observe first, skip what is already true, act, re-observe.
+
+A retried or replayed step (a worker killed after `scontrol` returned but before Temporal heard
+of it) finds its effect already in Slurm and returns `already_satisfied` instead of acting twice.
+The proof for requeue is Slurm's own `Restarts` counter: advice for attempt n is satisfied once
+Restarts > n.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+
+from activities.slurm.client import SlurmClient, check_node_name
+from activities.slurm.errors import JobGone, PreconditionFailed
+from workflows.contracts import ActionRequest, ActionResult, ActionStep, JobObservation
+
+HOLD_TAG = "resurgo:hold"
+RELEASED_TAG = "resurgo:released"
+
+
+def hold_comment(key: str, deadline: datetime | None) -> str:
+    """AdminComment written with a hold; the fail-open watchdog reads the deadline from it."""
+    when = deadline.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if deadline else "none"
+    return f"{HOLD_TAG} key={key} deadline={when}"
+
+
+def parse_hold_comment(text: str) -> tuple[str, datetime | None] | None:
+    """(key, deadline) of a Resurgo hold, or None when the AdminComment is not ours."""
+    if not text.startswith(HOLD_TAG + " "):
+        return None
+    fields = dict(part.split("=", 1) for part in text.split()[1:] if "=" in part)
+    key = fields.get("key", "")
+    deadline: datetime | None = None
+    raw = fields.get("deadline", "none")
+    if raw != "none":
+        try:
+            deadline = datetime.strptime(raw, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+        except ValueError:
+            deadline = None
+    return key, deadline
+
+
+class SlurmActions:
+    """The steps that carry out advice, for one cluster."""
+
+    def __init__(self, slurm: SlurmClient) -> None:
+        self.slurm = slurm
+
+    async def observe(self, job_id: int) -> JobObservation:
+        obs = await self.slurm.show_job(job_id)
+        if obs is None:
+            raise JobGone(f"job {job_id} is no longer known to slurmctld")
+        return obs
+
+    def _result(
+        self, req: ActionRequest, outcome: str, obs: JobObservation, detail: str
+    ) -> ActionResult:
+        return ActionResult(
+            step=req.step,
+            idempotency_key=req.idempotency_key,
+            outcome="applied" if outcome == "applied" else "already_satisfied",
+            observation=obs,
+            detail=detail,
+        )
+
+    async def run(self, req: ActionRequest) -> ActionResult:
+        handlers = {
+            ActionStep.REQUEUE_HOLD: self.requeue_hold,
+            ActionStep.EXCLUDE_NODES: self.exclude_nodes,
+            ActionStep.RELEASE: self.release,
+            ActionStep.CANCEL: self.cancel,
+            ActionStep.DRAIN_NODE: self.drain_nodes,
+        }
+        return await handlers[req.step](req)
+
+    async def requeue_hold(self, req: ActionRequest) -> ActionResult:
+        job_id = req.job.job_id
+        obs = await self.observe(job_id)
+        if obs.restarts > req.attempt:
+            await self._tag_hold(req, obs)
+            return self._result(req, "satisfied", obs, f"Restarts={obs.restarts} > {req.attempt}")
+        if obs.state == "PENDING":
+            raise PreconditionFailed(f"job {job_id} is pending at attempt {req.attempt}")
+        await self.slurm.requeue_hold(job_id)
+        after = await self.observe(job_id)
+        if after.restarts <= req.attempt or not after.held:
+            raise PreconditionFailed(
+                f"requeuehold of job {job_id} left it {after.state} Restarts={after.restarts}"
+            )
+        # Slurm refuses AdminComment on a finished job, so the tag follows the hold. A crash in
+        # between is repaired by the retry, which takes the `Restarts > attempt` branch above.
+        await self._tag_hold(req, after)
+        return self._result(req, "applied", await self.observe(job_id), "requeued and held")
+
+    async def _tag_hold(self, req: ActionRequest, obs: JobObservation) -> None:
+        """Write the fail-open deadline onto a hold that is ours and not yet tagged."""
+        if obs.held and req.idempotency_key not in obs.admin_comment:
+            await self.slurm.update_job(
+                req.job.job_id, AdminComment=hold_comment(req.idempotency_key, req.hold_deadline)
+            )
+
+    async def exclude_nodes(self, req: ActionRequest) -> ActionResult:
+        job_id = req.job.job_id
+        wanted = {check_node_name(n) for n in req.nodes}
+        obs = await self.observe(job_id)
+        if wanted <= set(obs.exc_node_list):
+            return self._result(req, "satisfied", obs, f"ExcNodeList={obs.exc_node_list}")
+        if obs.state != "PENDING":
+            raise PreconditionFailed(f"job {job_id} is {obs.state}; exclusions need PENDING")
+        merged = sorted(set(obs.exc_node_list) | wanted)
+        await self.slurm.update_job(job_id, ExcNodeList=",".join(merged))
+        after = await self.observe(job_id)
+        if not wanted <= set(after.exc_node_list):
+            raise PreconditionFailed(f"ExcNodeList of job {job_id} is {after.exc_node_list}")
+        return self._result(req, "applied", after, f"ExcNodeList={','.join(merged)}")
+
+    async def release(self, req: ActionRequest) -> ActionResult:
+        job_id = req.job.job_id
+        obs = await self.observe(job_id)
+        released = obs.held
+        if released:
+            tag = f"{RELEASED_TAG} key={req.idempotency_key}"
+            await self.slurm.update_job(job_id, AdminComment=tag)
+            await self.slurm.release(job_id)
+            obs = await self.observe(job_id)
+        if obs.state == "PENDING" and not obs.held:
+            # A requeued job waits on BeginTime (~2 min) unless told to start now; Slurm takes
+            # this only once the job is released. Repeating it is harmless, so a retry after a
+            # crash between release and this line still gets the job started.
+            await self.slurm.update_job(job_id, StartTime="now")
+            obs = await self.observe(job_id)
+        outcome = "applied" if released else "satisfied"
+        return self._result(req, outcome, obs, f"released={released}, StartTime=now")
+
+    async def cancel(self, req: ActionRequest) -> ActionResult:
+        job_id = req.job.job_id
+        obs = await self.observe(job_id)
+        if obs.terminal:
+            return self._result(req, "satisfied", obs, f"already {obs.state}")
+        await self.slurm.cancel(job_id)
+        for _ in range(20):
+            after = await self.observe(job_id)
+            if after.terminal or after.state == "COMPLETING":
+                return self._result(req, "applied", after, "cancelled")
+            await asyncio.sleep(0.5)
+        return self._result(req, "applied", after, "cancel sent")
+
+    async def drain_nodes(self, req: ActionRequest) -> ActionResult:
+        nodes = [check_node_name(n) for n in req.nodes]
+        observed = {n.name: n for n in await self.slurm.show_nodes(nodes)}
+        todo = [
+            n
+            for n in nodes
+            if not ("DRAIN" in observed[n].state and req.idempotency_key in observed[n].reason)
+        ] if observed else nodes  # fmt: skip
+        for node in todo:
+            reason = f"resurgo {req.idempotency_key}: {req.reason}"[:250]
+            await self.slurm.drain_node(node, reason)
+        obs = await self.observe(req.job.job_id)
+        outcome = "applied" if todo else "satisfied"
+        return self._result(req, outcome, obs, f"drained {','.join(todo) or 'nothing new'}")

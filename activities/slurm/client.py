@@ -1,0 +1,109 @@
+"""A typed client over Slurm's CLI: one command path, errors mapped once."""
+
+from __future__ import annotations
+
+import logging
+import re
+import shlex
+
+from activities.slurm.errors import (
+    CommandFailed,
+    JobGone,
+    ParseError,
+    SchedulerUnavailable,
+)
+from activities.slurm.parsers import (
+    SQUEUE_DISCOVERY_FORMAT,
+    DiscoveredJob,
+    parse_job,
+    parse_node,
+    parse_squeue_discovery,
+)
+from activities.slurm.runner import CommandResult, CommandRunner
+from workflows.contracts import JobObservation, NodeObservation
+
+log = logging.getLogger(__name__)
+
+_UNAVAILABLE = re.compile(
+    r"Unable to contact slurm controller|Socket timed out|Connection refused|"
+    r"Zero Bytes were transmitted|slurm_load_\w+ error: Unable to contact",
+    re.IGNORECASE,
+)
+_GONE = re.compile(r"Invalid job id specified|Invalid job id|Job has already finished", re.I)
+_NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def check_node_name(name: str) -> str:
+    """Node names reach scontrol arguments; refuse anything that is not a plain hostname."""
+    if not _NODE_NAME.match(name):
+        raise ValueError(f"refusing suspicious node name {name!r}")
+    return name
+
+
+class SlurmClient:
+    def __init__(self, runner: CommandRunner) -> None:
+        self.runner = runner
+
+    async def _run(self, argv: list[str], *, timeout: float = 30.0) -> CommandResult:
+        result = await self.runner.run(argv, timeout=timeout)
+        if result.returncode != 0:
+            text = (result.stderr or result.stdout).strip()
+            if _UNAVAILABLE.search(text):
+                raise SchedulerUnavailable(f"{shlex.join(argv)}: {text[:500]}")
+            if _GONE.search(text):
+                raise JobGone(f"{shlex.join(argv)}: {text[:500]}")
+            raise CommandFailed(f"{shlex.join(argv)} exited {result.returncode}: {text[:500]}")
+        return result
+
+    async def show_job(self, job_id: int) -> JobObservation | None:
+        """A fresh observation of one job, or None when slurmctld no longer knows it."""
+        try:
+            shown = await self._run(["scontrol", "show", "-o", "job", str(job_id)])
+        except JobGone:
+            return None
+        lines = [ln for ln in shown.stdout.splitlines() if ln.startswith("JobId=")]
+        if not lines:
+            if "No jobs" in shown.stdout:
+                return None
+            raise ParseError(f"scontrol show job {job_id} printed no job: {shown.stdout[:200]!r}")
+        comment = await self.job_comment(job_id)
+        return parse_job(lines[0], comment)
+
+    async def job_comment(self, job_id: int) -> str | None:
+        try:
+            shown = await self._run(["squeue", "-h", "-t", "all", "-j", str(job_id), "-o", "%k"])
+        except (JobGone, CommandFailed):
+            return None
+        text = shown.stdout.rstrip("\n")
+        return None if text in ("", "(null)") else text
+
+    async def list_jobs(self) -> list[DiscoveredJob]:
+        shown = await self._run(["squeue", "-h", "-t", "all", "-o", SQUEUE_DISCOVERY_FORMAT])
+        return parse_squeue_discovery(shown.stdout)
+
+    async def show_nodes(self, names: list[str] | None = None) -> list[NodeObservation]:
+        argv = ["scontrol", "show", "-o", "node"]
+        if names:
+            argv.append(",".join(check_node_name(n) for n in names))
+        shown = await self._run(argv)
+        return [parse_node(ln) for ln in shown.stdout.splitlines() if ln.startswith("NodeName=")]
+
+    async def requeue_hold(self, job_id: int) -> None:
+        await self._run(["scontrol", "requeuehold", str(job_id)])
+
+    async def update_job(self, job_id: int, **fields: str) -> None:
+        argv = ["scontrol", "update", f"JobId={job_id}"]
+        argv += [f"{key}={value}" for key, value in fields.items()]
+        await self._run(argv)
+
+    async def release(self, job_id: int) -> None:
+        await self._run(["scontrol", "release", str(job_id)])
+
+    async def cancel(self, job_id: int) -> None:
+        await self._run(["scancel", str(job_id)])
+
+    async def drain_node(self, node: str, reason: str) -> None:
+        await self._run(
+            ["scontrol", "update", f"NodeName={check_node_name(node)}", "State=DRAIN",
+             f"Reason={reason}"]
+        )  # fmt: skip

@@ -1,0 +1,225 @@
+"""The recovery policy: table-driven cases plus properties that must hold for any history."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from workflows.contracts import (
+    AdviceKind,
+    AnomalyKind,
+    AttemptRecord,
+    Attribution,
+    Category,
+    Directive,
+    Mode,
+    PolicyConfig,
+    RecoveryState,
+)
+from workflows.policy import advice_steps, apply_advice, decide, effective_policy
+
+
+def attribution(
+    category: Category = Category.UNKNOWN,
+    nodes: tuple[str, ...] = (),
+    confidence: float = 0.9,
+    fingerprint: str | None = None,
+    outcome: str | None = None,
+) -> Attribution:
+    return Attribution(
+        kind=AnomalyKind.CRASH,
+        category=category,
+        culprit_nodes=list(nodes),
+        confidence=confidence,
+        fingerprint=fingerprint or f"{category.value}:{','.join(nodes)}",
+        summary="test failure",
+        scheduler_outcome=outcome,
+    )
+
+
+def state(*records: AttemptRecord, **kw: object) -> RecoveryState:
+    recs = list(records) or [AttemptRecord(attempt=0, max_iteration=10)]
+    return RecoveryState(attempt=recs[-1].attempt, attempts=recs, **kw)  # type: ignore[arg-type]
+
+
+POLICY = PolicyConfig()
+OBSERVE = Directive()
+
+
+class TestDecide:
+    def test_hardware_with_culprit_requeues_excluding_it(self) -> None:
+        advice = decide(state(), attribution(Category.HARDWARE_GPU, ("node2",)), POLICY, OBSERVE)
+        assert advice.kind == AdviceKind.REQUEUE_EXCLUDING and advice.nodes == ["node2"]
+        assert advice.rule == "node_fault_excluded" and advice.drain_nodes == []
+        assert advice.generation == 1 and advice.attempt == 0
+
+    def test_drain_only_when_policy_and_directive_allow(self) -> None:
+        hw = attribution(Category.HARDWARE_NETWORK, ("node3",))
+        allow = PolicyConfig(allow_drain=True)
+        assert decide(state(), hw, allow, Directive(drain=True)).drain_nodes == ["node3"]
+        assert decide(state(), hw, allow, Directive(drain=False)).drain_nodes == []
+        assert decide(state(), hw, POLICY, Directive(drain=True)).drain_nodes == []
+
+    def test_confident_application_error_stops(self) -> None:
+        advice = decide(
+            state(), attribution(Category.APPLICATION, confidence=0.95), POLICY, OBSERVE
+        )
+        assert advice.kind == AdviceKind.STOP and advice.rule == "application_error"
+
+    def test_unsure_application_error_is_retried(self) -> None:
+        advice = decide(state(), attribution(Category.APPLICATION, confidence=0.5), POLICY, OBSERVE)
+        assert advice.kind == AdviceKind.REQUEUE
+
+    def test_named_policy_may_allow_application_retries(self) -> None:
+        lenient = PolicyConfig(application_retries=1)
+        app = attribution(Category.APPLICATION, confidence=0.95)
+        first = decide(state(), app, lenient, OBSERVE)
+        assert first.kind == AdviceKind.REQUEUE
+        s = apply_advice(state(), first)
+        s.attempts.append(AttemptRecord(attempt=1, max_iteration=20))
+        s.attempt = 1
+        assert decide(s, app, lenient, OBSERVE).kind == AdviceKind.STOP
+
+    def test_unknown_cause_retried_then_budget_stops(self) -> None:
+        s = state()
+        unknown = attribution(Category.UNKNOWN)
+        for attempt in range(POLICY.budget_per_fingerprint):
+            advice = decide(s, unknown, POLICY, OBSERVE)
+            assert advice.kind == AdviceKind.REQUEUE
+            s = apply_advice(s, advice)
+            s.attempt = attempt + 1
+            s.attempts.append(AttemptRecord(attempt=attempt + 1, max_iteration=100 * (attempt + 2)))
+        assert decide(s, unknown, POLICY, OBSERVE).rule == "fingerprint_budget_exhausted"
+
+    def test_owner_cancel_means_nothing(self) -> None:
+        advice = decide(state(), attribution(Category.SCHEDULER, outcome="owner_cancelled"),
+                        POLICY, OBSERVE)  # fmt: skip
+        assert advice.kind == AdviceKind.NONE and advice_steps(advice) == []
+
+    def test_preemption_is_free(self) -> None:
+        advice = decide(
+            state(), attribution(Category.SCHEDULER, outcome="preempted"), POLICY, OBSERVE
+        )
+        assert advice.kind == AdviceKind.REQUEUE and not advice.counts_against_budget
+        after = apply_advice(state(), advice)
+        assert after.failures_counted == 0 and after.budgets == {}
+
+    def test_node_failure_requeues_excluding_without_budget(self) -> None:
+        advice = decide(
+            state(), attribution(Category.HARDWARE_HOST, ("node4",), outcome="node_fail"),
+            POLICY, OBSERVE,
+        )  # fmt: skip
+        assert advice.kind == AdviceKind.REQUEUE_EXCLUDING and not advice.counts_against_budget
+
+    def test_time_limit_free_only_with_progress(self) -> None:
+        timeout = attribution(Category.SCHEDULER, outcome="timeout")
+        progressed = decide(
+            state(AttemptRecord(attempt=0, max_iteration=50)), timeout, POLICY, OBSERVE
+        )
+        assert (
+            progressed.rule == "scheduler_timeout_progress" and not progressed.counts_against_budget
+        )
+        stuck = decide(state(AttemptRecord(attempt=0)), timeout, POLICY, OBSERVE)
+        assert stuck.counts_against_budget
+
+    def test_crash_loop_stops(self) -> None:
+        s = state(
+            AttemptRecord(attempt=0, max_iteration=40),
+            AttemptRecord(attempt=1, resumed_from=40, max_iteration=40),
+            AttemptRecord(attempt=2, resumed_from=40, max_iteration=40),
+        )
+        assert decide(s, attribution(), POLICY, OBSERVE).rule == "crash_loop"
+
+    def test_checkpoint_failures_stop(self) -> None:
+        s = state(
+            AttemptRecord(attempt=0, max_iteration=40, checkpoint_failure=True),
+            AttemptRecord(attempt=1, max_iteration=80, checkpoint_failure=True),
+        )
+        assert decide(s, attribution(), POLICY, OBSERVE).rule == "checkpoint_save_failing"
+
+    def test_total_cap_and_directive_tightening(self) -> None:
+        s = state(failures_counted=2)
+        assert decide(s, attribution(), POLICY, Directive(max_attempts=2)).rule == (
+            "attempt_budget_exhausted"
+        )
+        assert (
+            decide(s, attribution(), POLICY, Directive(max_attempts=50)).kind == AdviceKind.REQUEUE
+        )
+
+    def test_directive_cannot_loosen(self) -> None:
+        assert (
+            effective_policy(POLICY, Directive(max_attempts=99)).max_attempts == POLICY.max_attempts
+        )
+
+    def test_healthy_is_none(self) -> None:
+        healthy = Attribution(kind="none", category=Category.NONE, confidence=1.0,
+                              fingerprint="none", summary="ok")  # fmt: skip
+        assert decide(state(), healthy, POLICY, OBSERVE).kind == AdviceKind.NONE
+
+
+categories = st.sampled_from(list(Category))
+nodes = st.lists(st.sampled_from(["node1", "node2", "node3", "node4"]), max_size=3, unique=True)
+outcomes = st.sampled_from([None, None, "preempted", "timeout", "owner_cancelled", "node_fail"])
+attributions = st.builds(
+    attribution,
+    category=categories,
+    nodes=nodes.map(tuple),
+    confidence=st.floats(0, 1),
+    fingerprint=st.sampled_from(["a", "b", "c"]),
+    outcome=outcomes,
+)
+policies = st.builds(
+    PolicyConfig,
+    max_attempts=st.integers(0, 6),
+    budget_per_fingerprint=st.integers(0, 4),
+    application_retries=st.integers(0, 2),
+    no_progress_attempts=st.integers(1, 4),
+    allow_drain=st.booleans(),
+)
+
+
+class TestProperties:
+    @settings(max_examples=300)
+    @given(
+        policies,
+        st.lists(st.tuples(attributions, st.integers(-1, 200)), max_size=12),
+        st.sampled_from([Mode.OBSERVE, Mode.ACTION]),
+    )
+    def test_budgets_are_never_exceeded(self, pol: PolicyConfig, history: list, mode: Mode) -> None:  # type: ignore[type-arg]
+        s = state()
+        directive = Directive(mode=mode)
+        for attr, progress in history:
+            advice = decide(s, attr, pol, directive)
+            s = apply_advice(s, advice)
+            assert s.failures_counted <= pol.max_attempts
+            assert all(count <= pol.budget_per_fingerprint for count in s.budgets.values())
+            if advice.kind == AdviceKind.STOP:
+                break
+            if advice.kind == AdviceKind.NONE:
+                continue
+            s.attempt += 1
+            s.attempts.append(
+                AttemptRecord(attempt=s.attempt, max_iteration=progress if progress >= 0 else None)
+            )
+
+    @given(policies, attributions)
+    def test_observe_and_action_mode_give_identical_advice(
+        self, pol: PolicyConfig, attr: Attribution
+    ) -> None:
+        s = state()
+        observe = decide(s, attr, pol, Directive(mode=Mode.OBSERVE))
+        action = decide(s, attr, pol, Directive(mode=Mode.ACTION))
+        assert observe == action
+
+    @given(policies, attributions)
+    def test_exclusions_only_name_culprits_and_drain_needs_permission(
+        self, pol: PolicyConfig, attr: Attribution
+    ) -> None:
+        advice = decide(state(), attr, pol, Directive(drain=True))
+        assert set(advice.nodes) <= set(attr.culprit_nodes)
+        if not pol.allow_drain:
+            assert advice.drain_nodes == []
+
+    @given(policies, attributions)
+    def test_decide_is_deterministic(self, pol: PolicyConfig, attr: Attribution) -> None:
+        assert decide(state(), attr, pol, OBSERVE) == decide(state(), attr, pol, OBSERVE)

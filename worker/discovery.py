@@ -1,0 +1,153 @@
+"""Job discovery: every opted-in job on a cluster gets exactly one JobRecoveryWorkflow.
+
+The workflow id is the job's identity (cluster, job id, submit time), so starting is idempotent:
+a second start of a running workflow returns the existing one, a finished one is never
+restarted. A malformed directive still starts a (short) workflow, which records the problem in
+the audit trail and leaves the job alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import UTC, datetime, timedelta
+
+from temporalio.client import Client
+from temporalio.common import (
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError
+
+from activities.slurm.client import SlurmClient
+from activities.slurm.errors import SchedulerError
+from activities.slurm.parsers import DiscoveredJob
+from worker.config import ClusterSettings, ConfigError, ResurgoConfig
+from workflows import search_attributes as sa
+from workflows.contracts import CORE_TASK_QUEUE, TERMINAL_STATES, JobKey, RecoveryInput
+from workflows.directive import parse_directive
+from workflows.job_recovery import JobRecoveryWorkflow
+
+log = logging.getLogger("resurgo.discovery")
+
+
+def recovery_input(
+    cluster: str, settings: ClusterSettings, config: ResurgoConfig, job: DiscoveredJob
+) -> RecoveryInput | None:
+    """The workflow input for a discovered job, or None when the job did not opt in."""
+    parsed = parse_directive(job.comment)
+    if not parsed.opted_in or job.submit_time is None:
+        return None
+    problems = list(parsed.problems)
+    directive = parsed.directive
+    if settings.environment is not None and (
+        directive is None or directive.environment != settings.environment
+    ):
+        return None
+    policy = config.policy(None)
+    if directive is not None and directive.policy:
+        try:
+            policy = config.policy(directive.policy)
+        except ConfigError as exc:
+            problems.append(str(exc))
+            directive = None
+    return RecoveryInput(
+        job=JobKey(cluster=cluster, job_id=job.job_id, submit_time=job.submit_time),
+        directive=directive,
+        problems=problems,
+        policy=policy,
+        gates=settings.gates(),
+        hold_timeout_seconds=settings.hold_timeout,
+        job_name=job.name,
+        user=job.user,
+        partition=job.partition,
+    )
+
+
+def is_recent(job: DiscoveredJob, lookback: float, now: datetime) -> bool:
+    if job.state not in TERMINAL_STATES:
+        return True
+    return job.end_time is not None and now - job.end_time <= timedelta(seconds=lookback)
+
+
+class Discovery:
+    def __init__(
+        self, client: Client, slurm: SlurmClient, cluster: str, config: ResurgoConfig
+    ) -> None:
+        self.client = client
+        self.slurm = slurm
+        self.cluster = cluster
+        self.config = config
+        self.settings = config.cluster(cluster)
+        self.known: set[str] = set()
+
+    async def run_forever(self) -> None:
+        while True:
+            try:
+                await self.poll_once()
+            except SchedulerError as exc:
+                log.warning("discovery on %s: Slurm unavailable: %s", self.cluster, exc)
+            except RPCError as exc:
+                log.warning("discovery on %s: Temporal unavailable: %s", self.cluster, exc)
+            await asyncio.sleep(self.settings.discovery_interval)
+
+    async def poll_once(self) -> list[str]:
+        """Start workflows for newly seen opted-in jobs; returns the ids started now."""
+        started = []
+        now = datetime.now(UTC)
+        for job in await self.slurm.list_jobs():
+            inp = recovery_input(self.cluster, self.settings, self.config, job)
+            if inp is None:
+                continue
+            wf_id = inp.job.workflow_id()
+            if wf_id in self.known or not is_recent(job, self.settings.discovery_lookback, now):
+                continue
+            if await self.start(inp):
+                started.append(wf_id)
+            self.known.add(wf_id)
+        return started
+
+    async def start(self, inp: RecoveryInput) -> bool:
+        mode = inp.directive.mode.value if inp.directive else "invalid"
+        name = f" {inp.job_name}" if inp.job_name else ""
+        try:
+            await self.client.start_workflow(
+                JobRecoveryWorkflow.run,
+                inp,
+                id=inp.job.workflow_id(),
+                task_queue=CORE_TASK_QUEUE,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                search_attributes=TypedSearchAttributes(
+                    [
+                        SearchAttributePair(sa.CLUSTER, inp.job.cluster),
+                        SearchAttributePair(sa.SLURM_JOB_ID, str(inp.job.job_id)),
+                        SearchAttributePair(sa.USER, inp.user or "-"),
+                        SearchAttributePair(sa.PARTITION, inp.partition or "-"),
+                        SearchAttributePair(sa.MODE, mode),
+                    ]
+                ),
+                static_summary=f"{inp.job.label()}{name} ({mode})"[:200],
+                static_details=_details(inp),
+            )
+        except WorkflowAlreadyStartedError:
+            return False
+        log.info("monitoring %s (%s)", inp.job.label(), mode)
+        return True
+
+
+def _details(inp: RecoveryInput) -> str:
+    lines = [
+        f"**Slurm job** {inp.job.job_id} on cluster `{inp.job.cluster}`",
+        f"submitted {inp.job.submit_time.isoformat()} by `{inp.user}` to `{inp.partition}`",
+        f"**policy** `{inp.policy.name}`; scheduler actions acknowledged: "
+        f"{inp.gates.acknowledge_scheduler_actions}",
+    ]
+    if inp.directive:
+        lines.append(f"**directive** `{inp.directive.model_dump_json(exclude_defaults=True)}`")
+    if inp.problems:
+        lines.append("**problems**: " + "; ".join(inp.problems))
+    return "\n\n".join(lines)

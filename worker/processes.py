@@ -1,0 +1,102 @@
+"""The long-running processes: `resurgo worker` and `resurgo controller --cluster C`."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities.audit.activities import AuditActivities
+from activities.audit.store import AuditStore, store_url_from_env
+from activities.cluster import ClusterActivities
+from activities.slurm.client import SlurmClient
+from activities.slurm.runner import CommandRunner, LocalRunner
+from worker.config import ClusterSettings, ConfigError, ResurgoConfig
+from worker.discovery import Discovery
+from workflows.contracts import CORE_TASK_QUEUE, controller_task_queue
+from workflows.job_recovery import JobRecoveryWorkflow
+
+log = logging.getLogger("resurgo")
+
+
+def audit_store(config: ResurgoConfig) -> AuditStore:
+    store = AuditStore(config.audit.url or store_url_from_env())
+    store.create_schema()
+    return store
+
+
+def core_worker(client: Client, store: AuditStore) -> Worker:
+    return Worker(
+        client,
+        task_queue=CORE_TASK_QUEUE,
+        workflows=[JobRecoveryWorkflow],
+        activities=[AuditActivities(store).record_audit],
+        identity=f"resurgo-worker@{socket.gethostname()}",
+        graceful_shutdown_timeout=timedelta(seconds=5),
+    )
+
+
+def make_runner(settings: ClusterSettings) -> CommandRunner:
+    if settings.mode == "local":
+        return LocalRunner(settings.slurm_conf)
+    raise ConfigError("SSH mode is configured but not available in this build")
+
+
+def controller_worker(
+    client: Client, cluster: str, settings: ClusterSettings, runner: CommandRunner
+) -> Worker:
+    activities = ClusterActivities(cluster, runner, settings.gates())
+    return Worker(
+        client,
+        task_queue=controller_task_queue(cluster),
+        activities=activities.all(),  # type: ignore[arg-type]
+        max_concurrent_activities=200,
+        identity=f"resurgo-controller/{cluster}@{socket.gethostname()}",
+        graceful_shutdown_timeout=timedelta(seconds=5),
+    )
+
+
+async def run_until_signalled(
+    workers: Sequence[Worker], extra: Sequence[Callable[[], object]] = ()
+) -> None:
+    """Run workers (and background coroutines) until SIGINT/SIGTERM."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    tasks = [asyncio.create_task(w.run()) for w in workers]
+    tasks += [asyncio.create_task(fn()) for fn in extra]  # type: ignore[arg-type]
+    stopper = asyncio.create_task(stop.wait())
+    done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
+    for task in done:
+        if task is not stopper and task.exception():
+            log.error("component failed: %r", task.exception())
+    for w in workers:
+        await w.shutdown()
+    for task in tasks:
+        task.cancel()
+
+
+async def run_worker(client: Client, config: ResurgoConfig) -> None:
+    store = audit_store(config)
+    log.info("worker: task queue %s, audit store %s", CORE_TASK_QUEUE, store.url)
+    await run_until_signalled([core_worker(client, store)])
+
+
+async def run_controller(client: Client, config: ResurgoConfig, cluster: str) -> None:
+    settings = config.cluster(cluster)
+    runner = make_runner(settings)
+    discovery = Discovery(client, SlurmClient(runner), cluster, config)
+    log.info(
+        "controller for %s: task queue %s, actions acknowledged: %s",
+        cluster, controller_task_queue(cluster), settings.acknowledge_scheduler_actions,
+    )  # fmt: skip
+    await run_until_signalled(
+        [controller_worker(client, cluster, settings, runner)], [discovery.run_forever]
+    )

@@ -1,0 +1,40 @@
+"""Connecting to Temporal with the one data converter every client and worker must share."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError
+
+from worker.config import TemporalSettings
+
+log = logging.getLogger("resurgo.temporal")
+
+
+class TemporalUnavailable(Exception):
+    """Temporal did not answer within the allowed time."""
+
+
+async def connect(settings: TemporalSettings, *, wait_seconds: float = 0.0) -> Client:
+    """Connect, retrying for up to `wait_seconds` (long-running processes wait for Temporal)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_seconds
+    delay = 0.5
+    while True:
+        try:
+            return await Client.connect(
+                settings.address,
+                namespace=settings.namespace,
+                data_converter=pydantic_data_converter,
+            )
+        except (RuntimeError, RPCError) as exc:
+            if loop.time() >= deadline:
+                raise TemporalUnavailable(
+                    f"cannot reach Temporal at {settings.address}: {exc}"
+                ) from exc
+            log.warning("Temporal at %s not reachable yet (%s); retrying", settings.address, exc)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 10.0)

@@ -1,0 +1,395 @@
+"""Pydantic models shared by workflows, activities, the API and the audit store.
+
+These are the wire format of every Temporal payload: renaming a field breaks running workflows,
+so add fields with defaults instead.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+CORE_TASK_QUEUE = "resurgo"
+
+
+def controller_task_queue(cluster: str) -> str:
+    """The task queue served by the controller of one Slurm cluster."""
+    return f"slurm.{cluster}"
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Mode(StrEnum):
+    OBSERVE = "observe"
+    ACTION = "action"
+
+
+class AnomalyKind(StrEnum):
+    CRASH = "crash"
+    HANG = "hang"
+    STRAGGLER = "straggler"
+
+
+class Category(StrEnum):
+    HARDWARE_GPU = "hardware_gpu"
+    HARDWARE_NETWORK = "hardware_network"
+    HARDWARE_HOST = "hardware_host"
+    SYSTEM_SOFTWARE = "system_software"
+    APPLICATION = "application"
+    SCHEDULER = "scheduler"
+    UNKNOWN = "unknown"
+    NONE = "none"
+
+
+HARDWARE_CATEGORIES = frozenset(
+    {Category.HARDWARE_GPU, Category.HARDWARE_NETWORK, Category.HARDWARE_HOST}
+)
+
+
+class AdviceKind(StrEnum):
+    REQUEUE = "requeue"
+    REQUEUE_EXCLUDING = "requeue_excluding"
+    STOP = "stop"
+    NONE = "none"
+
+
+class ActionStep(StrEnum):
+    REQUEUE_HOLD = "requeue_hold"
+    EXCLUDE_NODES = "exclude_nodes"
+    RELEASE = "release"
+    CANCEL = "cancel"
+    DRAIN_NODE = "drain_node"
+
+
+class JobKey(Frozen):
+    """Identity of a monitored job. Submit time makes a reused Slurm id a different job."""
+
+    cluster: str
+    job_id: int
+    submit_time: datetime
+
+    def workflow_id(self) -> str:
+        return f"resurgo:{self.cluster}:{self.job_id}:{int(self.submit_time.timestamp())}"
+
+    def label(self) -> str:
+        return f"{self.cluster}/{self.job_id}"
+
+
+class StragglerThresholds(Frozen):
+    ratio: float = Field(default=1.5, gt=1.0, le=100.0)
+    window: int = Field(default=10, ge=2, le=10_000)
+
+
+class Directive(Frozen):
+    """The opt-in JSON carried in the job's `--comment`."""
+
+    mode: Mode = Mode.OBSERVE
+    environment: str | None = None
+    policy: str | None = None
+    max_attempts: int | None = Field(default=None, ge=1, le=1000)
+    hang_timeout: float | None = Field(default=None, gt=0, le=7 * 24 * 3600)
+    progress_pattern: str | None = None
+    straggler: StragglerThresholds | None = None
+    approval: Literal["none", "required"] = "none"
+    approval_timeout: float = Field(default=900.0, gt=0, le=7 * 24 * 3600)
+    drain: bool = False
+
+
+class PolicyConfig(Frozen):
+    """Operator policy. The directive may only tighten it (see policy.effective_policy)."""
+
+    name: str = "default"
+    max_attempts: int = Field(default=5, ge=0)
+    budget_per_fingerprint: int = Field(default=2, ge=0)
+    application_retries: int = Field(default=0, ge=0)
+    application_stop_confidence: float = Field(default=0.8, ge=0.0, le=1.0)
+    no_progress_attempts: int = Field(default=2, ge=1)
+    checkpoint_failure_attempts: int = Field(default=2, ge=1)
+    allow_drain: bool = False
+
+
+class JobObservation(Frozen):
+    """One fresh look at a job in slurmctld (`scontrol show job`)."""
+
+    job_id: int
+    name: str = ""
+    user: str = ""
+    partition: str = ""
+    state: str
+    reason: str = ""
+    restarts: int = 0
+    requeue: bool = True
+    priority: int = 0
+    node_list: list[str] = Field(default_factory=list)
+    exc_node_list: list[str] = Field(default_factory=list)
+    exit_code: int = 0
+    exit_signal: int = 0
+    comment: str = ""
+    admin_comment: str = ""
+    std_out: str = ""
+    submit_time: datetime | None = None
+    start_time: datetime | None = None
+    end_time: datetime | None = None
+    num_nodes: int = 0
+    batch_flag: int = 1
+
+    @property
+    def held(self) -> bool:
+        return self.state == "PENDING" and (self.priority == 0 or "Held" in self.reason)
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    @property
+    def running(self) -> bool:
+        return self.state in {"RUNNING", "COMPLETING"} and not self.terminal
+
+
+TERMINAL_STATES = frozenset(
+    {
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "OUT_OF_MEMORY",
+        "BOOT_FAIL",
+        "DEADLINE",
+    }
+)
+
+
+class NodeObservation(Frozen):
+    name: str
+    state: str
+    reason: str = ""
+
+
+class LogLine(Frozen):
+    source: str
+    line_no: int
+    text: str
+
+
+class LogCursor(Frozen):
+    """Where the watcher is in the job's output file; offsets are bytes."""
+
+    path: str
+    offset: int = 0
+    line_no: int = 0
+    inode: int | None = None
+    # True while skipping the rest of an over-long line whose head was already scanned.
+    in_long_line: bool = False
+
+
+class ProgressMark(Frozen):
+    iteration: int
+    line_no: int
+    at: datetime
+
+
+class Anomaly(Frozen):
+    kind: AnomalyKind
+    attempt: int
+    detected_at: datetime
+    summary: str
+    pattern_ids: list[str] = Field(default_factory=list)
+    signals: list[LogLine] = Field(default_factory=list)
+    job_state: str = ""
+    exit_code: int = 0
+    exit_signal: int = 0
+    nodes: list[str] = Field(default_factory=list)
+
+
+class Attribution(Frozen):
+    kind: AnomalyKind | Literal["none"]
+    category: Category
+    culprit_nodes: list[str] = Field(default_factory=list)
+    culprit_ranks: list[int] = Field(default_factory=list)
+    confidence: float = Field(ge=0.0, le=1.0)
+    fingerprint: str
+    summary: str
+    evidence: list[LogLine] = Field(default_factory=list)
+    # Scheduler-side outcome that shapes the budget (e.g. "preempted", "node_fail", "timeout").
+    scheduler_outcome: str | None = None
+    checkpoint_failure: bool = False
+    source: str = "rules"
+
+
+class Advice(Frozen):
+    generation: int
+    attempt: int
+    kind: AdviceKind
+    nodes: list[str] = Field(default_factory=list)
+    drain_nodes: list[str] = Field(default_factory=list)
+    reason: str
+    rule: str
+    fingerprint: str = ""
+    category: Category = Category.UNKNOWN
+    counts_against_budget: bool = True
+
+
+class ActionRequest(Frozen):
+    job: JobKey
+    step: ActionStep
+    idempotency_key: str
+    attempt: int
+    nodes: list[str] = Field(default_factory=list)
+    reason: str = ""
+    hold_deadline: datetime | None = None
+
+
+class ActionResult(Frozen):
+    step: ActionStep
+    idempotency_key: str
+    outcome: Literal["applied", "already_satisfied"]
+    observation: JobObservation | None = None
+    detail: str = ""
+
+
+class Reconciliation(Frozen):
+    status: Literal["pending", "converged", "abandoned"]
+    reason: str
+    observation: JobObservation | None = None
+
+
+class VerifyRequest(Frozen):
+    job: JobKey
+    advice: Advice
+    timeout_seconds: float = 60.0
+    poll_seconds: float = 0.5
+
+
+class WatchRequest(Frozen):
+    job: JobKey
+    attempt: int
+    cursor: LogCursor | None = None
+    attempt_start_line: int = 0
+    hang_timeout: float | None = None
+    progress_pattern: str | None = None
+    max_window_seconds: float = 3600.0
+    poll_seconds: float = 0.5
+    # Which milestones the workflow has already recorded for this attempt.
+    seen_started: bool = False
+    seen_progress: bool = False
+    straggler: StragglerThresholds | None = None
+
+
+WatchOutcome = Literal[
+    "started", "progress", "anomaly", "completed", "window_elapsed", "job_gone", "requeued"
+]
+
+
+class WatchResult(Frozen):
+    outcome: WatchOutcome
+    cursor: LogCursor | None = None
+    observation: JobObservation | None = None
+    anomaly: Anomaly | None = None
+    progress: ProgressMark | None = None
+    resumed_from: int | None = None
+    attempt_start_line: int = 0
+    last_iteration: int | None = None
+    checkpoint_failure: bool = False
+
+
+class AttributeRequest(Frozen):
+    job: JobKey
+    anomaly: Anomaly
+    log_path: str | None = None
+    attempt_start_line: int = 0
+    node_list: list[str] = Field(default_factory=list)
+
+
+class AuditEvent(Frozen):
+    """One append-only audit record; `event_id` is its idempotency key (unique in the store)."""
+
+    event_id: str
+    cluster: str
+    job_id: int
+    workflow_id: str
+    attempt: int | None = None
+    type: str
+    producer: str
+    at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+    summary: str = ""
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class ClusterGates(Frozen):
+    """Cluster-level facts the workflow needs; the controller re-checks them before acting."""
+
+    acknowledge_scheduler_actions: bool = False
+    partitions: list[str] = Field(default_factory=list)
+
+
+class AttemptRecord(BaseModel):
+    attempt: int
+    started: bool = False
+    seen_progress: bool = False
+    start_line: int = 0
+    first_iteration: int | None = None
+    max_iteration: int | None = None
+    resumed_from: int | None = None
+    fingerprint: str | None = None
+    category: Category | None = None
+    checkpoint_failure: bool = False
+
+
+class RecoveryState(BaseModel):
+    """All durable per-job state; the whole of it is the continue-as-new argument."""
+
+    schema_version: int = 1
+    phase: str = "watching"
+    attempt: int = 0
+    generation: int = 0
+    cursor: LogCursor | None = None
+    attempts: list[AttemptRecord] = Field(default_factory=list)
+    budgets: dict[str, int] = Field(default_factory=dict)
+    failures_counted: int = 0
+    excluded_nodes: list[str] = Field(default_factory=list)
+    completed_actions: dict[str, str] = Field(default_factory=dict)
+    advice_log: list[Advice] = Field(default_factory=list)
+    last_category: str | None = None
+    outcome: str | None = None
+    mode: Mode = Mode.OBSERVE
+
+
+class RecoveryInput(Frozen):
+    job: JobKey
+    # None when the comment opted in but could not be used; `problems` says why.
+    directive: Directive | None
+    problems: list[str] = Field(default_factory=list)
+    hold_timeout_seconds: float = 600.0
+    policy: PolicyConfig
+    gates: ClusterGates = ClusterGates()
+    state: RecoveryState | None = None
+    job_name: str = ""
+    user: str = ""
+    partition: str = ""
+
+
+class RecoveryOutcome(Frozen):
+    job: JobKey
+    outcome: str
+    attempts: int
+    advice: list[Advice]
+
+
+class JobStatus(Frozen):
+    """What the `status` query returns."""
+
+    job: JobKey
+    phase: str
+    mode: Mode
+    attempt: int
+    last_category: str | None
+    excluded_nodes: list[str]
+    advice: list[Advice]
+    outcome: str | None
