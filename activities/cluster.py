@@ -8,8 +8,10 @@ non-retryable `ApplicationError`s, and enforces the cluster's gates once more be
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -147,7 +149,9 @@ class ClusterActivities:
                     raise ActionsNotAllowed(
                         f"partition {obs.partition!r} is not in {self.gates.partitions}"
                     )
-            return await self.actions.run(req)
+            result = await self.actions.run(req)
+        await chaos_pause(req.step.value)
+        return result
 
     @activity.defn(name="verify_advice")
     async def verify_advice(self, req: VerifyRequest) -> Reconciliation:
@@ -172,6 +176,22 @@ class ClusterActivities:
                 await asyncio.sleep(req.poll_seconds)
 
 
+async def chaos_pause(step: str) -> None:
+    """Chaos testing hook: after carrying out `step`, announce it and stall until killed.
+
+    Set RESURGO_CHAOS_PAUSE_AFTER=<step> and RESURGO_CHAOS_MARKER=<file> on a controller to
+    freeze it between a scheduler step and its completion report, so a test can SIGKILL it at
+    exactly the worst moment. Unset (always, in production) it does nothing.
+    """
+    if os.environ.get("RESURGO_CHAOS_PAUSE_AFTER") != step:
+        return
+    marker = os.environ.get("RESURGO_CHAOS_MARKER")
+    if marker:
+        Path(marker).write_text(step)
+    while True:
+        await asyncio.sleep(3600)
+
+
 def converged(req: VerifyRequest, obs: JobObservation) -> bool:
     advice = req.advice
     if advice.kind == AdviceKind.STOP:
@@ -185,4 +205,3 @@ def converged(req: VerifyRequest, obs: JobObservation) -> bool:
         started = obs.state != "PENDING"
         return not (started and set(advice.nodes) & set(obs.node_list))
     return True
-

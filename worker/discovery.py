@@ -43,8 +43,11 @@ def recovery_input(
         return None
     problems = list(parsed.problems)
     directive = parsed.directive
-    if settings.environment is not None and (
-        directive is None or directive.environment != settings.environment
+    # A broken directive cannot say which environment it meant: report it everywhere.
+    if (
+        settings.environment is not None
+        and directive is not None
+        and directive.environment != settings.environment
     ):
         return None
     policy = config.policy(None)
@@ -82,7 +85,8 @@ class Discovery:
         self.cluster = cluster
         self.config = config
         self.settings = config.cluster(cluster)
-        self.known: set[str] = set()
+        # Candidate workflow ids already handled -> when to look again (None: never).
+        self.known: dict[str, float | None] = {}
 
     async def run_forever(self) -> None:
         while True:
@@ -98,17 +102,36 @@ class Discovery:
         """Start workflows for newly seen opted-in jobs; returns the ids started now."""
         started = []
         now = datetime.now(UTC)
+        clock = asyncio.get_running_loop().time()
         for job in await self.slurm.list_jobs():
             inp = recovery_input(self.cluster, self.settings, self.config, job)
             if inp is None:
                 continue
             wf_id = inp.job.workflow_id()
-            if wf_id in self.known or not is_recent(job, self.settings.discovery_lookback, now):
+            recheck = self.known.get(wf_id, 0.0)
+            if recheck is None or recheck > clock:
+                continue
+            if not is_recent(job, self.settings.discovery_lookback, now):
+                continue
+            # Slurm rewrites SubmitTime on every requeue, so a requeued job shows up under a new
+            # candidate id. A running workflow for the same job id is that job: leave it be, and
+            # look again later in case it ends because the id was reused by a different job.
+            if await self.running_workflow_for(job.job_id):
+                self.known[wf_id] = clock + 30.0
                 continue
             if await self.start(inp):
                 started.append(wf_id)
-            self.known.add(wf_id)
+            self.known[wf_id] = None
         return started
+
+    async def running_workflow_for(self, job_id: int) -> str | None:
+        query = (
+            f'ResurgoCluster = "{self.cluster}" AND ResurgoSlurmJobId = "{job_id}" '
+            'AND ExecutionStatus = "Running"'
+        )
+        async for execution in self.client.list_workflows(query, limit=1):
+            return execution.id
+        return None
 
     async def start(self, inp: RecoveryInput) -> bool:
         mode = inp.directive.mode.value if inp.directive else "invalid"

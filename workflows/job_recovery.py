@@ -167,16 +167,17 @@ class JobRecoveryWorkflow:
             seen_progress=cur.seen_progress,
             straggler=self.directive.straggler,
         )
-        return await workflow.execute_activity(
+        result: WatchResult = await workflow.execute_activity(
             "watch_attempt",
             req,
             result_type=WatchResult,
             task_queue=self.queue,
             start_to_close_timeout=timedelta(seconds=window + 300),
-            heartbeat_timeout=timedelta(seconds=30),
+            heartbeat_timeout=timedelta(seconds=15),
             retry_policy=WATCH_RETRY,
             summary=f"watch attempt {self.s.attempt}",
         )
+        return result
 
     async def _attempt_started(self, result: WatchResult) -> None:
         cur = self.s.attempts[-1]
@@ -215,6 +216,11 @@ class JobRecoveryWorkflow:
     async def _requeued_elsewhere(self, result: WatchResult) -> None:
         obs = result.observation
         restarts = obs.restarts if obs else self.s.attempt + 1
+        if len(self.s.attempts) == 1 and not self.s.attempts[0].started:
+            # Monitoring began after earlier attempts (e.g. discovered late): adopt, not news.
+            self.s.attempts = []
+            self._next_attempt(restarts)
+            return
         await self._audit(
             "requeued_externally",
             f"job was requeued outside Resurgo (Restarts={restarts})",
@@ -296,7 +302,7 @@ class JobRecoveryWorkflow:
             node_list=obs.node_list if obs else anomaly.nodes,
         )
         try:
-            return await workflow.execute_activity(
+            verdict: Attribution = await workflow.execute_activity(
                 "attribute_anomaly",
                 req,
                 result_type=Attribution,
@@ -306,6 +312,7 @@ class JobRecoveryWorkflow:
                 retry_policy=RetryPolicy(maximum_attempts=3),
                 summary=f"attribute {anomaly.kind.value} of attempt {anomaly.attempt}",
             )
+            return verdict
         except ActivityError as err:
             # Attribution is an enrichment: its failure must never block recovery.
             return Attribution(
@@ -344,7 +351,7 @@ class JobRecoveryWorkflow:
                     result_type=ActionResult,
                     task_queue=self.queue,
                     activity_id=key,
-                    start_to_close_timeout=timedelta(seconds=60),
+                    start_to_close_timeout=timedelta(seconds=30),
                     schedule_to_close_timeout=timedelta(seconds=self.inp.hold_timeout_seconds / 2),
                     retry_policy=ACTION_RETRY,
                     summary=f"{step} job {self.inp.job.job_id}"
@@ -382,7 +389,7 @@ class JobRecoveryWorkflow:
 
     async def _verify(self, advice: Advice, all_satisfied: bool) -> Reconciliation:
         self._set_phase("verifying")
-        rec = await workflow.execute_activity(
+        rec: Reconciliation = await workflow.execute_activity(
             "verify_advice",
             VerifyRequest(job=self.inp.job, advice=advice, timeout_seconds=60.0),
             result_type=Reconciliation,
@@ -450,7 +457,7 @@ class JobRecoveryWorkflow:
         )
 
     def _set_phase(self, phase: str) -> None:
-        if phase == self.s.phase and workflow.info().typed_search_attributes.get(sa.STATE):
+        if phase == self.s.phase and workflow.info().typed_search_attributes.get(sa.STATE) == phase:
             return
         self.s.phase = phase
         workflow.upsert_search_attributes([sa.STATE.value_set(phase)])

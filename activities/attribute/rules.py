@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from activities.detect.lines import rank_of, split_srun_label
 from activities.detect.registry import PatternMatch, Registry
+from activities.detect.watcher import is_checkpoint_failure
 from workflows.contracts import (
     Anomaly,
     AnomalyKind,
@@ -163,7 +164,7 @@ def attribute(
     topo = learn_topology(lines, node_list)
     events = collect_events(registry, lines, topo, node_list)
     outcome = _scheduler_outcome(obs, lines)
-    ckpt = any("checkpoint" in e.match.id for e in events)
+    ckpt = any(is_checkpoint_failure(e.match.id) for e in events)
     down = sorted(
         n.name for n in nodes if n.name in node_list and any(s in n.state for s in _DOWN_STATES)
     )
@@ -208,10 +209,9 @@ def attribute(
     hardware = [e for e in roots if e.match.category.startswith("hardware")]
     if hardware:
         first = hardware[0]
-        culprit_events = [e for e in hardware if e.node]
-        culprits = [culprit_events[0].node] if culprit_events else []
+        culprits = [e.node for e in hardware if e.node][:1]
         return verdict(
-            Category(first.match.category), [c for c in culprits if c], 0.9, first.match.id,
+            Category(first.match.category), culprits, 0.9, first.match.id,
             f"{first.match.id} on {culprits[0] if culprits else 'unknown node'}",
             [e.line for e in hardware], [e.rank for e in hardware if e.rank is not None],
         )  # fmt: skip
@@ -239,7 +239,7 @@ def attribute(
         node, what, line = died
         category = Category.SYSTEM_SOFTWARE if "Segmentation" in what else Category.UNKNOWN
         return verdict(
-            category, [node], 0.6, f"task_death|{_message(what)}",
+            category, [node] if node else [], 0.6, f"task_death|{_message(what)}",
             f"first rank to die ran on {node}: {what.strip()}", [line, *[e.line for e in system]],
         )  # fmt: skip
     if system:

@@ -99,6 +99,8 @@ async def watch_attempt(
             cursor = LogCursor(path=obs.std_out)
         if obs.restarts > req.attempt:
             return result("requeued", obs)
+        if replaced(req, obs):
+            return result("job_gone", obs)
 
         if not seen_started:
             if obs.state == "PENDING":
@@ -138,6 +140,21 @@ async def watch_attempt(
             return result("window_elapsed", obs)
         heartbeat(WatchCheckpoint(cursor=cursor, state=state, attempt_start_line=start_line))
         await asyncio.sleep(req.poll_seconds)
+
+
+def replaced(req: WatchRequest, obs: JobObservation) -> bool:
+    """The job id now names a different job (slurmctld state was reset and ids reused).
+
+    Restarts never go down for one job, and SubmitTime changes only when Restarts goes up.
+    """
+    if obs.restarts < req.attempt:
+        return True
+    key_time = req.job.submit_time
+    return (
+        obs.restarts == 0
+        and obs.submit_time is not None
+        and abs((obs.submit_time - key_time).total_seconds()) >= 1
+    )
 
 
 def _anomaly(

@@ -30,6 +30,16 @@ _RESUMED = re.compile(
 )
 
 
+CHECKPOINT_FAILURE_PATTERNS = frozenset(
+    {"checkpoint_save_failed", "checkpoint_write_failed", "dcp_checkpoint_exception"}
+)
+
+
+def is_checkpoint_failure(pattern_id: str) -> bool:
+    """Saving a checkpoint failed (loading one is a different story)."""
+    return pattern_id in CHECKPOINT_FAILURE_PATTERNS
+
+
 class WatchState(BaseModel):
     """Everything the watcher knows about the current attempt (heartbeated)."""
 
@@ -83,7 +93,7 @@ class AttemptWatcher:
         for match in self.registry.scan(text):
             if match.role not in ("root", "cascade"):
                 continue
-            if match.category == "application" and "checkpoint" in match.id:
+            if is_checkpoint_failure(match.id):
                 st.checkpoint_failure = True
             if len(st.signals) < MAX_SIGNALS:
                 st.signals.append(LogLine(source=source, line_no=line_no, text=text[:2000]))

@@ -75,7 +75,9 @@ def expand_hostlist(expr: str) -> list[str]:
 
 
 def _split_top_level(expr: str) -> list[str]:
-    parts, depth, current = [], 0, []
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
     for char in expr:
         if char == "[":
             depth += 1

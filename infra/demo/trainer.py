@@ -28,6 +28,7 @@ import argparse
 import ctypes
 import errno
 import faulthandler
+import hashlib
 import os
 import re
 import signal
@@ -47,6 +48,7 @@ warnings.filterwarnings("ignore", message=".*Failed to initialize NumPy.*")
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from torch import nn  # noqa: E402
+from torch._C._distributed_c10d import GradBucket  # noqa: E402
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
@@ -74,6 +76,10 @@ CUDA_TRAILER = (
     "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n"
 )
 NCCL_VERSION = "2.21.5"
+CUDA_ERRORS = {
+    "ecc": "uncorrectable ECC error encountered",
+    "gpu_xid": "unspecified launch failure",
+}
 
 
 def say(msg: str, *, err: bool = False) -> None:
@@ -202,6 +208,12 @@ def _kernel_line(plan: FaultPlan, line: str) -> None:
             fh.write(f"[{stamp}] {line}\n")
 
 
+def _gpu_uuid(node: str) -> str:
+    """A stable fake GPU UUID per node (the driver's BDF -> UUID line)."""
+    h = hashlib.sha1(node.encode()).hexdigest()
+    return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
 def _nccl_prefix(d: Dist) -> str:
     return f"{d.node}:{os.getpid()}:{threading.get_native_id()} [{d.local_rank}]"
 
@@ -223,6 +235,7 @@ def fire_fault(plan: FaultPlan, d: Dist, iteration: int) -> None:
         while True:
             time.sleep(3600)
     elif kind == "gpu_xid":
+        _kernel_line(plan, f"NVRM: GPU at PCI:0000:3b:00: {_gpu_uuid(d.node)}")
         _kernel_line(
             plan,
             f"NVRM: Xid (PCI:0000:3b:00): 79, pid={pid}, name=python, GPU has fallen off the bus.",
@@ -231,9 +244,9 @@ def fire_fault(plan: FaultPlan, d: Dist, iteration: int) -> None:
             plan,
             "NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.",
         )
-        raise RuntimeError("CUDA error: unspecified launch failure\n" + CUDA_TRAILER)
+        raise RuntimeError(f"CUDA error: {CUDA_ERRORS[kind]}\n{CUDA_TRAILER}")
     elif kind == "ecc":
-        raise RuntimeError("CUDA error: uncorrectable ECC error encountered\n" + CUDA_TRAILER)
+        raise RuntimeError(f"CUDA error: {CUDA_ERRORS[kind]}\n{CUDA_TRAILER}")
     elif kind == "nccl":
         peer = f"10.0.0.{(d.rank + 1) % max(d.world, 2) + 1}<{40000 + d.rank}>"
         warn = (
@@ -358,9 +371,7 @@ class _HookState:
         self.grads_ready = 0.0
 
 
-def _timed_allreduce(
-    state: _HookState, bucket: dist.GradBucket
-) -> torch.futures.Future[torch.Tensor]:
+def _timed_allreduce(state: _HookState, bucket: GradBucket) -> torch.futures.Future[torch.Tensor]:
     state.grads_ready = time.perf_counter()
     return default_hooks.allreduce_hook(None, bucket)  # type: ignore[arg-type]
 
@@ -509,7 +520,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             say(_progress_line(iteration, args.iters, (now - window_start) * 1000.0 / n, mean_loss))
             window_start = now
         if nan:
-            raise RuntimeError(f"Loss is NaN at iteration {iteration}")
+            message = f"Loss is NaN at iteration {iteration}"
+            raise RuntimeError(message)
         if args.ckpt_every > 0 and iteration % args.ckpt_every == 0:
             _checkpoint(ckpt_dir, iteration, model, opt, plan, d, armed, args.ckpt_keep)
             last_saved = iteration
@@ -540,4 +552,15 @@ def _checkpoint(
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        code = main()
+    except SystemExit:
+        raise
+    except BaseException:
+        # Print the traceback (torch's excepthook adds the "[rank<r>]: " prefix), then exit 1
+        # without interpreter teardown, which can abort inside gloo when peers are gone.
+        sys.excepthook(*sys.exc_info())
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+    sys.exit(code)

@@ -12,7 +12,7 @@
 #   Last line of stdout: SLURM_CONF=<path>   (clients: export SLURM_CONF=<path>)
 set -euo pipefail
 SLURM_SCRIPT_NAME=start.sh
-# shellcheck source=lib.sh
+# shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 slurm_parse_args "$@"
@@ -109,7 +109,8 @@ log_tail() {
     for f in "$LOG_DIR"/slurmctld.log "$LOG_DIR"/slurmd.*.log "$LOG_DIR"/*.stderr; do
         [[ -s $f ]] || continue
         printf -- '--- tail %s\n' "$f" >&2
-        tail -n 15 "$f" >&2
+        # PMIx lines are harmless start-up noise (libpmix is not installed).
+        grep -vE 'pmix|MPI: Cannot create context' "$f" | tail -n 15 >&2
     done
 }
 
@@ -136,9 +137,18 @@ start_munge() {
 port_busy() { ss -Hltn "sport = :$1" 2>/dev/null | grep -q .; }
 
 start_daemons() {
-    local k n
+    local k n port
+    # Check every port we are about to bind before starting anything.
+    if ! slurm_ctld_pid >/dev/null && port_busy "$CTLD_PORT"; then
+        slurm_die "CTLD_PORT $CTLD_PORT is already in use (another cluster? set CTLD_PORT)"
+    fi
+    for ((k = 1; k <= NODES; k++)); do
+        port=$((BASE_PORT + k - 1))
+        if ! slurm_slurmd_pid "node$k" >/dev/null && port_busy "$port"; then
+            slurm_die "port $port for node$k is already in use (another cluster? set BASE_PORT)"
+        fi
+    done
     if ! slurm_ctld_pid >/dev/null; then
-        port_busy "$CTLD_PORT" && slurm_die "CTLD_PORT $CTLD_PORT is already in use (another cluster?)"
         slurm_log "starting slurmctld on port $CTLD_PORT"
         slurmctld -f "$SLURM_CONF" 9>&- </dev/null >"$LOG_DIR/slurmctld.stderr" 2>&1 ||
             { log_tail; slurm_die "slurmctld failed to start"; }
@@ -146,7 +156,6 @@ start_daemons() {
     for ((k = 1; k <= NODES; k++)); do
         n=node$k
         slurm_slurmd_pid "$n" >/dev/null && continue
-        port_busy "$((BASE_PORT + k - 1))" && slurm_die "port $((BASE_PORT + k - 1)) for $n is already in use (another cluster?)"
         mkdir -p "$SPOOL_DIR/slurmd.$n"
         slurm_log "starting slurmd $n on port $((BASE_PORT + k - 1))"
         slurmd -f "$SLURM_CONF" -N "$n" 9>&- </dev/null >"$LOG_DIR/slurmd.$n.stderr" 2>&1 ||
@@ -177,26 +186,34 @@ fi
 
 start_daemons
 
+resume_nodes() {
+    local bad
+    bad=$(sinfo -h -N -p debug -t drain,drained,draining,down -o '%N' | sort -u | paste -sd, -)
+    if [[ -n $bad ]]; then
+        slurm_log "resuming $bad"
+        scontrol update NodeName="$bad" State=RESUME || true
+    fi
+}
+
 # Wait for controller + all nodes.
 deadline=$((SECONDS + START_TIMEOUT))
-until scontrol ping >/dev/null 2>&1 && slurm_nodes_ready "$NODES"; do
+resumed=0
+until all_up && scontrol ping >/dev/null 2>&1 && slurm_nodes_ready "$NODES"; do
+    if ((RESUME_NODES && !resumed)) && scontrol ping >/dev/null 2>&1; then
+        resume_nodes
+        resumed=1
+        continue
+    fi
     if ((SECONDS >= deadline)); then
         slurm_log "cluster '$CLUSTER' not ready after ${START_TIMEOUT}s"
         scontrol ping >&2 || true
         sinfo -N -o '%N %t %E' >&2 || true
         log_tail
-        slurm_die "timeout waiting for nodes (SLURM_CONF=$SLURM_CONF)"
+        slurm_die "timeout waiting for nodes (SLURM_CONF=$SLURM_CONF); nodes left DOWN by an admin need --resume-nodes"
     fi
     sleep 0.5
 done
-
-if ((RESUME_NODES)); then
-    bad=$(sinfo -h -N -p debug -t drain,drained,draining,down -o '%N' | sort -u | paste -sd, -)
-    if [[ -n $bad ]]; then
-        slurm_log "resuming $bad"
-        scontrol update NodeName="$bad" State=RESUME
-    fi
-fi
+((RESUME_NODES && !resumed)) && resume_nodes
 
 sinfo -N -p debug -o '%N %t %c %E' >&2
 echo "SLURM_CONF=$SLURM_CONF"

@@ -8,7 +8,7 @@
 #   (DRAIN/DRAINED nodes count as responding but are listed); exit 1 otherwise.
 set -uo pipefail
 SLURM_SCRIPT_NAME=status.sh
-# shellcheck source=lib.sh
+# shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 slurm_parse_args "$@"

@@ -9,7 +9,7 @@
 #   removes STATE_DIR. munged is shared by all clusters and is never stopped.
 set -euo pipefail
 SLURM_SCRIPT_NAME=stop.sh
-# shellcheck source=lib.sh
+# shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 slurm_parse_args "$@"

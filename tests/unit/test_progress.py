@@ -1,0 +1,189 @@
+"""Progress recognition: iteration numbers, step times and per-rank timing lines."""
+# ruff: noqa: E501  (real log lines are long)
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from activities.detect.progress import (
+    ProgressParser,
+    RankTiming,
+    compile_progress_pattern,
+    parse_rank_timing,
+    parse_step_time,
+)
+
+MEGATRON = (
+    " iteration       12/     200 | consumed samples:          192 | elapsed time per iteration "
+    "(ms): 85.3 | learning rate: 1.000E-04 | global batch size:    16 | lm loss: 7.012345E+00 | "
+    "loss scale: 1.0 | grad norm: 1.234 | number of skipped iterations:   0 | number of nan "
+    "iterations:   0 |"
+)
+
+
+@pytest.mark.parametrize(
+    ("line", "iteration"),
+    [
+        (MEGATRON, 12),
+        ("0: " + MEGATRON, 12),
+        ("  5%|▌         | 50/1000 [00:10<03:10,  5.00it/s]", 50),
+        (" 10%|#         | 100/1000 [00:20<03:00,  5.00it/s] 11%|#         | 110/1000 [00:22<03:00,  5.00it/s]", 110),
+        ("Training:  25%|██▌       | 250/1000 [01:00<03:00,  4.16it/s]", 250),
+        ("120it [00:10, 11.9it/s]", 120),
+        ("Epoch 0:  12%|█▏        | 120/1000 [00:30<03:40, 4.00it/s, v_num=0, train_loss=2.34]", 120),
+        ("Epoch 2:  12%|█▏        | 120/1000 [00:30<03:40, 4.00it/s, v_num=0]", 2120),
+        ("Epoch 3: |          | 17/? [00:03<00:00,  5.02it/s]", 17),
+        ("Step 50/1000", 50),
+        ("step 7 loss 0.25", 7),
+        ("[rank0] step=12 step_time_ms=85.2 node=node1", 12),
+        ("3: [rank3] step=12 step_time_ms=85.2 node=node1", 12),
+        ("global_step=900 lr=1e-4", 900),
+        ("{'step': 44, 'loss': 1.0}", 44),
+        ('{"global_step": 45, "loss": 1.0}', 45),
+        ("iter 10 | loss 3.2", 10),
+        ("Iteration: 51, loss=0.3", 51),
+        ("2026-01-01 00:00:00,000 INFO trainer: step: 300 loss: 1.5", 300),
+    ],
+)  # fmt: skip
+def test_builtin_formats(line: str, iteration: int) -> None:
+    assert ProgressParser().parse(line) == iteration
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "{'loss': 0.5, 'learning_rate': 4.9e-05, 'epoch': 0.1}",
+        "  Total optimization steps = 1000",
+        "  Gradient Accumulation steps = 1",
+        "max_steps=1000 warmup_steps=100",
+        "step_time_ms=12.5",
+        "number of nan iterations:   0",
+        " loading checkpoint from /ckpt at iteration 200",
+        "  successfully loaded checkpoint from /ckpt [ t 0, p 0 ] at iteration 200",
+        "Resuming training from step 200",
+        "Restored all states from the checkpoint at step 300",
+        "node1:1234:5678 [0] NCCL INFO Channel 00/02 :    0   1   2   3",
+        "Epoch 1/10",
+        "step 1.5 of the warmup",
+        "",
+        "Traceback (most recent call last):",
+    ],
+)
+def test_not_progress(line: str) -> None:
+    assert ProgressParser().parse(line) is None
+
+
+def test_custom_pattern_single_group() -> None:
+    parser = ProgressParser(r"it=(\d+)")
+    assert parser.parse("train it=17 loss=1") == 17
+    assert parser.parse(MEGATRON) is None  # a custom pattern replaces the built-in formats
+
+
+def test_custom_pattern_named_group_among_others() -> None:
+    parser = ProgressParser(r"(epoch|ep) (\d+) batch (?P<iteration>[\d,]+)")
+    assert parser.parse("epoch 3 batch 1,200") == 1200
+
+
+def test_custom_pattern_anchored_sees_body_after_prefixes() -> None:
+    parser = ProgressParser(r"^it (\d+)$")
+    assert parser.parse("3: [rank3]: it 5") == 5
+    assert parser.parse("it 6") == 6
+
+
+@pytest.mark.parametrize(
+    ("pattern", "line"),
+    [
+        (r"step=(\w+)", "step=abc"),
+        (r"step(?:=(\d+))?", "step"),
+        (r"step=(\S+)", "step=-5"),
+        (r"step=(\d+)", "step=" + "9" * 40),
+        (r"step=(\S+)", "step=\uff11\uff12"),  # full-width digits are not an iteration
+    ],
+)
+def test_custom_pattern_without_integer_returns_none(pattern: str, line: str) -> None:
+    assert ProgressParser(pattern).parse(line) is None
+
+
+@pytest.mark.parametrize(
+    ("pattern", "message"),
+    [
+        (r"step=\d+", "one capturing group"),
+        (r"(step)=(\d+)", "2 capturing groups"),
+        (r"step=(\d+", "not a valid regular expression"),
+        ("", "non-empty"),
+        ("(" + "a" * 2000 + ")", "longer than"),
+    ],
+)
+def test_custom_pattern_validation(pattern: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        ProgressParser(pattern)
+    with pytest.raises(ValueError, match=message):
+        compile_progress_pattern(pattern)
+
+
+def test_step_time() -> None:
+    assert parse_step_time(MEGATRON) == pytest.approx(85.3)
+    assert parse_step_time("[rank0] step=3 step_time_ms=12.5 node=n1") == pytest.approx(12.5)
+    assert parse_step_time("iteration_time_ms: 7") == pytest.approx(7.0)
+    assert parse_step_time("step_time_ms=1e3") == pytest.approx(1000.0)
+    assert parse_step_time("step_time_ms=nan") is None
+    assert parse_step_time("loss=0.5") is None
+
+
+def test_rank_timing_demo_format() -> None:
+    line = "[rank3] step=12 step_time_ms=85.2 node=node1"
+    assert parse_rank_timing(line) == RankTiming(rank=3, node="node1", step=12, ms=85.2)
+    assert parse_rank_timing("7: " + line) == RankTiming(3, "node1", 12, 85.2)
+
+
+def test_rank_timing_variants() -> None:
+    assert parse_rank_timing("[rank1]: node=gpu-2.c step_time_ms=9 step=4") == RankTiming(
+        1, "gpu-2.c", 4, 9.0
+    )
+    assert parse_rank_timing("rank=5 step=1 step_time_ms=2.5 node=n5") == RankTiming(
+        5, "n5", 1, 2.5
+    )
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "[rank3] step=12 step_time_ms=85.2",  # no node
+        "[rank3] step=12 node=node1",  # no time
+        "step=12 step_time_ms=85.2 node=node1",  # no rank
+        "[rank3] step=x step_time_ms=85.2 node=node1",
+        "[rank3] step=12 step_time_ms=fast node=node1",
+        "[rank3] step=12 step_time_ms=inf node=node1",
+        "[rank3] step=12 step_time_ms=85.2 node=???",
+        "",
+    ],
+)
+def test_rank_timing_rejects(line: str) -> None:
+    assert parse_rank_timing(line) is None
+
+
+@settings(max_examples=300)
+@given(st.text(max_size=300))
+def test_never_raises_on_arbitrary_text(text: str) -> None:
+    for parser in (
+        ProgressParser(),
+        ProgressParser(r"(?P<iteration>\S+)"),
+        ProgressParser(r"(\d*)"),
+    ):
+        value = parser.parse(text)
+        assert value is None or (isinstance(value, int) and value >= 0)
+    ms = parse_step_time(text)
+    assert ms is None or ms >= 0
+    timing = parse_rank_timing(text)
+    assert timing is None or timing.ms >= 0
+
+
+@settings(max_examples=200)
+@given(
+    st.integers(min_value=0, max_value=10**12),
+    st.sampled_from(["step={}", "Step {}/99", "iter {}"]),
+)
+def test_roundtrip_numbers(n: int, template: str) -> None:
+    assert ProgressParser().parse(template.format(n)) == n
