@@ -111,6 +111,7 @@ class PolicyConfig(Frozen):
     no_progress_attempts: int = Field(default=2, ge=1)
     checkpoint_failure_attempts: int = Field(default=2, ge=1)
     allow_drain: bool = False
+    require_approval: bool = False
 
 
 class JobObservation(Frozen):
@@ -342,6 +343,29 @@ class AttemptRecord(BaseModel):
     checkpoint_failure: bool = False
 
 
+class ApprovalDecision(Frozen):
+    """An operator's answer to one advice (sent as the `decide_advice` update)."""
+
+    generation: int
+    approve: bool
+    actor: str = Field(min_length=1, max_length=200)
+    reason: str = Field(default="", max_length=2000)
+
+
+class ApprovalAck(Frozen):
+    generation: int
+    accepted: bool
+    message: str
+
+
+class ModeChange(Frozen):
+    """Switch a job between observe and action (sent as the `set_mode` update)."""
+
+    mode: Mode
+    actor: str = Field(min_length=1, max_length=200)
+    reason: str = Field(default="", max_length=2000)
+
+
 class RecoveryState(BaseModel):
     """All durable per-job state; the whole of it is the continue-as-new argument."""
 
@@ -359,6 +383,9 @@ class RecoveryState(BaseModel):
     last_category: str | None = None
     outcome: str | None = None
     mode: Mode = Mode.OBSERVE
+    # The advice generation waiting for an operator, and the decisions taken so far.
+    pending_approval: int | None = None
+    decisions: dict[int, ApprovalDecision] = Field(default_factory=dict)
 
 
 class RecoveryInput(Frozen):
@@ -393,3 +420,4 @@ class JobStatus(Frozen):
     excluded_nodes: list[str]
     advice: list[Advice]
     outcome: str | None
+    pending_approval: Advice | None = None

@@ -25,6 +25,8 @@ with workflow.unsafe.imports_passed_through():
         Advice,
         AdviceKind,
         Anomaly,
+        ApprovalAck,
+        ApprovalDecision,
         AttemptRecord,
         AttributeRequest,
         Attribution,
@@ -34,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
         JobObservation,
         JobStatus,
         Mode,
+        ModeChange,
         Reconciliation,
         RecoveryInput,
         RecoveryOutcome,
@@ -85,7 +88,58 @@ class JobRecoveryWorkflow:
             excluded_nodes=self.s.excluded_nodes,
             advice=self.s.advice_log,
             outcome=self.s.outcome,
+            pending_approval=self._pending_advice(),
         )
+
+    def _pending_advice(self) -> Advice | None:
+        gen = self.s.pending_approval
+        return next((a for a in self.s.advice_log if a.generation == gen), None)
+
+    # ---- operator messages -----------------------------------------------------------------
+    @workflow.update(description="Approve or reject the advice waiting for approval")
+    async def decide_advice(self, decision: ApprovalDecision) -> ApprovalAck:
+        self.s.decisions[decision.generation] = decision
+        verb = "approved" if decision.approve else "rejected"
+        await self._audit(
+            f"approval_{verb}",
+            f"g{decision.generation} {verb} by {decision.actor}"
+            + (f": {decision.reason}" if decision.reason else ""),
+            attempt=self.s.attempt,
+            data=decision.model_dump(mode="json"),
+            suffix=f"g{decision.generation}",
+        )
+        return ApprovalAck(generation=decision.generation, accepted=True, message=verb)
+
+    @decide_advice.validator
+    def _validate_decision(self, decision: ApprovalDecision) -> None:
+        # Validators leave no history: stale or duplicate answers are refused cheaply.
+        pending = self.s.pending_approval
+        if pending is None:
+            raise ValueError("no advice is waiting for approval")
+        if decision.generation != pending:
+            raise ValueError(f"advice g{decision.generation} is not the pending one (g{pending})")
+        if decision.generation in self.s.decisions:
+            raise ValueError(f"advice g{decision.generation} was already decided")
+
+    @workflow.update(description="Switch the job between observe and action mode")
+    async def set_mode(self, change: ModeChange) -> JobStatus:
+        previous = self.s.mode
+        self.s.mode = change.mode
+        workflow.upsert_search_attributes([sa.MODE.value_set(change.mode.value)])
+        self._details()
+        await self._audit(
+            "mode_changed",
+            f"{previous.value} -> {change.mode.value} by {change.actor}"
+            + (f": {change.reason}" if change.reason else ""),
+            data=change.model_dump(mode="json"),
+            suffix=f"{workflow.info().get_current_history_length()}",
+        )
+        return self.status()
+
+    @set_mode.validator
+    def _validate_mode(self, change: ModeChange) -> None:
+        if self.s.outcome is not None:
+            raise ValueError(f"monitoring has ended ({self.s.outcome})")
 
     # ---- main loop -----------------------------------------------------------------------
     @workflow.run
@@ -280,7 +334,50 @@ class JobRecoveryWorkflow:
                 self.s.outcome = "stopped_observed" if advice.kind == AdviceKind.STOP else "failed"
                 self._set_phase("following_failed")
             return None
+        if self._approval_required() and not await self._approved(advice):
+            if terminal:
+                self.s.outcome = "not_approved"
+                self._set_phase("following_failed")
+            return None
         return await self._act(advice)
+
+    def _approval_required(self) -> bool:
+        return self.directive.approval == "required" or self.inp.policy.require_approval
+
+    async def _approved(self, advice: Advice) -> bool:
+        """Wait for an operator; on timeout fail open: no scheduler action at all."""
+        gen = advice.generation
+        self.s.pending_approval = gen
+        self._set_phase("awaiting_approval")
+        workflow.upsert_search_attributes([sa.NEEDS_APPROVAL.value_set(True)])
+        self._details()
+        await self._audit(
+            "approval_requested",
+            f"g{gen} {policy.describe_advice(advice)} waits for approval "
+            f"(timeout {self.directive.approval_timeout:.0f}s)",
+            attempt=advice.attempt,
+            suffix=f"g{gen}",
+        )
+        try:
+            await workflow.wait_condition(
+                lambda: gen in self.s.decisions,
+                timeout=timedelta(seconds=self.directive.approval_timeout),
+                timeout_summary="approval-timeout",
+            )
+        except TimeoutError:
+            self.s.pending_approval = None
+            workflow.upsert_search_attributes([sa.NEEDS_APPROVAL.value_set(False)])
+            await self._audit(
+                "approval_expired",
+                f"g{gen} was not approved in {self.directive.approval_timeout:.0f}s; "
+                "no scheduler action taken (fail-open)",
+                attempt=advice.attempt,
+                suffix=f"g{gen}",
+            )
+            return False
+        self.s.pending_approval = None
+        workflow.upsert_search_attributes([sa.NEEDS_APPROVAL.value_set(False)])
+        return self.s.decisions[gen].approve
 
     def _action_blocker(self) -> str | None:
         if self.s.mode != Mode.ACTION:
@@ -481,6 +578,10 @@ class JobRecoveryWorkflow:
             f"- last category: {self.s.last_category or '-'}",
             f"- excluded nodes: {', '.join(self.s.excluded_nodes) or '-'}",
         ]
+        pending = self._pending_advice()
+        if pending:
+            lines.append(f"- **awaiting approval** of g{pending.generation}: "
+                         f"{policy.describe_advice(pending)} (update `decide_advice`)")  # fmt: skip
         if last:
             lines.append(f"- last advice g{last.generation}: {policy.describe_advice(last)} — "
                          f"{last.reason}")  # fmt: skip

@@ -12,6 +12,7 @@ MODE = SearchAttributeKey.for_keyword("ResurgoMode")
 STATE = SearchAttributeKey.for_keyword("ResurgoState")
 ATTEMPT = SearchAttributeKey.for_int("ResurgoAttempt")
 LAST_CATEGORY = SearchAttributeKey.for_keyword("ResurgoLastCategory")
+NEEDS_APPROVAL = SearchAttributeKey.for_bool("ResurgoNeedsApproval")
 
 ALL_KEYS: tuple[SearchAttributeKey, ...] = (  # type: ignore[type-arg]
     CLUSTER,
@@ -22,12 +23,13 @@ ALL_KEYS: tuple[SearchAttributeKey, ...] = (  # type: ignore[type-arg]
     STATE,
     ATTEMPT,
     LAST_CATEGORY,
+    NEEDS_APPROVAL,
 )
 
 
 def dev_server_flags() -> list[str]:
     """`--search-attribute` flags for `temporal server start-dev`."""
-    kinds = {"KEYWORD": "Keyword", "INT": "Int"}
+    kinds = {"KEYWORD": "Keyword", "INT": "Int", "BOOL": "Bool"}
     return [
         f"--search-attribute={key.name}={kinds[key.indexed_value_type.name]}" for key in ALL_KEYS
     ]
