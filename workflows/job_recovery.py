@@ -18,7 +18,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows import policy
     from workflows import search_attributes as sa
     from workflows.contracts import (
-        CORE_TASK_QUEUE,
         ActionRequest,
         ActionResult,
         ActionStep,
@@ -547,7 +546,8 @@ class JobRecoveryWorkflow:
         await workflow.execute_activity(
             "record_audit",
             events,
-            task_queue=CORE_TASK_QUEUE,
+            # The worker running this workflow also serves the audit activity.
+            task_queue=workflow.info().task_queue,
             start_to_close_timeout=timedelta(seconds=30),
             retry_policy=AUDIT_RETRY,
             summary="audit: " + ", ".join(e.type for e in events),

@@ -1,0 +1,293 @@
+"""JobRecoveryWorkflow on the real Temporal dev server, with scripted cluster activities.
+
+The cluster side (watch, attribute, scheduler steps, verify) is replaced by activities registered
+under the real names that play a script and record every scheduler step, so these tests pin the
+orchestration: approvals, mode switches, observe-mode side-effect freedom and replay safety.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from temporalio import activity
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Replayer, Worker
+
+from workflows.contracts import (
+    ActionRequest,
+    ActionResult,
+    AnomalyKind,
+    ApprovalDecision,
+    AttributeRequest,
+    Attribution,
+    AuditEvent,
+    Category,
+    Directive,
+    JobKey,
+    JobObservation,
+    Mode,
+    ModeChange,
+    PolicyConfig,
+    Reconciliation,
+    RecoveryInput,
+    RecoveryOutcome,
+    VerifyRequest,
+    WatchRequest,
+    WatchResult,
+    controller_task_queue,
+)
+from workflows.contracts import Anomaly as AnomalyModel
+from workflows.contracts import ClusterGates as Gates
+from workflows.job_recovery import JobRecoveryWorkflow
+
+HISTORIES = Path(__file__).resolve().parent.parent / "replay" / "histories"
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+def obs(
+    state: str, restarts: int = 0, nodes: tuple[str, ...] = ("node1", "node2")
+) -> JobObservation:
+    return JobObservation(job_id=7, state=state, restarts=restarts, node_list=list(nodes))
+
+
+class FakeCluster:
+    """Plays each attempt as: started, progress, then a crash (attempt 0) or completion."""
+
+    def __init__(self, crashes: int = 1) -> None:
+        self.crashes = crashes
+        self.steps: list[str] = []
+        self.audit: list[AuditEvent] = []
+
+    @activity.defn(name="watch_attempt")
+    async def watch_attempt(self, req: WatchRequest) -> WatchResult:
+        await asyncio.sleep(0.05)
+        if not req.seen_started:
+            return WatchResult(outcome="started", observation=obs("RUNNING", req.attempt))
+        if not req.seen_progress:
+            return WatchResult(
+                outcome="progress", observation=obs("RUNNING", req.attempt),
+                progress={"iteration": 10 * (req.attempt + 1), "line_no": 1, "at": NOW},  # type: ignore[arg-type]
+                last_iteration=10 * (req.attempt + 1),
+                resumed_from=10 if req.attempt else None,
+            )  # fmt: skip
+        if req.attempt < self.crashes:
+            anomaly = AnomalyModel(
+                kind=AnomalyKind.CRASH, attempt=req.attempt, detected_at=NOW,
+                summary="job FAILED", job_state="FAILED", nodes=["node1", "node2"],
+            )  # fmt: skip
+            return WatchResult(outcome="anomaly", observation=obs("FAILED", req.attempt),
+                               anomaly=anomaly, last_iteration=20 * (req.attempt + 1))  # fmt: skip
+        return WatchResult(outcome="completed", observation=obs("COMPLETED", req.attempt))
+
+    @activity.defn(name="attribute_anomaly")
+    async def attribute_anomaly(self, req: AttributeRequest) -> Attribution:
+        return Attribution(
+            kind=AnomalyKind.CRASH, category=Category.HARDWARE_GPU, culprit_nodes=["node2"],
+            confidence=0.9, fingerprint="hardware_gpu:ecc:node2", summary="ECC on node2",
+        )  # fmt: skip
+
+    @activity.defn(name="scheduler_action")
+    async def scheduler_action(self, req: ActionRequest) -> ActionResult:
+        self.steps.append(req.step.value)
+        return ActionResult(step=req.step, idempotency_key=req.idempotency_key, outcome="applied")
+
+    @activity.defn(name="verify_advice")
+    async def verify_advice(self, req: VerifyRequest) -> Reconciliation:
+        return Reconciliation(status="converged", reason="desired_state_observed",
+                              observation=obs("PENDING", req.advice.attempt + 1))  # fmt: skip
+
+    @activity.defn(name="record_audit")
+    async def record_audit(self, events: list[AuditEvent]) -> int:
+        self.audit.extend(events)
+        return len(events)
+
+    def types(self) -> list[str]:
+        return [e.type for e in self.audit]
+
+
+class Harness:
+    def __init__(self, client: Client, cluster: FakeCluster) -> None:
+        self.client = client
+        self.cluster = cluster
+        self.name = "w" + uuid.uuid4().hex[:8]
+        self.queue = f"test-{self.name}"
+
+    def worker(self) -> Worker:
+        fake = self.cluster
+        return Worker(
+            self.client, task_queue=self.queue, workflows=[JobRecoveryWorkflow],
+            activities=[fake.record_audit],
+        )  # fmt: skip
+
+    def controller(self) -> Worker:
+        fake = self.cluster
+        return Worker(
+            self.client, task_queue=controller_task_queue(self.name),
+            activities=[fake.watch_attempt, fake.attribute_anomaly, fake.scheduler_action,
+                        fake.verify_advice],
+        )  # fmt: skip
+
+    async def start(
+        self, directive: Directive, *, ack: bool = True, policy: PolicyConfig | None = None
+    ) -> WorkflowHandle[JobRecoveryWorkflow, RecoveryOutcome]:
+        inp = RecoveryInput(
+            job=JobKey(cluster=self.name, job_id=7, submit_time=NOW),
+            directive=directive, policy=policy or PolicyConfig(),
+            gates=Gates(acknowledge_scheduler_actions=ack),
+        )  # fmt: skip
+        return await self.client.start_workflow(
+            JobRecoveryWorkflow.run, inp, id=inp.job.workflow_id(), task_queue=self.queue
+        )
+
+    async def wait_for_type(self, type_: str, timeout: float = 20) -> None:
+        for _ in range(int(timeout / 0.1)):
+            if type_ in self.cluster.types():
+                return
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"no {type_}: {self.cluster.types()}")
+
+
+@pytest.fixture
+async def harness(temporal_env: WorkflowEnvironment) -> AsyncIterator[Harness]:
+    h = Harness(temporal_env.client, FakeCluster())
+    async with h.worker(), h.controller():
+        yield h
+
+
+ACTION = Directive(mode=Mode.ACTION)
+APPROVAL = Directive(mode=Mode.ACTION, approval="required", approval_timeout=30)
+
+
+class TestRecoveryLoop:
+    async def test_action_mode_requeues_excluding_and_completes(self, harness: Harness) -> None:
+        handle = await harness.start(ACTION)
+        outcome = await handle.result()
+        assert outcome.outcome == "completed" and outcome.attempts == 2
+        assert harness.cluster.steps == ["requeue_hold", "exclude_nodes", "release"]
+        types = harness.cluster.types()
+        assert types.index("advice") < types.index("action") < types.index("reconciliation")
+        assert "progress_recovered" in types
+
+    async def test_observe_mode_takes_no_scheduler_action(self, harness: Harness) -> None:
+        handle = await harness.start(Directive(mode=Mode.OBSERVE))
+        await harness.wait_for_type("would_act")
+        await handle.terminate("test over")
+        assert harness.cluster.steps == []
+
+    async def test_unacknowledged_cluster_takes_no_scheduler_action(self, harness: Harness) -> None:
+        handle = await harness.start(ACTION, ack=False)
+        await harness.wait_for_type("would_act")
+        await handle.terminate("test over")
+        assert harness.cluster.steps == []
+
+
+class TestApprovals:
+    async def test_approved_advice_is_carried_out(self, harness: Harness) -> None:
+        handle = await harness.start(APPROVAL)
+        await harness.wait_for_type("approval_requested")
+        status = await handle.query(JobRecoveryWorkflow.status)
+        assert status.phase == "awaiting_approval" and status.pending_approval is not None
+        assert harness.cluster.steps == []
+        gen = status.pending_approval.generation
+        ack = await handle.execute_update(
+            JobRecoveryWorkflow.decide_advice,
+            ApprovalDecision(generation=gen, approve=True, actor="alice"),
+        )
+        assert ack.accepted
+        assert (await handle.result()).outcome == "completed"
+        assert harness.cluster.steps == ["requeue_hold", "exclude_nodes", "release"]
+        approved = next(e for e in harness.cluster.audit if e.type == "approval_approved")
+        assert "alice" in approved.summary
+
+    async def test_rejected_advice_does_nothing(self, harness: Harness) -> None:
+        handle = await harness.start(APPROVAL)
+        await harness.wait_for_type("approval_requested")
+        await handle.execute_update(
+            JobRecoveryWorkflow.decide_advice,
+            ApprovalDecision(generation=1, approve=False, actor="bob", reason="maintenance"),
+        )
+        await harness.wait_for_type("approval_rejected")
+        await asyncio.sleep(0.5)
+        assert harness.cluster.steps == []
+        await handle.terminate("test over")
+
+    async def test_stale_duplicate_and_unexpected_decisions_are_refused(
+        self, harness: Harness
+    ) -> None:
+        handle = await harness.start(APPROVAL)
+        with pytest.raises(WorkflowUpdateFailedError):
+            await handle.execute_update(
+                JobRecoveryWorkflow.decide_advice,
+                ApprovalDecision(generation=1, approve=True, actor="a"),
+            )
+        await harness.wait_for_type("approval_requested")
+        with pytest.raises(WorkflowUpdateFailedError) as stale:
+            await handle.execute_update(
+                JobRecoveryWorkflow.decide_advice,
+                ApprovalDecision(generation=9, approve=True, actor="a"),
+            )
+        assert "not the pending one" in str(stale.value.cause)
+        await handle.execute_update(
+            JobRecoveryWorkflow.decide_advice,
+            ApprovalDecision(generation=1, approve=False, actor="a"),
+        )
+        with pytest.raises(WorkflowUpdateFailedError):
+            await handle.execute_update(
+                JobRecoveryWorkflow.decide_advice,
+                ApprovalDecision(generation=1, approve=True, actor="a"),
+            )
+        await asyncio.sleep(0.5)
+        assert harness.cluster.steps == []
+        await handle.terminate("test over")
+
+    async def test_approval_timeout_fails_open(self, harness: Harness) -> None:
+        handle = await harness.start(
+            Directive(mode=Mode.ACTION, approval="required", approval_timeout=2)
+        )
+        await harness.wait_for_type("approval_expired", timeout=30)
+        assert harness.cluster.steps == []
+        await handle.terminate("test over")
+
+
+class TestModeSwitch:
+    async def test_switching_to_action_lets_the_next_failure_act(self, harness: Harness) -> None:
+        handle = await harness.start(Directive(mode=Mode.OBSERVE))
+        status = await handle.execute_update(
+            JobRecoveryWorkflow.set_mode, ModeChange(mode=Mode.ACTION, actor="carol")
+        )
+        assert status.mode == Mode.ACTION
+        assert (await handle.result()).outcome == "completed"
+        assert harness.cluster.steps == ["requeue_hold", "exclude_nodes", "release"]
+        assert "mode_changed" in harness.cluster.types()
+
+
+class TestReplay:
+    async def test_fresh_history_replays(self, harness: Harness) -> None:
+        handle = await harness.start(APPROVAL)
+        await harness.wait_for_type("approval_requested")
+        await handle.execute_update(
+            JobRecoveryWorkflow.decide_advice,
+            ApprovalDecision(generation=1, approve=True, actor="a"),
+        )
+        await handle.result()
+        history = await handle.fetch_history()
+        replayer = Replayer(workflows=[JobRecoveryWorkflow], data_converter=pydantic_data_converter)
+        await replayer.replay_workflow(history)
+
+    async def test_recorded_histories_replay(self) -> None:
+        """Histories recorded from earlier versions must keep replaying (see tests/replay)."""
+        files = sorted(HISTORIES.glob("*.json"))
+        assert files, f"no recorded histories in {HISTORIES}"
+        replayer = Replayer(workflows=[JobRecoveryWorkflow], data_converter=pydantic_data_converter)
+        from temporalio.client import WorkflowHistory
+
+        for path in files:
+            history = WorkflowHistory.from_json(path.stem, path.read_text())
+            await replayer.replay_workflow(history)
