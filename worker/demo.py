@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from activities.audit.timeline import render_timeline
 from worker.devserver import start_dev_server
 from worker.localstack import REPO, LocalStack, write_config
 
-console = Console()
+console = Console(width=None if sys.stdout.isatty() else 160)
 FINAL_TYPES = {"completed", "job_gone", "directive_invalid"}
 UI_PORT = 8233
 

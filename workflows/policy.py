@@ -166,8 +166,7 @@ def decide(
     ):
         drain = culprits if policy.allow_drain else []
         return _advice(
-            state, attribution, AdviceKind.REQUEUE_EXCLUDING, "node_fault_excluded",
-            f"{what}; requeue excluding {', '.join(sorted(set(culprits)))}",
+            state, attribution, AdviceKind.REQUEUE_EXCLUDING, "node_fault_excluded", what,
             nodes=culprits, drain=drain,
         )  # fmt: skip
     return _advice(

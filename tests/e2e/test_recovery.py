@@ -12,9 +12,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from temporalio.testing import WorkflowEnvironment
 
 from tests.e2e.conftest import Deployment
 from worker.localstack import wait_for
+from workflows import search_attributes as sa
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slurm, pytest.mark.timeout(420)]
 
@@ -38,8 +40,8 @@ def in_order(types: list[str], expected: list[str]) -> bool:
     return all(any(t == want for t in it) for want in expected)
 
 
-def test_action_mode_hardware_fault_requeues_excluding_the_node(
-    deploy: Callable[..., Deployment],
+async def test_action_mode_hardware_fault_requeues_excluding_the_node(
+    deploy: Callable[..., Deployment], temporal_env: WorkflowEnvironment
 ) -> None:
     """ECC error on rank 1's node: one requeue without that node, resume, completion."""
     dep = deploy(mysql=True)
@@ -68,6 +70,20 @@ def test_action_mode_hardware_fault_requeues_excluding_the_node(
     assert job.state == "COMPLETED" and job.restarts == 1
     assert culprit[0] in job.exc_node_list and culprit[0] not in job.node_list
     assert "resumed from checkpoint iteration" in dep.job_log(job_id)
+
+    # What the Temporal UI's workflow list filters on.
+    listed = [
+        wf
+        async for wf in temporal_env.client.list_workflows(
+            f'ResurgoCluster = "{dep.name}" AND ResurgoSlurmJobId = "{job_id}"'
+        )
+    ]
+    assert len(listed) == 1
+    attrs = listed[0].typed_search_attributes
+    assert attrs.get(sa.STATE) == "completed" and attrs.get(sa.ATTEMPT) == 1
+    assert attrs.get(sa.LAST_CATEGORY) == "hardware_gpu" and attrs.get(sa.MODE) == "action"
+    description = await temporal_env.client.get_workflow_handle(listed[0].id).describe()
+    assert f"{dep.name}/{job_id}" in (await description.static_summary() or "")
 
 
 def test_observe_mode_leaves_slurm_untouched(deploy: Callable[..., Deployment]) -> None:
