@@ -207,6 +207,8 @@ class Anomaly(Frozen):
     exit_code: int = 0
     exit_signal: int = 0
     nodes: list[str] = Field(default_factory=list)
+    # Nodes detection already singles out (the straggler, the rank that went silent first).
+    suspects: list[str] = Field(default_factory=list)
 
 
 class Attribution(Frozen):

@@ -11,6 +11,7 @@ from workflows.contracts import (
     HARDWARE_CATEGORIES,
     Advice,
     AdviceKind,
+    AnomalyKind,
     AttemptRecord,
     Attribution,
     Category,
@@ -160,6 +161,12 @@ def decide(
         )  # fmt: skip
 
     culprits = [n for n in attribution.culprit_nodes if n]
+    if culprits and attribution.kind == AnomalyKind.STRAGGLER:
+        return _advice(
+            state, attribution, AdviceKind.REQUEUE_EXCLUDING, "straggler_excluded",
+            f"{', '.join(sorted(set(culprits)))} slows the whole job: {attribution.summary}",
+            nodes=culprits,
+        )  # fmt: skip
     if culprits and (
         attribution.category in HARDWARE_CATEGORIES
         or attribution.category == Category.SYSTEM_SOFTWARE

@@ -58,9 +58,14 @@ async def watch_attempt(
     cursor = resume.cursor if resume else req.cursor
     start_line = resume.attempt_start_line if resume else req.attempt_start_line
     watcher = AttemptWatcher(
-        registry, ProgressParser(req.progress_pattern), hang_timeout=req.hang_timeout, state=state
+        registry,
+        ProgressParser(req.progress_pattern),
+        hang_timeout=req.hang_timeout,
+        state=state,
+        straggler=req.straggler,
     )
-    deadline = now() + timedelta(seconds=req.max_window_seconds)
+    watch_started = now()
+    deadline = watch_started + timedelta(seconds=req.max_window_seconds)
     seen_started = req.seen_started
 
     async def read_all(feed: bool) -> None:
@@ -130,12 +135,18 @@ async def watch_attempt(
             await read_all(feed=True)
             if obs.state == "COMPLETED" and obs.exit_code == 0 and obs.exit_signal == 0:
                 return result("completed", obs)
-            return result("anomaly", obs, anomaly=_anomaly(req, obs, watcher, AnomalyKind.CRASH))
+            # A collective timeout as the first fatal sign means the job hung before it died.
+            kind = state.fatal_kind or AnomalyKind.CRASH
+            return result("anomaly", obs, anomaly=_anomaly(req, obs, watcher, kind))
         if watcher.fatal_overdue(current):
             kind = state.fatal_kind or AnomalyKind.CRASH
             return result("anomaly", obs, anomaly=_anomaly(req, obs, watcher, kind))
-        if obs.running and watcher.hung(current, obs.start_time):
+        quiet_since = max(t for t in (obs.start_time, watch_started) if t is not None)
+        if obs.running and watcher.hung(current, quiet_since):
             return result("anomaly", obs, anomaly=_anomaly(req, obs, watcher, AnomalyKind.HANG))
+        if obs.running and (slow := watcher.stragglers()):
+            anomaly = _anomaly(req, obs, watcher, AnomalyKind.STRAGGLER, suspects=slow)
+            return result("anomaly", obs, anomaly=anomaly)
         if current >= deadline:
             return result("window_elapsed", obs)
         heartbeat(WatchCheckpoint(cursor=cursor, state=state, attempt_start_line=start_line))
@@ -158,10 +169,22 @@ def replaced(req: WatchRequest, obs: JobObservation) -> bool:
 
 
 def _anomaly(
-    req: WatchRequest, obs: JobObservation, watcher: AttemptWatcher, kind: AnomalyKind
+    req: WatchRequest,
+    obs: JobObservation,
+    watcher: AttemptWatcher,
+    kind: AnomalyKind,
+    suspects: list[str] | None = None,
 ) -> Anomaly:
     state = watcher.state
-    if kind == AnomalyKind.HANG:
+    if kind == AnomalyKind.STRAGGLER and suspects:
+        medians = {node: sorted(times)[len(times) // 2] for node, times in state.step_times.items()}
+        summary = (
+            "straggler: "
+            + ", ".join(f"{node} {medians[node]:.0f} ms/step" for node in suspects)
+            + " vs "
+            + ", ".join(f"{n} {ms:.0f}" for n, ms in sorted(medians.items()) if n not in suspects)
+        )
+    elif kind == AnomalyKind.HANG:
         bound = watcher.hang_bound()
         summary = (
             f"no training progress for more than {bound.total_seconds():.0f}s"
@@ -186,4 +209,5 @@ def _anomaly(
         exit_code=obs.exit_code,
         exit_signal=obs.exit_signal,
         nodes=list(obs.node_list),
+        suspects=list(suspects or []),
     )

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timedelta
+from statistics import median
 
 from pydantic import BaseModel, Field
 
-from activities.detect.progress import ProgressParser
+from activities.detect.progress import ProgressParser, parse_rank_timing
 from activities.detect.registry import Registry
-from workflows.contracts import AnomalyKind, LogLine
+from workflows.contracts import AnomalyKind, LogLine, StragglerThresholds
 
 MAX_SIGNALS = 40
 # After the first fatal line, wait this long for the job to end by itself (srun kill-on-bad-exit
@@ -30,14 +31,10 @@ _RESUMED = re.compile(
 )
 
 
-CHECKPOINT_FAILURE_PATTERNS = frozenset(
-    {"checkpoint_save_failed", "checkpoint_write_failed", "dcp_checkpoint_exception"}
-)
-
-
 def is_checkpoint_failure(pattern_id: str) -> bool:
-    """Saving a checkpoint failed (loading one is a different story)."""
-    return pattern_id in CHECKPOINT_FAILURE_PATTERNS
+    """Saving a checkpoint failed (loading one is a different story): the registry tags it."""
+    registry = Registry.default()
+    return pattern_id in registry and "checkpoint_save" in registry.get(pattern_id).tags
 
 
 class WatchState(BaseModel):
@@ -55,6 +52,8 @@ class WatchState(BaseModel):
     max_interval_s: float = 0.0
     resumed_from: int | None = None
     checkpoint_failure: bool = False
+    # Recent per-node step times (ms), newest last, bounded by the straggler window.
+    step_times: dict[str, list[float]] = Field(default_factory=dict)
 
 
 class AttemptWatcher:
@@ -65,14 +64,21 @@ class AttemptWatcher:
         *,
         hang_timeout: float | None,
         state: WatchState | None = None,
+        straggler: StragglerThresholds | None = None,
     ) -> None:
         self.registry = registry
         self.progress = progress
         self.hang_timeout = hang_timeout
         self.state = state or WatchState()
+        self.straggler = straggler
 
     def feed(self, line_no: int, text: str, now: datetime, source: str = "job.log") -> None:
         st = self.state
+        if self.straggler is not None and (timing := parse_rank_timing(text)) is not None:
+            window = st.step_times.setdefault(timing.node, [])
+            window.append(timing.ms)
+            del window[: -self.straggler.window]
+            return
         iteration = self.progress.parse(text)
         if iteration is not None:
             if st.first_iteration is None:
@@ -90,19 +96,20 @@ class AttemptWatcher:
             resumed = _RESUMED.search(text)
             if resumed:
                 st.resumed_from = int(resumed.group(1))
-        for match in self.registry.scan(text):
-            if match.role not in ("root", "cascade"):
-                continue
+        matches = [m for m in self.registry.scan(text) if m.role in ("root", "cascade")]
+        if not matches:
+            return
+        if len(st.signals) < MAX_SIGNALS:
+            st.signals.append(LogLine(source=source, line_no=line_no, text=text[:2000]))
+        for match in matches:
             if is_checkpoint_failure(match.id):
                 st.checkpoint_failure = True
-            if len(st.signals) < MAX_SIGNALS:
-                st.signals.append(LogLine(source=source, line_no=line_no, text=text[:2000]))
             if match.id not in st.pattern_ids:
                 st.pattern_ids.append(match.id)
-            if match.severity == "fatal" and st.first_fatal_at is None:
-                st.first_fatal_at = now
-                st.fatal_kind = AnomalyKind(match.kind)
-            break
+        fatal = next((m for m in matches if m.severity == "fatal"), None)
+        if fatal is not None and st.first_fatal_at is None:
+            st.first_fatal_at = now
+            st.fatal_kind = AnomalyKind(fatal.kind)
 
     def hang_bound(self) -> timedelta | None:
         """How long without progress counts as a hang (explicit, else learned, else unknown)."""
@@ -114,12 +121,35 @@ class AttemptWatcher:
         learned = timedelta(seconds=st.max_interval_s * LEARNED_HANG_FACTOR)
         return min(max(learned, LEARNED_HANG_FLOOR), LEARNED_HANG_CEILING)
 
-    def hung(self, now: datetime, running_since: datetime | None) -> bool:
+    def hung(self, now: datetime, quiet_since: datetime | None) -> bool:
+        """No progress for longer than the bound, counted from the last progress line or, when
+        none was seen by this watch, from `quiet_since` (the later of job start and watch start,
+        so a new watch never re-reports a hang it has not itself observed)."""
         bound = self.hang_bound()
         if bound is None:
             return False
-        last = self.state.last_progress_at or running_since
-        return last is not None and now - last > bound
+        candidates = [t for t in (self.state.last_progress_at, quiet_since) if t is not None]
+        return bool(candidates) and now - max(candidates) > bound
+
+    def stragglers(self) -> list[str]:
+        """Nodes whose median step time exceeds ratio x the job's median over a full window."""
+        if self.straggler is None:
+            return []
+        windows = {
+            node: times
+            for node, times in self.state.step_times.items()
+            if len(times) >= self.straggler.window
+        }
+        if len(windows) < 2:
+            return []
+        per_node = {node: median(times) for node, times in windows.items()}
+        baseline = median(per_node.values())
+        if baseline <= 0:
+            return []
+        # With two nodes the median is their mean; compare with the fastest node instead so one
+        # slow node out of two still stands out.
+        reference = min(per_node.values()) if len(per_node) == 2 else baseline
+        return sorted(n for n, ms in per_node.items() if ms > self.straggler.ratio * reference)
 
     def fatal_overdue(self, now: datetime) -> bool:
         first = self.state.first_fatal_at
