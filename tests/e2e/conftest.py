@@ -47,6 +47,8 @@ class Deployment:
         comment: str | None = None,
         name: str = "resurgo-e2e",
         extra_directive: dict[str, object] | None = None,
+        trainer_args: tuple[str, ...] = (),
+        fault_env: dict[str, str] | None = None,
     ) -> int:
         directive = {"resurgo": {"mode": mode, "environment": self.environment,
                                  **(extra_directive or {})}}  # fmt: skip
@@ -60,12 +62,13 @@ class Deployment:
             )
             if fault_rank is not None:
                 env["RESURGO_FAULT_RANK"] = fault_rank
+            env.update(fault_env or {})
         argv = [
             "sbatch", "--parsable", "--nodes=2", f"--job-name={name}",
             f"--output={self.workdir / 'job-%j.out'}",
             "--comment=" + (comment if comment is not None else json.dumps(directive)),
             str(SBATCH), "--iters", str(iters), "--ckpt-every", "5", "--sleep-per-iter", "0.05",
-            "--hidden", "256", "--batch", "64",
+            "--hidden", "256", "--batch", "64", *trainer_args,
         ]  # fmt: skip
         done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=self.workdir)
         assert done.returncode == 0, done.stderr
