@@ -18,6 +18,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.attribute.rules import attribute
 from activities.detect.logtail import read_new_lines
+from activities.detect.progress import ProgressParser
 from activities.detect.registry import Registry
 from activities.detect.watch import WatchCheckpoint, watch_attempt
 from activities.slurm.actions import SlurmActions
@@ -34,8 +35,10 @@ from workflows.contracts import (
     ActionRequest,
     ActionResult,
     AdviceKind,
+    Anomaly,
     AttributeRequest,
     Attribution,
+    Category,
     ClusterGates,
     JobObservation,
     LogCursor,
@@ -47,6 +50,17 @@ from workflows.contracts import (
 )
 
 MAX_ATTRIBUTION_LINES = 50_000
+# Output may trail the job's end by a moment (buffers, shared file systems).
+SETTLE_DRAIN_SECONDS = 0.5
+
+
+def kept_training(anomaly: Anomaly, lines: list[LogLine]) -> bool:
+    """Progress lines after the line that looked fatal: whatever it was, the job survived it."""
+    if not anomaly.signals:
+        return False
+    after = max(signal.line_no for signal in anomaly.signals)
+    parser = ProgressParser(None)
+    return sum(1 for ln in lines if ln.line_no > after and parser.parse(ln.text) is not None) >= 2
 
 
 @asynccontextmanager
@@ -107,14 +121,40 @@ class ClusterActivities:
 
     @activity.defn(name="attribute_anomaly")
     async def attribute_anomaly(self, req: AttributeRequest) -> Attribution:
-        lines = await self._attempt_lines(req.log_path, req.attempt_start_line)
         async with scheduler_errors():
-            obs = await self.slurm.show_job(req.job.job_id)
+            obs = await self._settle(req)
             nodes = await self.slurm.show_nodes(req.node_list) if req.node_list else []
+        lines = await self._attempt_lines(req.log_path, req.attempt_start_line)
         node_list = req.node_list or (obs.node_list if obs else [])
-        return await asyncio.to_thread(
+        verdict = await asyncio.to_thread(
             attribute, self.registry, req.anomaly, lines, obs, nodes, node_list
         )
+        if obs is not None and obs.running and kept_training(req.anomaly, lines):
+            verdict = Attribution(
+                kind="none",
+                category=Category.NONE,
+                confidence=0.6,
+                fingerprint="none",
+                summary="the job kept training after the error line; not a failure",
+                evidence=req.anomaly.signals[:5],
+            )
+        return verdict.model_copy(update={"observation": obs})
+
+    async def _settle(self, req: AttributeRequest) -> JobObservation | None:
+        """Let a crash play out: the watch reports the first fatal line at once, while srun is
+        still killing the other ranks and writing the lines that tell root cause from cascade."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + req.settle_seconds
+        while True:
+            obs = await self.slurm.show_job(req.job.job_id)
+            if obs is None or not req.anomaly.signals or not obs.running:
+                if obs is not None and obs.terminal:
+                    await asyncio.sleep(SETTLE_DRAIN_SECONDS)
+                return obs
+            if loop.time() >= deadline:
+                return obs
+            activity.heartbeat()
+            await asyncio.sleep(0.25)
 
     async def _attempt_lines(self, path: str | None, start_line: int) -> list[LogLine]:
         if not path:

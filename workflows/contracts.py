@@ -216,6 +216,8 @@ class Attribution(Frozen):
     category: Category
     culprit_nodes: list[str] = Field(default_factory=list)
     culprit_ranks: list[int] = Field(default_factory=list)
+    # GPUs on the culprit nodes when known, as "<node>:<PCI bus id or gpu index>".
+    culprit_gpus: list[str] = Field(default_factory=list)
     confidence: float = Field(ge=0.0, le=1.0)
     fingerprint: str
     summary: str
@@ -224,6 +226,8 @@ class Attribution(Frozen):
     scheduler_outcome: str | None = None
     checkpoint_failure: bool = False
     source: str = "rules"
+    # The job as attribution last saw it (after letting the failure play out).
+    observation: JobObservation | None = None
 
 
 class Advice(Frozen):
@@ -278,7 +282,8 @@ class WatchRequest(Frozen):
     hang_timeout: float | None = None
     progress_pattern: str | None = None
     max_window_seconds: float = 3600.0
-    poll_seconds: float = 0.5
+    poll_seconds: float = 0.25
+    slurm_poll_seconds: float = 1.0
     # Which milestones the workflow has already recorded for this attempt.
     seen_started: bool = False
     seen_progress: bool = False
@@ -308,6 +313,7 @@ class AttributeRequest(Frozen):
     log_path: str | None = None
     attempt_start_line: int = 0
     node_list: list[str] = Field(default_factory=list)
+    settle_seconds: float = 20.0
 
 
 class AuditEvent(Frozen):

@@ -61,6 +61,8 @@ ACTION_RETRY = RetryPolicy(
 WATCH_WINDOW_SECONDS = 3600.0
 FOLLOW_FAILED_SECONDS = 600.0
 HISTORY_ROLLOVER_EVENTS = 8000
+# Patch ids: never rename or reuse (they are recorded in running workflows' histories).
+PATCH_ANOMALY_FIRST = "2026-11-anomaly-audited-before-attribution"
 
 
 @workflow.defn(name="JobRecoveryWorkflow")
@@ -290,7 +292,12 @@ class JobRecoveryWorkflow:
     # ---- anomaly → attribution → advice → action -----------------------------------------
     async def _handle_anomaly(self, anomaly: Anomaly, obs: JobObservation | None) -> str | None:
         self._set_phase("attributing")
+        # Record the anomaly before attribution settles, so it is visible at once.
+        early = workflow.patched(PATCH_ANOMALY_FIRST)
+        if early:
+            await self._audit_many([self._anomaly_event(anomaly)])
         attribution = await self._attribute(anomaly, obs)
+        obs = attribution.observation or obs
         cur = self.s.attempts[-1]
         cur.fingerprint = attribution.fingerprint
         cur.category = attribution.category
@@ -300,9 +307,8 @@ class JobRecoveryWorkflow:
         workflow.upsert_search_attributes([sa.LAST_CATEGORY.value_set(attribution.category.value)])
         attempt = self.s.attempt
         await self._audit_many(
-            [
-                self._event("anomaly", f"{anomaly.kind.value}: {anomaly.summary}", attempt,
-                            anomaly.model_dump(mode="json")),
+            ([] if early else [self._anomaly_event(anomaly)])
+            + [
                 self._event("attribution", f"{attribution.category.value}"
                             + (f" on {','.join(attribution.culprit_nodes)}"
                                if attribution.culprit_nodes else "")
@@ -387,6 +393,12 @@ class JobRecoveryWorkflow:
         if allowed and self.inp.partition not in allowed:
             return f"partition {self.inp.partition!r} is not in the cluster allowlist"
         return None
+
+    def _anomaly_event(self, anomaly: Anomaly) -> AuditEvent:
+        return self._event(
+            "anomaly", f"{anomaly.kind.value}: {anomaly.summary}", anomaly.attempt,
+            anomaly.model_dump(mode="json"),
+        )  # fmt: skip
 
     async def _attribute(self, anomaly: Anomaly, obs: JobObservation | None) -> Attribution:
         cur = self.s.attempts[-1]

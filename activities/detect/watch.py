@@ -30,7 +30,7 @@ from workflows.contracts import (
 )
 
 # How long a terminal job's output may keep arriving after Slurm says it ended (NFS, buffering).
-DRAIN_SECONDS = 2.0
+DRAIN_SECONDS = 0.5
 
 
 class WatchCheckpoint(BaseModel):
@@ -96,16 +96,23 @@ async def watch_attempt(
             }
         )
 
+    loop = asyncio.get_running_loop()
+    obs: JobObservation | None = None
+    next_observe = 0.0
     while True:
-        obs = await slurm.show_job(req.job.job_id)
-        if obs is None:
-            return result("job_gone", None)
-        if cursor is None and obs.std_out:
-            cursor = LogCursor(path=obs.std_out)
-        if obs.restarts > req.attempt:
-            return result("requeued", obs)
-        if replaced(req, obs):
-            return result("job_gone", obs)
+        if loop.time() >= next_observe:
+            # The log is read every poll; slurmctld is asked less often (it serves everyone).
+            obs = await slurm.show_job(req.job.job_id)
+            next_observe = loop.time() + req.slurm_poll_seconds
+            if obs is None:
+                return result("job_gone", None)
+            if cursor is None and obs.std_out:
+                cursor = LogCursor(path=obs.std_out)
+            if obs.restarts > req.attempt:
+                return result("requeued", obs)
+            if replaced(req, obs):
+                return result("job_gone", obs)
+        assert obs is not None
 
         if not seen_started:
             if obs.state == "PENDING":
@@ -113,10 +120,10 @@ async def watch_attempt(
                 # requeue notice) belongs to the previous attempt: skip it.
                 await read_all(feed=False)
                 start_line = cursor.line_no if cursor else 0
-                await asyncio.sleep(req.poll_seconds)
                 heartbeat(
                     WatchCheckpoint(cursor=cursor, state=state, attempt_start_line=start_line)
                 )
+                await asyncio.sleep(req.poll_seconds)
                 continue
             return result("started", obs)
 
@@ -129,16 +136,16 @@ async def watch_attempt(
                 at=state.last_progress_at or current,
             )
             return result("progress", obs, progress=mark)
-
+        if state.first_fatal_at is not None:
+            # Report at once; attribution waits (bounded) for the failure to play out. A
+            # collective timeout as the first fatal sign means the job hung before it died.
+            kind = state.fatal_kind or AnomalyKind.CRASH
+            return result("anomaly", obs, anomaly=_anomaly(req, obs, watcher, kind))
         if obs.terminal:
             await asyncio.sleep(DRAIN_SECONDS)
             await read_all(feed=True)
             if obs.state == "COMPLETED" and obs.exit_code == 0 and obs.exit_signal == 0:
                 return result("completed", obs)
-            # A collective timeout as the first fatal sign means the job hung before it died.
-            kind = state.fatal_kind or AnomalyKind.CRASH
-            return result("anomaly", obs, anomaly=_anomaly(req, obs, watcher, kind))
-        if watcher.fatal_overdue(current):
             kind = state.fatal_kind or AnomalyKind.CRASH
             return result("anomaly", obs, anomaly=_anomaly(req, obs, watcher, kind))
         quiet_since = max(t for t in (obs.start_time, watch_started) if t is not None)

@@ -17,9 +17,6 @@ from activities.detect.registry import Registry
 from workflows.contracts import AnomalyKind, LogLine, StragglerThresholds
 
 MAX_SIGNALS = 40
-# After the first fatal line, wait this long for the job to end by itself (srun kill-on-bad-exit
-# usually ends it within seconds) so attribution sees the whole failure, cascade included.
-FATAL_GRACE = timedelta(seconds=20)
 LEARNED_HANG_FACTOR = 5.0
 LEARNED_HANG_FLOOR = timedelta(seconds=60)
 LEARNED_HANG_CEILING = timedelta(minutes=30)
@@ -150,7 +147,3 @@ class AttemptWatcher:
         # slow node out of two still stands out.
         reference = min(per_node.values()) if len(per_node) == 2 else baseline
         return sorted(n for n, ms in per_node.items() if ms > self.straggler.ratio * reference)
-
-    def fatal_overdue(self, now: datetime) -> bool:
-        first = self.state.first_fatal_at
-        return first is not None and now - first > FATAL_GRACE
