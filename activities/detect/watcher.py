@@ -21,6 +21,9 @@ LEARNED_HANG_FACTOR = 5.0
 LEARNED_HANG_FLOOR = timedelta(seconds=60)
 LEARNED_HANG_CEILING = timedelta(minutes=30)
 LEARNED_HANG_WARMUP = 5
+# Before the first progress line, imports, rendezvous and checkpoint loading may legitimately
+# take long: silence then counts as a hang only past this (or the explicit bound, if longer).
+STARTUP_HANG_BOUND = timedelta(minutes=10)
 
 _RESUMED = re.compile(
     r"(?:resum\w*|loaded checkpoint|restor\w*)\b.{0,80}?\b(?:iteration|iter|step)[\s=:]+(\d+)",
@@ -125,6 +128,8 @@ class AttemptWatcher:
         bound = self.hang_bound()
         if bound is None:
             return False
+        if self.state.last_progress_at is None:
+            bound = max(bound, STARTUP_HANG_BOUND)
         candidates = [t for t in (self.state.last_progress_at, quiet_since) if t is not None]
         return bool(candidates) and now - max(candidates) > bound
 

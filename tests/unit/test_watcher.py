@@ -39,9 +39,15 @@ class TestProgressAndHang:
 
     def test_a_new_watch_does_not_inherit_old_silence(self) -> None:
         w = watcher(hang_timeout=10)
+        w.feed(1, progress(1), T0)
         restarted_watch = T0 + timedelta(seconds=100)
         assert not w.hung(restarted_watch + timedelta(seconds=5), restarted_watch)
         assert w.hung(restarted_watch + timedelta(seconds=11), restarted_watch)
+
+    def test_slow_startup_is_not_a_hang(self) -> None:
+        w = watcher(hang_timeout=10)
+        assert not w.hung(T0 + timedelta(minutes=5), T0)
+        assert w.hung(T0 + timedelta(minutes=11), T0)
 
     def test_learned_bound_after_warmup(self) -> None:
         w = watcher(hang_timeout=None)
