@@ -33,6 +33,8 @@ pick_python() {
 }
 
 bash infra/slurm/install.sh
+# The tests scrape a real Prometheus (Debian's package, run directly; no systemd needed).
+bash infra/prometheus/install.sh
 
 py=$(pick_python) || { apt_install python3 python3-venv; py=$(pick_python); }
 if ! "$py" -c 'import venv, ensurepip' >/dev/null 2>&1; then

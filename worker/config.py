@@ -28,6 +28,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from activities.detect.sources.config import SignalsSettings
 from workflows.contracts import ClusterGates, PolicyConfig
 
 
@@ -55,6 +56,9 @@ class SshSettings(Strict):
     client_keys: list[str] = Field(default_factory=list)
     known_hosts: str | None = None
     command_timeout: float = 30.0
+    connect_timeout: float = Field(default=10.0, gt=0)
+    # Concurrent channels on the one connection; keep below the server's MaxSessions (10).
+    max_sessions: int = Field(default=8, ge=1)
 
 
 class ClusterSettings(Strict):
@@ -70,6 +74,9 @@ class ClusterSettings(Strict):
     # Terminal jobs that ended longer ago than this are history, not something to recover.
     discovery_lookback: float = Field(default=600.0, ge=0)
     hold_timeout: float = Field(default=600.0, gt=0)
+    # External log/metric sources (Loki, VictoriaLogs, Prometheus), validated with
+    # `resurgo signals check`; without it the controller tails the job's output file.
+    signals: SignalsSettings | None = None
 
     def gates(self) -> ClusterGates:
         return ClusterGates(
@@ -78,9 +85,43 @@ class ClusterSettings(Strict):
         )
 
 
+class ApiToken(Strict):
+    """One bearer token of the HTTP API: its role and the SHA-256 (hex) of the token itself."""
+
+    role: Literal["viewer", "operator", "admin"]
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
+class ApiSettings(Strict):
+    """`resurgo api` (server side) and the operator commands (client side).
+
+    ```toml
+    [api]
+    host = "127.0.0.1"
+    port = 8080
+    tokens_file = "/etc/resurgo/api-tokens.toml"   # optional: more [tokens.NAME] entries
+    [api.tokens.alice]                             # the principal recorded as the actor
+    role = "operator"                              # viewer | operator | admin
+    sha256 = "<hex digest of the token>"           # `resurgo api-token alice --role operator`
+    ```
+    """
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=1, le=65535)
+    tokens: dict[str, ApiToken] = Field(default_factory=dict)
+    tokens_file: str | None = None
+    # Client side: where the operator commands find the API and their token.
+    url: str | None = None
+    token_file: str | None = None
+
+    def client_url(self) -> str:
+        return self.url or f"http://{self.host}:{self.port}"
+
+
 class ResurgoConfig(Strict):
     temporal: TemporalSettings = TemporalSettings()
     audit: AuditSettings = AuditSettings()
+    api: ApiSettings = ApiSettings()
     clusters: dict[str, ClusterSettings] = Field(
         default_factory=lambda: {"local": ClusterSettings()}
     )

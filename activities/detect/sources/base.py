@@ -92,10 +92,16 @@ class LogRecord:
 
 # ---------------------------------------------------------------------- cursors
 class FileSourceCursor(_Frozen):
-    """Byte cursors of every file of a file source (keyed by path)."""
+    """Byte cursors of every file of a file source (keyed by path).
+
+    `logtail` reports one byte cursor per batch of lines. A stream stopped in the middle of a
+    batch keeps the cursor of the batch's start in `files` and the last line number delivered in
+    `delivered`: the next read re-reads that batch and skips the lines already handed out.
+    """
 
     kind: Literal["file"] = "file"
     files: dict[str, LogCursor] = Field(default_factory=dict)
+    delivered: dict[str, int] = Field(default_factory=dict)
 
 
 class TimeCursor(_Frozen):
@@ -129,7 +135,8 @@ def load_cursor(data: str | bytes | Mapping[str, object]) -> FileSourceCursor | 
     except ValidationError as exc:
         first = exc.errors()[0] if exc.errors() else {"msg": str(exc), "loc": ()}
         where = ".".join(str(p) for p in first.get("loc", ()))
-        raise ValueError(f"invalid source cursor: {where + ': ' if where else ''}{first['msg']}")
+        prefix = f"{where}: " if where else ""
+        raise ValueError(f"invalid source cursor: {prefix}{first['msg']}") from None
 
 
 def fingerprint(ns: int, labels: Mapping[str, str], text: str) -> str:
@@ -277,9 +284,7 @@ def parse_duration(text: str) -> float:
             value += float(m.group(1)) * _UNITS[m.group(2)]
             pos = m.end()
         if pos != len(raw) or not raw:
-            raise ValueError(
-                f"invalid duration {text!r} (use e.g. 30s, 15m, 1h30m, 2d)"
-            ) from None
+            raise ValueError(f"invalid duration {text!r} (use e.g. 30s, 15m, 1h30m, 2d)") from None
     if not value > 0 or value != value or value == float("inf"):
         raise ValueError(f"duration {text!r} must be positive")
     return value
