@@ -15,6 +15,7 @@ from worker.devserver import temporal_binary
 from workflows.search_attributes import ALL_KEYS
 
 REPO = Path(__file__).resolve().parent.parent
+SUGGEST_CAN = 300
 
 
 @pytest.fixture(scope="session")
@@ -26,6 +27,8 @@ async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
         data_converter=pydantic_data_converter,
         dev_server_extra_args=[
             "--dynamic-config-value", "system.forceSearchAttributesCacheRefreshOnRead=true",
+            # Roll workflows over early so every suite exercises continue-as-new.
+            "--dynamic-config-value", f"limit.historyCount.suggestContinueAsNew={SUGGEST_CAN}",
         ],
         dev_server_startup_timeout=None,
     )  # fmt: skip

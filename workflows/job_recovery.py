@@ -162,8 +162,10 @@ class JobRecoveryWorkflow:
                     "problems": inp.problems,
                 },
             )
-        follow_window = WATCH_WINDOW_SECONDS
         while True:
+            # Derived from the state (not a local) so it survives continue-as-new.
+            following = self.s.phase == "following_failed"
+            follow_window = FOLLOW_FAILED_SECONDS if following else WATCH_WINDOW_SECONDS
             if self._should_roll_over():
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(inp.model_copy(update={"state": self.s}))
@@ -189,16 +191,12 @@ class JobRecoveryWorkflow:
             elif outcome == "requeued":
                 await self._requeued_elsewhere(result)
             elif outcome == "window_elapsed":
-                if follow_window == FOLLOW_FAILED_SECONDS:
+                if following:
                     return await self._finish(self.s.outcome or "observed")
             elif outcome == "anomaly" and result.anomaly is not None:
                 done = await self._handle_anomaly(result.anomaly, result.observation)
                 if done is not None:
                     return await self._finish(done)
-                if self.s.phase == "following_failed":
-                    follow_window = FOLLOW_FAILED_SECONDS
-                else:
-                    follow_window = WATCH_WINDOW_SECONDS
 
     def _should_roll_over(self) -> bool:
         info = workflow.info()

@@ -268,6 +268,30 @@ class TestModeSwitch:
         assert "mode_changed" in harness.cluster.types()
 
 
+class TestLongLivedJobs:
+    async def test_many_attempts_roll_over_and_keep_their_state(self, harness: Harness) -> None:
+        """30 failed attempts: the history is split into bounded runs, nothing is forgotten."""
+        from tests.conftest import SUGGEST_CAN
+
+        harness.cluster.crashes = 30
+        lenient = PolicyConfig(max_attempts=1000, budget_per_fingerprint=1000)
+        handle = await harness.start(ACTION, policy=lenient)
+        outcome = await handle.result()
+        assert outcome.outcome == "completed" and outcome.attempts == 31
+        assert harness.cluster.steps.count("requeue_hold") == 30
+        runs = [wf async for wf in harness.client.list_workflows(f"WorkflowId = '{handle.id}'")]
+        assert len(runs) >= 3
+        for run in runs:
+            history = await harness.client.get_workflow_handle(
+                handle.id, run_id=run.run_id
+            ).fetch_history()
+            assert len(history.events) < SUGGEST_CAN + 100
+        # One advice per failed attempt, generations strictly increasing across runs.
+        generations = [e.data["generation"] for e in harness.cluster.audit if e.type == "advice"]
+        assert generations == list(range(1, 31))
+        assert harness.cluster.types().count("monitoring_started") == 1
+
+
 class TestReplay:
     async def test_fresh_history_replays(self, harness: Harness) -> None:
         handle = await harness.start(APPROVAL)
