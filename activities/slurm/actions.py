@@ -15,6 +15,8 @@ from activities.slurm.client import SlurmClient, check_node_name
 from activities.slurm.errors import JobGone, PreconditionFailed
 from workflows.contracts import ActionRequest, ActionResult, ActionStep, JobObservation
 
+# KillWait (5 s here, 30 s by default) plus SIGKILL delivery bounds how long COMPLETING lasts.
+SETTLE_TIMEOUT = 40.0
 HOLD_TAG = "resurgo:hold"
 RELEASED_TAG = "resurgo:released"
 
@@ -83,7 +85,7 @@ class SlurmActions:
         if obs.state == "PENDING":
             raise PreconditionFailed(f"job {job_id} is pending at attempt {req.attempt}")
         await self.slurm.requeue_hold(job_id)
-        after = await self.observe(job_id)
+        after = await self.settled(job_id)
         if after.restarts <= req.attempt or not after.held:
             raise PreconditionFailed(
                 f"requeuehold of job {job_id} left it {after.state} Restarts={after.restarts}"
@@ -100,10 +102,20 @@ class SlurmActions:
                 req.job.job_id, AdminComment=hold_comment(req.idempotency_key, req.hold_deadline)
             )
 
+    async def settled(self, job_id: int, timeout: float = SETTLE_TIMEOUT) -> JobObservation:
+        """Observe once the job has left COMPLETING: a requeued RUNNING job passes through it,
+        and updates sent meanwhile are silently undone when it reaches PENDING (FOOTGUNS 1)."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            obs = await self.observe(job_id)
+            if obs.state != "COMPLETING" or asyncio.get_running_loop().time() > deadline:
+                return obs
+            await asyncio.sleep(0.1)
+
     async def exclude_nodes(self, req: ActionRequest) -> ActionResult:
         job_id = req.job.job_id
         wanted = {check_node_name(n) for n in req.nodes}
-        obs = await self.observe(job_id)
+        obs = await self.settled(job_id)
         if wanted <= set(obs.exc_node_list):
             return self._result(req, "satisfied", obs, f"ExcNodeList={obs.exc_node_list}")
         if obs.state != "PENDING":
@@ -117,7 +129,7 @@ class SlurmActions:
 
     async def release(self, req: ActionRequest) -> ActionResult:
         job_id = req.job.job_id
-        obs = await self.observe(job_id)
+        obs = await self.settled(job_id)
         released = obs.held
         if released:
             tag = f"{RELEASED_TAG} key={req.idempotency_key}"

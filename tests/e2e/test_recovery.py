@@ -158,6 +158,24 @@ def test_killing_worker_and_controller_mid_restart_requeues_once(
     assert len({e.workflow_id for e in events}) == 1
 
 
+def test_silent_hang_in_action_mode_requeues_the_running_job(
+    deploy: Callable[..., Deployment],
+) -> None:
+    """A RUNNING job that stopped progressing is requeued (through COMPLETING) and recovers."""
+    dep = deploy()
+    job_id = dep.submit(
+        mode="action", fault="hang_silent", fault_rank="all", extra_directive={"hang_timeout": 6}
+    )
+    dep.wait_event(job_id, "completed", timeout=300)
+    events = dep.events(job_id)
+    anomaly = next(e for e in events if e.type == "anomaly")
+    assert anomaly.data["kind"] == "hang" and anomaly.data["job_state"] == "RUNNING"
+    assert [e.data["step"] for e in events if e.type == "action"] == ["requeue_hold", "release"]
+    assert next(e for e in events if e.type == "reconciliation").data["status"] == "converged"
+    job = dep.job(job_id)
+    assert job.restarts == 1 and job.state == "COMPLETED"
+
+
 def test_malformed_directive_is_reported_and_left_alone(
     deploy: Callable[..., Deployment],
 ) -> None:
