@@ -16,6 +16,7 @@ from pathlib import Path
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.attribute.plugin import enrich_live
 from activities.attribute.rules import attribute
 from activities.detect.logtail import read_new_lines
 from activities.detect.progress import ProgressParser
@@ -124,11 +125,17 @@ class ClusterActivities:
         async with scheduler_errors():
             obs = await self._settle(req)
             nodes = await self.slurm.show_nodes(req.node_list) if req.node_list else []
+        activity.heartbeat()
         lines = await self._attempt_lines(req.log_path, req.attempt_start_line)
+        activity.heartbeat()
         node_list = req.node_list or (obs.node_list if obs else [])
         verdict = await asyncio.to_thread(
             attribute, self.registry, req.anomaly, lines, obs, nodes, node_list
         )
+        verdict = await enrich_live(
+            verdict, anomaly=req.anomaly, lines=lines, obs=obs, nodes=nodes, node_list=node_list,
+            cluster=self.cluster, job_id=req.job.job_id,
+        )  # fmt: skip
         if obs is not None and obs.running and kept_training(req.anomaly, lines):
             verdict = Attribution(
                 kind="none",

@@ -14,7 +14,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -152,10 +152,8 @@ class SshServer:
             return 0
         victims = _descendants(self.proc.pid)
         for pid in victims:
-            try:
+            with suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         return len(victims)
 
     def stop(self) -> None:

@@ -116,7 +116,11 @@ class Discovery:
             # Slurm rewrites SubmitTime on every requeue, so a requeued job shows up under a new
             # candidate id. A running workflow for the same job id is that job: leave it be, and
             # look again later in case it ends because the id was reused by a different job.
-            if await self.running_workflow_for(job.job_id):
+            # A finished job also counts as handled when a workflow for it ran recently (its last
+            # requeue changed SubmitTime after that workflow started).
+            recent = now - timedelta(seconds=self.settings.discovery_lookback)
+            closed_since = recent if job.state in TERMINAL_STATES else None
+            if await self.existing_workflow_for(job.job_id, closed_since=closed_since):
                 self.known[wf_id] = clock + 30.0
                 continue
             if await self.start(inp):
@@ -124,10 +128,16 @@ class Discovery:
             self.known[wf_id] = None
         return started
 
-    async def running_workflow_for(self, job_id: int) -> str | None:
+    async def existing_workflow_for(
+        self, job_id: int, *, closed_since: datetime | None = None
+    ) -> str | None:
+        """A running workflow for this job id (or, with `closed_since`, one started since)."""
+        status = 'ExecutionStatus = "Running"'
+        if closed_since is not None:
+            stamp = closed_since.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            status = f'({status} OR StartTime > "{stamp}")'
         query = (
-            f'ResurgoCluster = "{self.cluster}" AND ResurgoSlurmJobId = "{job_id}" '
-            'AND ExecutionStatus = "Running"'
+            f'ResurgoCluster = "{self.cluster}" AND ResurgoSlurmJobId = "{job_id}" AND {status}'
         )
         async for execution in self.client.list_workflows(query, limit=1):
             return execution.id

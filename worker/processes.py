@@ -45,7 +45,17 @@ def core_worker(client: Client, store: AuditStore) -> Worker:
 def make_runner(settings: ClusterSettings) -> CommandRunner:
     if settings.mode == "local":
         return LocalRunner(settings.slurm_conf)
-    raise ConfigError("SSH mode is configured but not available in this build")
+    if settings.ssh is None:
+        raise ConfigError('mode = "ssh" needs an [clusters.<name>.ssh] table (host, keys, ...)')
+    from activities.slurm.ssh import SshRunner, SshTarget
+
+    ssh = settings.ssh
+    target = SshTarget(
+        host=ssh.host, port=ssh.port, username=ssh.username, client_keys=tuple(ssh.client_keys),
+        known_hosts=ssh.known_hosts, command_timeout=ssh.command_timeout,
+        connect_timeout=ssh.connect_timeout, max_sessions=ssh.max_sessions,
+    )  # fmt: skip
+    return SshRunner(target, settings.slurm_conf)
 
 
 def controller_worker(

@@ -415,7 +415,9 @@ class JobRecoveryWorkflow:
                 task_queue=self.queue,
                 start_to_close_timeout=timedelta(seconds=120),
                 schedule_to_close_timeout=timedelta(minutes=5),
-                retry_policy=RetryPolicy(maximum_attempts=3),
+                # A dead controller is noticed in seconds, not after start_to_close.
+                heartbeat_timeout=timedelta(seconds=15),
+                retry_policy=RetryPolicy(maximum_attempts=6),
                 summary=f"attribute {anomaly.kind.value} of attempt {anomaly.attempt}",
             )
             return verdict
@@ -501,7 +503,8 @@ class JobRecoveryWorkflow:
             result_type=Reconciliation,
             task_queue=self.queue,
             start_to_close_timeout=timedelta(seconds=120),
-            retry_policy=RetryPolicy(maximum_attempts=3, non_retryable_error_types=NON_RETRYABLE),
+            heartbeat_timeout=timedelta(seconds=15),
+            retry_policy=RetryPolicy(maximum_attempts=5, non_retryable_error_types=NON_RETRYABLE),
             summary=f"verify g{advice.generation}",
         )
         reason = rec.reason

@@ -132,9 +132,11 @@ class SlurmActions:
         obs = await self.settled(job_id)
         released = obs.held
         if released:
+            # Release first: dying before the retag leaves an unheld job with a stale tag
+            # (harmless); the other order could leave a hold the watchdog no longer recognises.
+            await self.slurm.release(job_id)
             tag = f"{RELEASED_TAG} key={req.idempotency_key}"
             await self.slurm.update_job(job_id, AdminComment=tag)
-            await self.slurm.release(job_id)
             obs = await self.observe(job_id)
         if obs.state == "PENDING" and not obs.held:
             # A requeued job waits on BeginTime (~2 min) unless told to start now; Slurm takes

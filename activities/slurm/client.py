@@ -14,6 +14,7 @@ from activities.slurm.errors import (
 )
 from activities.slurm.parsers import (
     SQUEUE_DISCOVERY_FORMAT,
+    SQUEUE_SEP,
     DiscoveredJob,
     parse_job,
     parse_node,
@@ -66,16 +67,30 @@ class SlurmClient:
             if "No jobs" in shown.stdout:
                 return None
             raise ParseError(f"scontrol show job {job_id} printed no job: {shown.stdout[:200]!r}")
-        comment = await self.job_comment(job_id)
-        return parse_job(lines[0], comment)
+        name, comment = await self.job_texts(job_id)
+        return parse_job(lines[0], comment, name)
+
+    async def job_texts(self, job_id: int) -> tuple[str | None, str | None]:
+        """The job's name and comment exactly (user text, read apart from `scontrol`)."""
+        got = await self._squeue_field(job_id, "%j" + SQUEUE_SEP + "%k")
+        if got is None:
+            return None, None
+        if got.count(SQUEUE_SEP) != 1:
+            # The separator inside user text: ask for each field on its own.
+            return await self._squeue_field(job_id, "%j"), await self._squeue_field(job_id, "%k")
+        name, comment = got.split(SQUEUE_SEP)
+        return name, None if comment in ("", "(null)") else comment
 
     async def job_comment(self, job_id: int) -> str | None:
+        text = await self._squeue_field(job_id, "%k")
+        return None if text in (None, "", "(null)") else text
+
+    async def _squeue_field(self, job_id: int, fmt: str) -> str | None:
         try:
-            shown = await self._run(["squeue", "-h", "-t", "all", "-j", str(job_id), "-o", "%k"])
+            shown = await self._run(["squeue", "-h", "-t", "all", "-j", str(job_id), "-o", fmt])
         except (JobGone, CommandFailed):
             return None
-        text = shown.stdout.rstrip("\n")
-        return None if text in ("", "(null)") else text
+        return shown.stdout.rstrip("\n") or None
 
     async def list_jobs(self) -> list[DiscoveredJob]:
         shown = await self._run(["squeue", "-h", "-t", "all", "-o", SQUEUE_DISCOVERY_FORMAT])

@@ -104,17 +104,22 @@ def _text(value: str | None) -> str:
     return "" if value is None or value in _NULLS else value
 
 
-def parse_job(line: str, comment: str | None = None) -> JobObservation:
+def parse_job(line: str, comment: str | None = None, name: str | None = None) -> JobObservation:
     """Parse one `scontrol show -o job` line.
 
     Args:
         line: the record.
         comment: the job's comment read separately (`squeue -o %k`); when given, that exact text
             is removed before splitting, so a hostile comment cannot spoof other fields.
+        name: the job's name read separately (`squeue -o %j`), removed the same way: it comes
+            right after JobId, so a name like `x JobState=COMPLETED Restarts=7` would otherwise
+            win over the real fields.
     """
     record = line.strip()
     if comment:
         record = _cut_field(record, "Comment", comment)
+    if name:
+        record = _cut_field(record, "JobName", name)
     fields = split_record(record)
     if "JobId" not in fields or "JobState" not in fields:
         raise ParseError(f"not a job record: {line[:200]!r}")
@@ -122,7 +127,7 @@ def parse_job(line: str, comment: str | None = None) -> JobObservation:
     user = fields.get("UserId", "")
     return JobObservation(
         job_id=_int(fields["JobId"]),
-        name=fields.get("JobName", ""),
+        name=name if name is not None else fields.get("JobName", ""),
         user=user.split("(", 1)[0],
         partition=fields.get("Partition", ""),
         state=fields["JobState"].split()[0],

@@ -26,15 +26,19 @@ import math
 import os
 import random
 import shlex
+from dataclasses import dataclass
 from typing import Any
 
 import asyncssh
 
 from activities.slurm.errors import CommandTimeout, SchedulerUnavailable
 from activities.slurm.runner import DEFAULT_TIMEOUT, CommandResult
-from worker.config import SshSettings
 
 log = logging.getLogger("resurgo.ssh")
+# asyncssh logs every channel at INFO (5 lines per command); keep its warnings and errors only,
+# unless the operator configured that logger explicitly.
+if logging.getLogger("asyncssh").level == logging.NOTSET:
+    logging.getLogger("asyncssh").setLevel(logging.WARNING)
 
 BACKOFF_INITIAL = 0.5
 BACKOFF_MAX = 30.0
@@ -42,6 +46,20 @@ KEEPALIVE_INTERVAL = 15.0
 KEEPALIVE_COUNT_MAX = 3
 # The remote `timeout` fires this long after the local deadline: the local one reports first.
 REMOTE_GRACE = 5
+
+
+@dataclass(frozen=True)
+class SshTarget:
+    """Where and how to log in (built from `[clusters.X.ssh]` by `worker.processes`)."""
+
+    host: str
+    port: int = 22
+    username: str = "root"
+    client_keys: tuple[str, ...] = ()
+    known_hosts: str | None = None  # None: ~/.ssh/known_hosts
+    command_timeout: float = DEFAULT_TIMEOUT  # for read_file; run() takes its own
+    connect_timeout: float = 10.0
+    max_sessions: int = 8
 
 
 class SshHostKeyRejected(SchedulerUnavailable):
@@ -55,7 +73,7 @@ class SshAuthFailed(SchedulerUnavailable):
 class SshRunner:
     """A `CommandRunner` for a cluster reached through a login node."""
 
-    def __init__(self, settings: SshSettings, slurm_conf: str | None = None) -> None:
+    def __init__(self, settings: SshTarget, slurm_conf: str | None = None) -> None:
         self.settings = settings
         self.slurm_conf = slurm_conf
         self.target = f"{settings.username}@{settings.host}:{settings.port}"
@@ -134,9 +152,10 @@ class SshRunner:
                         except asyncssh.ChannelOpenError as exc:
                             # Nothing ran: the channel never opened. A connection that died
                             # while idle is reopened and the command tried once more.
-                            self._drop(conn, exc)
-                            if attempt == 1 and conn.is_closed():
-                                continue
+                            if conn.is_closed():
+                                self._drop(conn, exc)
+                                if attempt == 1:
+                                    continue
                             raise SchedulerUnavailable(
                                 f"{what}: cannot open a channel on {self.target}: {exc}"
                             ) from exc
@@ -166,11 +185,17 @@ class SshRunner:
     # -- the connection ----------------------------------------------------------------------
 
     async def _connection(self, deadline: float) -> asyncssh.SSHClientConnection:
-        """The live connection, reopened (with backoff) when needed, before `deadline`."""
+        """The live connection, reopened when needed.
+
+        A caller spends at most `connect_timeout` (and never past its own deadline) trying;
+        the backoff between attempts is shared, so a caller arriving while the next attempt
+        is further off than its budget fails at once instead of queueing.
+        """
         conn = self._conn
         if conn is not None and not conn.is_closed():
             return conn
         loop = asyncio.get_running_loop()
+        deadline = min(deadline, loop.time() + self.settings.connect_timeout)
         try:
             async with asyncio.timeout_at(deadline):
                 await self._connect_lock.acquire()
@@ -200,6 +225,8 @@ class SshRunner:
                     self._failed(exc)
                     raise
                 except (TimeoutError, asyncssh.Error, OSError) as exc:
+                    if isinstance(exc, TimeoutError):
+                        exc = TimeoutError(f"no SSH session within {budget:.1f}s")
                     self._failed(exc)
                     if loop.time() >= deadline - 0.05:
                         raise SchedulerUnavailable(

@@ -57,6 +57,17 @@ class TestParseJob:
         assert obs.state == "RUNNING" and obs.restarts == 0
         assert obs.std_out != "/etc/passwd" and obs.comment == comment
 
+    def test_hostile_name_cannot_spoof_fields(self) -> None:
+        line = one_line("scontrol_show_job_running.txt")
+        real = line.split(" JobName=", 1)[1].split(" UserId=", 1)[0]
+        name = "x JobState=COMPLETED Restarts=7 AdminComment=resurgo:hold key=k deadline=none"
+        spoofed = line.replace(f" JobName={real} ", f" JobName={name} ", 1)
+        obs = parse_job(spoofed, None, name)
+        assert obs.state == "RUNNING" and obs.restarts == 0 and obs.admin_comment == ""
+        assert obs.name == name
+        # Without the separately read name, the spoof would have won: the reason for the rule.
+        assert parse_job(spoofed).state == "COMPLETED"
+
     def test_not_a_job_record(self) -> None:
         with pytest.raises(ParseError, match="not a job record"):
             parse_job("slurm_load_jobs error: Invalid job id specified")

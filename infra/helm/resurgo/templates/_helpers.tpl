@@ -1,0 +1,264 @@
+{{/* ------------------------------------------------------------------ names, labels */}}
+{{- define "resurgo.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "resurgo.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "resurgo.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+app.kubernetes.io/name: {{ include "resurgo.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: resurgo
+{{- end -}}
+
+{{/* selector labels; call with (dict "root" $ "component" "worker" ["cluster" "x"]) */}}
+{{- define "resurgo.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "resurgo.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- with .cluster }}
+resurgo-cluster: {{ . | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* all labels of a component's objects; same argument as resurgo.selectorLabels */}}
+{{- define "resurgo.componentLabels" -}}
+helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+app.kubernetes.io/part-of: resurgo
+{{ include "resurgo.selectorLabels" . }}
+{{- end -}}
+
+{{- define "resurgo.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "resurgo.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* ------------------------------------------------------------------ images */}}
+{{/* "repository:tag" from an image map; a tag is required and "latest" is refused. */}}
+{{- define "resurgo.imageRef" -}}
+{{- $tag := toString (required (printf "image tag of %s is required" .repository) .tag) -}}
+{{- if or (eq $tag "latest") (eq $tag "") -}}
+{{- fail (printf "image %s: pin a tag, not %q" .repository $tag) -}}
+{{- end -}}
+{{- printf "%s:%s" .repository $tag -}}
+{{- end -}}
+
+{{/* ------------------------------------------------------------------ Temporal */}}
+{{- define "resurgo.temporalAddress" -}}
+{{- if .Values.temporal.address -}}
+{{- .Values.temporal.address -}}
+{{- else if .Values.temporalDev.enabled -}}
+{{- printf "%s-temporal:7233" (include "resurgo.fullname" .) -}}
+{{- else -}}
+{{- fail "temporal.address is required when temporalDev.enabled is false" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* ------------------------------------------------------------------ audit store */}}
+{{/* JSON {host, port, database, user, secret, key}: the bundled MySQL or audit.external. */}}
+{{- define "resurgo.mysql" -}}
+{{- if .Values.mysql.enabled -}}
+{{- $secret := .Values.mysql.auth.existingSecret | default (printf "%s-mysql" .Release.Name) -}}
+{{- dict "host" (printf "%s-mysql" .Release.Name) "port" 3306 "database" .Values.mysql.auth.database "user" .Values.mysql.auth.username "secret" $secret "key" "mysql-password" | toJson -}}
+{{- else -}}
+{{- $e := .Values.audit.external -}}
+{{- $host := required "audit.external.host is required when mysql.enabled is false" $e.host -}}
+{{- $secret := required "audit.external.existingSecret (a Secret with the MySQL password) is required when mysql.enabled is false" $e.existingSecret -}}
+{{- dict "host" $host "port" $e.port "database" $e.database "user" $e.user "secret" $secret "key" $e.passwordKey | toJson -}}
+{{- end -}}
+{{- end -}}
+
+{{/* env entries telling the entrypoint where MySQL is; the password comes from a file. */}}
+{{- define "resurgo.auditEnv" -}}
+{{- $m := include "resurgo.mysql" . | fromJson -}}
+- name: RESURGO_MYSQL_HOST
+  value: {{ $m.host | quote }}
+- name: RESURGO_MYSQL_PORT
+  value: {{ $m.port | toString | quote }}
+- name: RESURGO_MYSQL_DATABASE
+  value: {{ $m.database | quote }}
+- name: RESURGO_MYSQL_USER
+  value: {{ $m.user | quote }}
+- name: RESURGO_MYSQL_PASSWORD_FILE
+  value: /var/run/secrets/resurgo/mysql/password
+{{- end -}}
+
+{{- define "resurgo.auditVolume" -}}
+{{- $m := include "resurgo.mysql" . | fromJson -}}
+- name: mysql-password
+  secret:
+    secretName: {{ $m.secret | quote }}
+    defaultMode: 0440
+    items:
+      - key: {{ $m.key | quote }}
+        path: password
+{{- end -}}
+
+{{- define "resurgo.auditMount" -}}
+- name: mysql-password
+  mountPath: /var/run/secrets/resurgo/mysql
+  readOnly: true
+{{- end -}}
+
+{{/* Env, volumes and mounts every Resurgo container has. */}}
+{{- define "resurgo.commonEnv" -}}
+- name: RESURGO_CONFIG
+  value: /etc/resurgo/resurgo.toml
+{{ include "resurgo.auditEnv" . }}
+{{- end -}}
+
+{{- define "resurgo.commonVolumes" -}}
+- name: config
+  configMap:
+    name: {{ include "resurgo.fullname" . }}-config
+- name: tmp
+  emptyDir: {}
+- name: state
+  emptyDir: {}
+{{ include "resurgo.auditVolume" . }}
+{{- end -}}
+
+{{- define "resurgo.commonMounts" -}}
+- name: config
+  mountPath: /etc/resurgo
+  readOnly: true
+- name: tmp
+  mountPath: /tmp
+- name: state
+  mountPath: /var/lib/resurgo
+{{ include "resurgo.auditMount" . }}
+{{- end -}}
+
+{{- define "resurgo.podCommon" -}}
+serviceAccountName: {{ include "resurgo.serviceAccountName" . }}
+automountServiceAccountToken: false
+securityContext:
+  {{- toYaml .Values.podSecurityContext | nindent 2 }}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* ------------------------------------------------------------------ clusters */}}
+{{/* JSON {"items": [...]}: each entry of .Values.clusters merged over clusterDefaults, checked. */}}
+{{- define "resurgo.clusters" -}}
+{{- $items := list -}}
+{{- $seen := dict -}}
+{{- range $i, $raw := .Values.clusters -}}
+{{- $c := mergeOverwrite (deepCopy $.Values.clusterDefaults) (deepCopy $raw) -}}
+{{- $name := required (printf "clusters[%d].name is required" $i) $c.name -}}
+{{- if not (regexMatch "^[a-z][a-z0-9_]{0,39}$" $name) -}}
+{{- fail (printf "cluster name %q must match ^[a-z][a-z0-9_]{0,39}$ (a Slurm ClusterName)" $name) -}}
+{{- end -}}
+{{- if hasKey $seen $name -}}
+{{- fail (printf "cluster %q is listed twice" $name) -}}
+{{- end -}}
+{{- $_ := set $seen $name true -}}
+{{- if eq $c.mode "local" -}}
+{{- $_ := required (printf "cluster %s: slurm.existingSecret (munge key + slurm.conf) is required in local (in-cluster) mode" $name) $c.slurm.existingSecret -}}
+{{- else if eq $c.mode "ssh" -}}
+{{- $_ := required (printf "cluster %s: ssh.host is required in ssh mode" $name) $c.ssh.host -}}
+{{- $_ := required (printf "cluster %s: ssh.existingSecret (private key + known_hosts) is required in ssh mode" $name) $c.ssh.existingSecret -}}
+{{- else -}}
+{{- fail (printf "cluster %s: mode must be local or ssh, not %q" $name $c.mode) -}}
+{{- end -}}
+{{- $_ := set $c "slug" (replace "_" "-" $name) -}}
+{{- $items = append $items $c -}}
+{{- end -}}
+{{- dict "items" $items | toJson -}}
+{{- end -}}
+
+{{/* Slurm access of one cluster's pods: volumes. Call with (dict "root" $ "c" $cluster). */}}
+{{- define "resurgo.slurmVolumes" -}}
+{{- $c := .c -}}
+{{- if eq $c.mode "local" }}
+- name: slurm
+  secret:
+    secretName: {{ $c.slurm.existingSecret | quote }}
+    defaultMode: 0440
+    items:
+      - key: {{ $c.slurm.mungeKeyKey | quote }}
+        path: munge.key
+      - key: {{ $c.slurm.slurmConfKey | quote }}
+        path: slurm.conf
+- name: munge-socket
+  emptyDir: {}
+- name: munge-state
+  emptyDir: {}
+{{- else }}
+- name: ssh
+  secret:
+    secretName: {{ $c.ssh.existingSecret | quote }}
+    defaultMode: 0440
+    items:
+      - key: {{ $c.ssh.privateKeyKey | quote }}
+        path: {{ $c.ssh.privateKeyKey | quote }}
+      - key: {{ $c.ssh.knownHostsKey | quote }}
+        path: known_hosts
+{{- end }}
+{{- with $c.extraVolumes }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "resurgo.slurmMounts" -}}
+{{- $c := .c -}}
+{{- if eq $c.mode "local" }}
+- name: slurm
+  mountPath: {{ printf "/etc/resurgo/slurm/%s" $c.name | quote }}
+  readOnly: true
+- name: munge-socket
+  mountPath: /run/munge
+- name: munge-state
+  mountPath: /run/resurgo-munge
+{{- else }}
+- name: ssh
+  mountPath: {{ printf "/etc/resurgo/ssh/%s" $c.name | quote }}
+  readOnly: true
+{{- end }}
+{{- with $c.extraVolumeMounts }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "resurgo.slurmEnv" -}}
+{{- $c := .c -}}
+{{- if eq $c.mode "local" }}
+- name: RESURGO_MUNGE_KEY_FILE
+  value: {{ printf "/etc/resurgo/slurm/%s/munge.key" $c.name | quote }}
+- name: SLURM_CONF
+  value: {{ printf "/etc/resurgo/slurm/%s/slurm.conf" $c.name | quote }}
+{{- end }}
+{{- end -}}

@@ -1,0 +1,412 @@
+"""The Helm chart (infra/helm/resurgo), linted and rendered offline by Helm's own engine.
+
+`helm-python-sdk` binds Helm v4's Go SDK (libhelm_c, shipped in the wheel): `lint` and
+`Chart.render` are `helm lint` / `helm template` without a cluster. The rendered manifests are
+checked object by object, and the generated resurgo.toml is loaded by Resurgo's own config model.
+"""
+
+from __future__ import annotations
+
+import base64
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from worker.config import ResurgoConfig
+
+helm = pytest.importorskip(
+    "helm_python", reason="helm-python-sdk (Helm's engine for Python) is not installed"
+)
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "infra" / "helm" / "resurgo"
+VALUES_FILES = ["values.yaml", "values-production.yaml", "values-ssh.yaml"]
+RELEASE = "rsg"
+WARNING = 2
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def values_of(name: str) -> dict[str, Any]:
+    return yaml.safe_load((CHART / name).read_text()) or {}
+
+
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def render(values: dict[str, Any]) -> list[dict[str, Any]]:
+    with helm.Chart.load(str(CHART)) as chart:
+        manifests = chart.render(values, name=RELEASE, namespace="resurgo", is_install=True)
+    docs = []
+    for path, text in manifests.items():
+        if path.endswith("NOTES.txt"):
+            continue
+        docs.extend(d for d in yaml.safe_load_all(text) if d)
+    return docs
+
+
+def notes(values: dict[str, Any]) -> str:
+    with helm.Chart.load(str(CHART)) as chart:
+        manifests = chart.render(values, name=RELEASE, namespace="resurgo", is_install=True)
+    return next(t for p, t in manifests.items() if p.endswith("NOTES.txt"))
+
+
+def kinds(docs: list[dict[str, Any]]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for d in docs:
+        out.setdefault(d["kind"], []).append(d["metadata"]["name"])
+    return out
+
+
+def workloads(docs: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    return (d for d in docs if d["kind"] in ("Deployment", "StatefulSet"))
+
+
+def by_name(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    for d in docs:
+        if d["kind"] == kind and d["metadata"]["name"] == name:
+            return d
+    raise AssertionError(f"no {kind} {name}; have {kinds(docs)}")
+
+
+def pod_of(doc: dict[str, Any]) -> dict[str, Any]:
+    return doc["spec"]["template"]["spec"]  # type: ignore[no-any-return]
+
+
+def env_of(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value") for e in container.get("env", [])}
+
+
+def config_toml(docs: list[dict[str, Any]]) -> str:
+    return by_name(docs, "ConfigMap", f"{RELEASE}-resurgo-config")["data"]["resurgo.toml"]
+
+
+@pytest.fixture(scope="module")
+def rendered() -> dict[str, list[dict[str, Any]]]:
+    return {name: render(values_of(name)) for name in VALUES_FILES}
+
+
+# ------------------------------------------------------------------ lint
+
+
+@pytest.mark.parametrize("values_file", VALUES_FILES)
+def test_lint_is_clean(values_file: str) -> None:
+    report = helm.lint(str(CHART), values_of(values_file), strict=True, namespace="resurgo")
+    assert report["errors"] == [], report
+    problems = [m for m in report["messages"] if m["severity"] >= WARNING]
+    assert problems == [], problems
+    assert report["total_charts_linted"] == 1
+
+
+# ------------------------------------------------------------------ what gets rendered
+
+
+def test_quickstart_kinds(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    k = kinds(rendered["values.yaml"])
+    assert sorted(k["Deployment"]) == sorted(
+        f"{RELEASE}-resurgo-{c}"
+        for c in ("worker", "api", "temporal", "controller-local", "watchdog-local")
+    )
+    assert k["StatefulSet"] == [f"{RELEASE}-mysql"]
+    assert sorted(k["Service"]) == sorted(
+        [f"{RELEASE}-resurgo-api", f"{RELEASE}-resurgo-temporal", f"{RELEASE}-mysql"]
+    )
+    assert k["ConfigMap"] == [f"{RELEASE}-resurgo-config"]
+    assert k["Secret"] == [f"{RELEASE}-mysql"]  # generated MySQL passwords, quick start only
+    assert k["ServiceAccount"] == [f"{RELEASE}-resurgo"]
+
+
+def test_production_uses_external_temporal_and_mysql(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    docs = rendered["values-production.yaml"]
+    k = kinds(docs)
+    assert "StatefulSet" not in k and "Secret" not in k
+    assert f"{RELEASE}-resurgo-temporal" not in k["Deployment"]
+    assert sorted(k["Deployment"]) == sorted(
+        f"{RELEASE}-resurgo-{c}" for c in ("worker", "api", "controller-prod-a", "watchdog-prod-a")
+    )
+    cfg = tomllib.loads(config_toml(docs))
+    prod = values_of("values-production.yaml")
+    assert cfg["temporal"] == {
+        "address": prod["temporal"]["address"], "namespace": prod["temporal"]["namespace"]
+    }  # fmt: skip
+    worker = by_name(docs, "Deployment", f"{RELEASE}-resurgo-worker")
+    external = prod["audit"]["external"]
+    assert env_of(pod_of(worker)["containers"][0])["RESURGO_MYSQL_HOST"] == external["host"]
+    volumes = {v["name"]: v for v in pod_of(worker)["volumes"]}
+    assert volumes["mysql-password"]["secret"]["secretName"] == external["existingSecret"]
+
+
+@pytest.mark.parametrize("values_file", VALUES_FILES)
+def test_config_toml_is_a_valid_resurgo_config(
+    values_file: str, rendered: dict[str, list[dict[str, Any]]]
+) -> None:
+    docs = rendered[values_file]
+    raw = tomllib.loads(config_toml(docs))
+    cfg = ResurgoConfig.model_validate(raw)
+    clusters = deep_merge(values_of("values.yaml"), values_of(values_file))["clusters"]
+    assert sorted(cfg.clusters) == sorted(c["name"] for c in clusters)
+    for c in clusters:
+        settings = cfg.cluster(c["name"])
+        assert settings.mode == c.get("mode", "local")
+        # Observe first: no shipped values file acknowledges scheduler actions.
+        assert settings.acknowledge_scheduler_actions is False
+        assert settings.partitions == c.get("partitions", [])
+    assert cfg.audit.url is None  # the password never reaches the ConfigMap
+    assert "password" not in config_toml(docs).lower()
+
+
+# ------------------------------------------------------------------ images, probes, resources
+
+
+@pytest.mark.parametrize("values_file", VALUES_FILES)
+def test_images_pinned_probes_resources_non_root(
+    values_file: str, rendered: dict[str, list[dict[str, Any]]]
+) -> None:
+    for w in workloads(rendered[values_file]):
+        pod = w["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True, w["metadata"]["name"]
+        assert pod["automountServiceAccountToken"] is False
+        for c in pod["containers"]:
+            where = f"{w['metadata']['name']}/{c['name']}"
+            image = c["image"]
+            repo, _, tag = image.rpartition(":")
+            assert repo and tag and "/" not in tag and tag != "latest", f"{where}: {image}"
+            assert "readinessProbe" in c and "livenessProbe" in c, where
+            assert c["resources"]["requests"]["cpu"] and c["resources"]["requests"]["memory"], where
+            assert c["resources"]["limits"]["memory"], where
+            assert c["securityContext"]["allowPrivilegeEscalation"] is False, where
+
+
+def test_probes_are_the_real_health_checks(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    docs = rendered["values.yaml"]
+
+    def container(name: str) -> dict[str, Any]:
+        return pod_of(by_name(docs, "Deployment", f"{RELEASE}-resurgo-{name}"))["containers"][0]
+
+    assert container("worker")["readinessProbe"]["exec"]["command"][-2:] == ["pollers", "resurgo"]
+    assert container("controller-local")["readinessProbe"]["exec"]["command"][-2:] == [
+        "pollers", "slurm.local",
+    ]  # fmt: skip
+    assert container("api")["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container("api")["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    script = REPO / "infra" / "docker" / "healthcheck.py"
+    assert container("worker")["readinessProbe"]["exec"]["command"][1] == (
+        "/opt/resurgo/" + str(script.relative_to(REPO))
+    )
+    assert container("temporal")["readinessProbe"]["exec"]["command"][:4] == [
+        "temporal", "operator", "cluster", "health",
+    ]  # fmt: skip
+
+
+# ------------------------------------------------------------------ secrets referenced, not inline
+
+
+def _secret_refs(doc: dict[str, Any]) -> set[str]:
+    pod = doc["spec"]["template"]["spec"]
+    refs = {v["secret"]["secretName"] for v in pod.get("volumes", []) if "secret" in v}
+    for c in pod["containers"]:
+        for e in c.get("env", []):
+            ref = e.get("valueFrom", {}).get("secretKeyRef")
+            if ref:
+                refs.add(ref["name"])
+    return refs
+
+
+@pytest.mark.parametrize("values_file", ["values-production.yaml", "values-ssh.yaml"])
+def test_existing_secrets_are_referenced_never_inlined(
+    values_file: str, rendered: dict[str, list[dict[str, Any]]]
+) -> None:
+    values = deep_merge(values_of("values.yaml"), values_of(values_file))
+    docs = rendered[values_file]
+    expected = {values["api"]["tokens"]["existingSecret"]}
+    for c in values["clusters"]:
+        access = c["slurm"] if c.get("mode", "local") == "local" else c["ssh"]
+        expected.add(access["existingSecret"])
+    if not values["mysql"]["enabled"]:
+        expected.add(values["audit"]["external"]["existingSecret"])
+        assert "Secret" not in kinds(docs)
+    refs = set().union(*(_secret_refs(w) for w in workloads(docs)))
+    assert expected <= refs, (expected, refs)
+    for w in workloads(docs):
+        for c in w["spec"]["template"]["spec"]["containers"]:
+            for e in c.get("env", []):
+                assert "PASSWORD" not in e["name"] or e["name"].endswith("_FILE"), e
+                assert "://" not in str(e.get("value", "")) or "@" not in str(e.get("value")), e
+
+
+def test_bundled_mysql_secret_is_generated_and_used(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    docs = rendered["values.yaml"]
+    secret = by_name(docs, "Secret", f"{RELEASE}-mysql")
+    for key in ("mysql-password", "mysql-root-password"):
+        assert len(base64.b64decode(secret["data"][key])) >= 24
+    mysql = by_name(docs, "StatefulSet", f"{RELEASE}-mysql")
+    assert _secret_refs(mysql) == {f"{RELEASE}-mysql"}
+    env = env_of(pod_of(mysql)["containers"][0])
+    assert env["MYSQL_PASSWORD_FILE"].startswith("/var/run/secrets/")
+    worker = by_name(docs, "Deployment", f"{RELEASE}-resurgo-worker")
+    assert f"{RELEASE}-mysql" in _secret_refs(worker)
+
+
+def test_bundled_mysql_with_existing_secret_renders_no_secret() -> None:
+    docs = render({"mysql": {"auth": {"existingSecret": "my-mysql"}}})
+    assert "Secret" not in kinds(docs)
+    assert _secret_refs(by_name(docs, "StatefulSet", f"{RELEASE}-mysql")) == {"my-mysql"}
+    assert "my-mysql" in _secret_refs(by_name(docs, "Deployment", f"{RELEASE}-resurgo-worker"))
+
+
+# ------------------------------------------------------------------ values drive the manifests
+
+
+def test_replicas_come_from_values() -> None:
+    docs = render(
+        {
+            "worker": {"replicas": 5},
+            "api": {"replicas": 3},
+            "clusters": [
+                {"name": "local", "slurm": {"existingSecret": "s"}, "controller": {"replicas": 2}}
+            ],
+        }
+    )
+    replicas = {d["metadata"]["name"]: d["spec"]["replicas"] for d in workloads(docs)}
+    assert replicas[f"{RELEASE}-resurgo-worker"] == 5
+    assert replicas[f"{RELEASE}-resurgo-api"] == 3
+    assert replicas[f"{RELEASE}-resurgo-controller-local"] == 2
+    assert replicas[f"{RELEASE}-resurgo-watchdog-local"] == 1
+
+
+def test_in_cluster_mode_mounts_munge_key_and_slurm_conf(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    docs = rendered["values-production.yaml"]
+    for component in ("controller", "watchdog"):
+        d = by_name(docs, "Deployment", f"{RELEASE}-resurgo-{component}-prod-a")
+        pod = d["spec"]["template"]["spec"]
+        c = pod["containers"][0]
+        assert c["image"].startswith("registry.example.com/resurgo/resurgo-controller:")
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        assert env["RESURGO_MUNGE_KEY_FILE"] == "/etc/resurgo/slurm/prod_a/munge.key"
+        assert env["SLURM_CONF"] == "/etc/resurgo/slurm/prod_a/slurm.conf"
+        mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+        assert mounts["slurm"] == "/etc/resurgo/slurm/prod_a"
+        assert mounts["scratch"] == "/lustre/scratch"  # the jobs' output files
+        slurm = next(v for v in pod["volumes"] if v["name"] == "slurm")
+        assert slurm["secret"]["secretName"] == "resurgo-slurm-prod-a"
+        assert {i["path"] for i in slurm["secret"]["items"]} == {"munge.key", "slurm.conf"}
+    cfg = ResurgoConfig.model_validate(tomllib.loads(config_toml(docs)))
+    assert cfg.cluster("prod_a").slurm_conf == "/etc/resurgo/slurm/prod_a/slurm.conf"
+    assert cfg.cluster("prod_a").partitions == ["canary"]
+
+
+def test_ssh_mode_mounts_the_key_secret(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    docs = rendered["values-ssh.yaml"]
+    cfg = ResurgoConfig.model_validate(tomllib.loads(config_toml(docs)))
+    hpc = cfg.cluster("hpc")
+    assert hpc.mode == "ssh" and hpc.ssh is not None
+    assert hpc.ssh.host == "login1.cluster.example"
+    for component in ("controller", "watchdog"):
+        d = by_name(docs, "Deployment", f"{RELEASE}-resurgo-{component}-hpc")
+        pod = d["spec"]["template"]["spec"]
+        c = pod["containers"][0]
+        assert c["image"] == "resurgo:0.1.0"  # no Slurm client needed in SSH mode
+        ssh = next(v for v in pod["volumes"] if v["name"] == "ssh")
+        assert ssh["secret"]["secretName"] == "resurgo-ssh-hpc"
+        assert ssh["secret"]["defaultMode"] == 0o440
+        mount = next(m for m in c["volumeMounts"] if m["name"] == "ssh")
+        assert mount["readOnly"] is True
+        files = {f"{mount['mountPath']}/{i['path']}" for i in ssh["secret"]["items"]}
+        assert set(hpc.ssh.client_keys) <= files
+        assert hpc.ssh.known_hosts in files
+        assert hpc.ssh.max_sessions == 8
+        env = {e["name"] for e in c["env"]}
+        assert "RESURGO_MUNGE_KEY_FILE" not in env
+        assert "slurm" not in {v["name"] for v in pod["volumes"]}
+
+
+def test_production_guide_registers_every_search_attribute() -> None:
+    from workflows.search_attributes import ALL_KEYS
+
+    guide = (REPO / "docs" / "production.md").read_text()
+    types = {"KEYWORD": "Keyword", "INT": "Int", "BOOL": "Bool"}
+    for key in ALL_KEYS:
+        assert f"{key.name}:{types[key.indexed_value_type.name]}" in guide, key.name
+    assert "temporal operator search-attribute create" in guide
+
+
+def test_watchdog_acts_fail_open_and_records_where_it_can_write(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    d = by_name(rendered["values.yaml"], "Deployment", f"{RELEASE}-resurgo-watchdog-local")
+    c = d["spec"]["template"]["spec"]["containers"][0]
+    assert c["args"][:3] == ["watchdog", "--cluster", "local"] and "--act" in c["args"]
+    record = c["args"][c["args"].index("--record") + 1]
+    assert any(record.startswith(m["mountPath"] + "/") for m in c["volumeMounts"])
+    off = render({"clusterDefaults": {"watchdog": {"act": False}}})
+    c = pod_of(by_name(off, "Deployment", f"{RELEASE}-resurgo-watchdog-local"))["containers"][0]
+    assert "--act" not in c["args"]
+
+
+def test_api_gets_tokens_from_a_secret(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    d = by_name(rendered["values.yaml"], "Deployment", f"{RELEASE}-resurgo-api")
+    c = d["spec"]["template"]["spec"]["containers"][0]
+    assert c["args"][:5] == ["api", "--host", "0.0.0.0", "--port", "8000"]
+    tokens = c["args"][c["args"].index("--tokens-file") + 1]
+    mount = next(m for m in c["volumeMounts"] if m["name"] == "api-tokens")
+    assert tokens.startswith(mount["mountPath"] + "/")
+    assert "--insecure" not in c["args"]
+
+
+def test_action_mode_is_an_explicit_value() -> None:
+    docs = render(
+        {"clusters": [{"name": "local", "slurm": {"existingSecret": "s"},
+                       "acknowledgeSchedulerActions": True, "partitions": ["canary"]}]}
+    )  # fmt: skip
+    cfg = ResurgoConfig.model_validate(tomllib.loads(config_toml(docs)))
+    assert cfg.cluster("local").acknowledge_scheduler_actions is True
+    assert "ACTION mode acknowledged" in notes(
+        {"clusters": [{"name": "local", "slurm": {"existingSecret": "s"},
+                       "acknowledgeSchedulerActions": True}]}
+    )  # fmt: skip
+
+
+# ------------------------------------------------------------------ refusals
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"image": {"tag": "latest"}}, "pin a tag"),
+        ({"mysql": {"enabled": False}}, "audit.external.host is required"),
+        (
+            {"mysql": {"enabled": False}, "audit": {"external": {"host": "db"}}},
+            "audit.external.existingSecret",
+        ),
+        ({"temporalDev": {"enabled": False}}, "temporal.address is required"),
+        ({"clusters": [{"name": "local"}]}, "slurm.existingSecret"),
+        ({"clusters": [{"name": "x", "mode": "ssh"}]}, "ssh.host is required"),
+        (
+            {"clusters": [{"name": "x", "mode": "ssh", "ssh": {"host": "h"}}]},
+            "ssh.existingSecret",
+        ),
+        ({"clusters": [{"name": "Bad-Name", "slurm": {"existingSecret": "s"}}]}, "must match"),
+        ({"clusters": [{"name": "x", "mode": "rest"}]}, "mode must be"),
+        ({"api": {"tokens": {"existingSecret": ""}}}, "api.tokens.existingSecret"),
+    ],
+)
+def test_refuses_unsafe_or_incomplete_values(values: dict[str, Any], message: str) -> None:
+    with pytest.raises(helm.HelmError, match=message):
+        render(values)
