@@ -76,9 +76,7 @@ async def watch_attempt(
             got = await read_new_lines(runner, cursor)
             cursor = got.cursor
             if feed:
-                stamp = now()
-                for line_no, text in got.lines:
-                    watcher.feed(line_no, text, stamp)
+                watcher.feed_many(got.lines, now())
             if got.at_eof or not got.lines:
                 return
 
@@ -153,6 +151,13 @@ async def watch_attempt(
             return result("anomaly", obs, anomaly=_anomaly(req, obs, watcher, AnomalyKind.HANG))
         if obs.running and (slow := watcher.stragglers()):
             anomaly = _anomaly(req, obs, watcher, AnomalyKind.STRAGGLER, suspects=slow)
+            return result("anomaly", obs, anomaly=anomaly)
+        if obs.running and (factor := watcher.throughput_drop()) is not None:
+            anomaly = _anomaly(req, obs, watcher, AnomalyKind.STRAGGLER)
+            anomaly = anomaly.model_copy(
+                update={"summary": f"throughput dropped: iterations take {factor:.1f}x the "
+                        "job's own baseline"}
+            )  # fmt: skip
             return result("anomaly", obs, anomaly=anomaly)
         if current >= deadline:
             return result("window_elapsed", obs)

@@ -7,13 +7,14 @@ serialisable so the activity can heartbeat it and resume after a crash without l
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from statistics import median
 
 from pydantic import BaseModel, Field
 
-from activities.detect.progress import ProgressParser, parse_rank_timing
-from activities.detect.registry import Registry
+from activities.detect.progress import ProgressParser, parse_rank_timing, parse_step_time
+from activities.detect.registry import PatternMatch, Registry
 from workflows.contracts import AnomalyKind, LogLine, StragglerThresholds
 
 MAX_SIGNALS = 40
@@ -54,6 +55,10 @@ class WatchState(BaseModel):
     checkpoint_failure: bool = False
     # Recent per-node step times (ms), newest last, bounded by the straggler window.
     step_times: dict[str, list[float]] = Field(default_factory=dict)
+    # Job-wide time per iteration from progress lines: the first window after warm-up is the
+    # job's own baseline, `recent_step_ms` the latest window.
+    baseline_step_ms: list[float] = Field(default_factory=list)
+    recent_step_ms: list[float] = Field(default_factory=list)
 
 
 class AttemptWatcher:
@@ -73,6 +78,25 @@ class AttemptWatcher:
         self.straggler = straggler
 
     def feed(self, line_no: int, text: str, now: datetime, source: str = "job.log") -> None:
+        self._feed(line_no, text, now, source, None)
+
+    def feed_many(
+        self, lines: Sequence[tuple[int, str]], now: datetime, source: str = "job.log"
+    ) -> None:
+        """`feed` for each `(line_no, text)` in order; the registry scans them as one chunk."""
+        found = dict(self.registry.scan_chunk([text for _, text in lines]))
+        for index, (line_no, text) in enumerate(lines):
+            self._feed(line_no, text, now, source, found.get(index, []))
+
+    def _feed(
+        self,
+        line_no: int,
+        text: str,
+        now: datetime,
+        source: str,
+        scanned: list[PatternMatch] | None,
+    ) -> None:
+        """`scanned`: `registry.scan(text)` if already known (None: scan here if needed)."""
         st = self.state
         if self.straggler is not None and (timing := parse_rank_timing(text)) is not None:
             window = st.step_times.setdefault(timing.node, [])
@@ -80,6 +104,8 @@ class AttemptWatcher:
             del window[: -self.straggler.window]
             return
         iteration = self.progress.parse(text)
+        if iteration is not None and self.straggler is not None:
+            self._track_throughput(text)
         if iteration is not None:
             if st.first_iteration is None:
                 st.first_iteration = iteration
@@ -96,7 +122,9 @@ class AttemptWatcher:
             resumed = _RESUMED.search(text)
             if resumed:
                 st.resumed_from = int(resumed.group(1))
-        matches = [m for m in self.registry.scan(text) if m.role in ("root", "cascade")]
+        if scanned is None:
+            scanned = self.registry.scan(text)
+        matches = [m for m in scanned if m.role in ("root", "cascade")]
         if not matches:
             return
         if len(st.signals) < MAX_SIGNALS:
@@ -132,6 +160,36 @@ class AttemptWatcher:
             bound = max(bound, STARTUP_HANG_BOUND)
         candidates = [t for t in (self.state.last_progress_at, quiet_since) if t is not None]
         return bool(candidates) and now - max(candidates) > bound
+
+    def _track_throughput(self, text: str) -> None:
+        assert self.straggler is not None
+        step_ms = parse_step_time(text)
+        if step_ms is None:
+            return
+        st = self.state
+        window = self.straggler.window
+        if st.progress_count < LEARNED_HANG_WARMUP:
+            return
+        if len(st.baseline_step_ms) < window:
+            st.baseline_step_ms.append(step_ms)
+            return
+        st.recent_step_ms.append(step_ms)
+        del st.recent_step_ms[:-window]
+
+    def throughput_drop(self) -> float | None:
+        """Slowdown factor when the whole job has been slower than its own baseline for a full
+        window (e.g. one slow GPU that per-rank timing does not show), else None."""
+        if self.straggler is None:
+            return None
+        st = self.state
+        window = self.straggler.window
+        if len(st.baseline_step_ms) < window or len(st.recent_step_ms) < window:
+            return None
+        baseline = median(st.baseline_step_ms)
+        if baseline <= 0:
+            return None
+        factor = median(st.recent_step_ms) / baseline
+        return factor if factor > self.straggler.ratio else None
 
     def stragglers(self) -> list[str]:
         """Nodes whose median step time exceeds ratio x the job's median over a full window."""

@@ -17,7 +17,7 @@ REGISTRY = Registry.load()
 
 
 def progress(i: int) -> str:
-    return f"0:  iteration {i:8d}/     200 | elapsed time per iteration (ms): 85.3 | lm loss: 1.0E-01 |"
+    return f"0:  iteration {i:8d}/  200 | elapsed time per iteration (ms): 85.3 | lm loss: 1.0 |"
 
 
 def watcher(**kw: object) -> AttemptWatcher:
@@ -136,3 +136,25 @@ class TestStragglers:
         w = watcher(hang_timeout=None)
         self.feed_times(w, {"node1": 60, "node2": 900}, steps=50)
         assert w.stragglers() == []
+
+
+class TestThroughputDrop:
+    def timed(self, i: int, ms: float) -> str:
+        return f" iteration {i:8d}/  1000 | elapsed time per iteration (ms): {ms} | lm loss: 1.0 |"
+
+    def test_sustained_drop_against_own_baseline(self) -> None:
+        w = watcher(hang_timeout=None, straggler=StragglerThresholds(ratio=1.5, window=5))
+        for i in range(1, 16):
+            w.feed(i, self.timed(i, 100.0), T0)
+        assert w.throughput_drop() is None
+        for i in range(16, 18):
+            w.feed(i, self.timed(i, 300.0), T0)
+        assert w.throughput_drop() is None  # slow in 2 of the last 5: not sustained yet
+        w.feed(18, self.timed(18, 300.0), T0)
+        assert w.throughput_drop() == 3.0
+
+    def test_noise_within_ratio_is_not_a_drop(self) -> None:
+        w = watcher(hang_timeout=None, straggler=StragglerThresholds(ratio=1.5, window=5))
+        for i in range(1, 40):
+            w.feed(i, self.timed(i, 100.0 + (i % 3) * 20), T0)
+        assert w.throughput_drop() is None
