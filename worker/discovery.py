@@ -136,9 +136,7 @@ class Discovery:
         if closed_since is not None:
             stamp = closed_since.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
             status = f'({status} OR StartTime > "{stamp}")'
-        query = (
-            f'ResurgoCluster = "{self.cluster}" AND ResurgoSlurmJobId = "{job_id}" AND {status}'
-        )
+        query = f'ResurgoCluster = "{self.cluster}" AND ResurgoSlurmJobId = "{job_id}" AND {status}'
         async for execution in self.client.list_workflows(query, limit=1):
             return execution.id
         return None

@@ -58,17 +58,28 @@ class LocalStack:
     cluster: str = "local"
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
-    def command(self, component: str) -> list[str]:
+    def command(self, component: str, cluster: str | None = None) -> list[str]:
         base = [sys.executable, "-m", "worker.cli", component, "--config", str(self.config)]
-        return base + (["--cluster", self.cluster] if component == "controller" else [])
+        if component == "controller":
+            base += ["--cluster", cluster or self.cluster]
+        return base
 
-    def start(self, component: str, env: dict[str, str] | None = None) -> None:
+    def start(
+        self,
+        component: str,
+        env: dict[str, str] | None = None,
+        *,
+        instance: str | None = None,
+        cluster: str | None = None,
+    ) -> None:
+        """Start `component` as process `instance` (default: the component's name)."""
+        name = instance or component
         self.logdir.mkdir(parents=True, exist_ok=True)
-        log = open(self.logdir / f"{component}.log", "ab")  # noqa: SIM115 - owned by the child
+        log = open(self.logdir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
         env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
-        self.procs[component] = subprocess.Popen(
-            self.command(component), cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env,
-            start_new_session=True,
+        self.procs[name] = subprocess.Popen(
+            self.command(component, cluster), cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+            env=env, start_new_session=True,
         )  # fmt: skip
 
     def start_all(self) -> None:

@@ -63,6 +63,7 @@ FOLLOW_FAILED_SECONDS = 600.0
 HISTORY_ROLLOVER_EVENTS = 8000
 # Patch ids: never rename or reuse (they are recorded in running workflows' histories).
 PATCH_ANOMALY_FIRST = "2026-11-anomaly-audited-before-attribution"
+PATCH_FAIL_OPEN_RELEASE = "2026-11-fail-open-release-after-failed-step"
 
 
 @workflow.defn(name="JobRecoveryWorkflow")
@@ -473,6 +474,9 @@ class JobRecoveryWorkflow:
                     data={"status": "abandoned", "reason": "action_failed", "step": step},
                     suffix=f"g{advice.generation}",
                 )
+                held = f"{self.wfid}:g{advice.generation}:requeue_hold" in self.s.completed_actions
+                if held and step != "release" and workflow.patched(PATCH_FAIL_OPEN_RELEASE):
+                    return await self._fail_open(advice)
                 self.s.outcome = "action_failed"
                 return "action_failed"
             self.s.completed_actions[key] = res.outcome
@@ -492,6 +496,35 @@ class JobRecoveryWorkflow:
         if rec.status != "converged":
             self.s.outcome = "not_converged"
             return "not_converged"
+        self._next_attempt(advice.attempt + 1)
+        return None
+
+    async def _fail_open(self, advice: Advice) -> str | None:
+        """A step after our hold failed: never leave the job held because of us. Release it as
+        it is (plain Slurm behaviour) and follow the next attempt."""
+        key = f"{self.wfid}:g{advice.generation}:fail_open_release"
+        try:
+            res: ActionResult = await workflow.execute_activity(
+                "scheduler_action",
+                ActionRequest(job=self.inp.job, step=ActionStep.RELEASE, idempotency_key=key,
+                              attempt=advice.attempt, reason="fail-open after a failed step"),
+                result_type=ActionResult,
+                task_queue=self.queue,
+                activity_id=key,
+                start_to_close_timeout=timedelta(seconds=30),
+                schedule_to_close_timeout=timedelta(seconds=self.inp.hold_timeout_seconds / 2),
+                retry_policy=ACTION_RETRY,
+                summary=f"fail-open release job {self.inp.job.job_id}",
+            )  # fmt: skip
+        except ActivityError as err:
+            await self._audit("action", f"fail-open release failed ({err.cause or err}); the "
+                              "watchdog releases the hold at its deadline",
+                              attempt=advice.attempt, suffix=key)  # fmt: skip
+            self.s.outcome = "action_failed"
+            return "action_failed"
+        await self._audit("action", f"release (fail-open): {res.outcome} ({res.detail})",
+                          attempt=advice.attempt, data=res.model_dump(mode="json",
+                          exclude={"observation"}), suffix=key)  # fmt: skip
         self._next_attempt(advice.attempt + 1)
         return None
 

@@ -1,21 +1,61 @@
 """Rule-based attribution: why did the attempt fail, and which nodes are to blame.
 
-Pure: it reads the attempt's log lines and Slurm facts and returns an `Attribution`. The root
-cause is the earliest root-candidate event; cascades (peers timing out or losing their
-connection because one rank died) never are. The same error on every rank is the application's.
+Pure: it reads the attempt's log lines, Slurm facts, node-side logs and metrics, and returns an
+`Attribution`. The stages, first match wins:
+
+1. healthy: the job completed (exit 0) → kind/category `none`;
+2. cancelled by its owner → `scheduler`, nothing to recover;
+3. node failure: a node of the job DOWN/not responding, `NODE FAILURE`, `Node failure on` →
+   `hardware_host` (or the node's more specific hardware fault) naming that node;
+4. hardware evidence: GPU/network/host errors in the job log (attributed to a node through the
+   rank→node map), in a node's kernel log or in its metrics → that category, naming the node;
+5. the earliest root-candidate failure across ranks. A rank whose first error is a cascade
+   (connection closed/reset by peer, collective timeouts, aborted communicators) is a victim and
+   never the root cause, nor is anything it does afterwards. The same deterministic application
+   error on every rank is the application's (no culprit, stop-grade confidence); an error on
+   some ranks only is retried. A rank killed by a signal names its node (unless its node's
+   kernel log shows the OOM killer: the application);
+6. scheduler outcomes (time limit, preemption, an admin's cancel) when nothing failed before;
+7. only cascades: the ranks that stayed silent while their peers timed out are suspects;
+8. no failure in sight: a running job is a straggler (one rank much slower) or a hang.
+
+Fingerprints depend on the category and the normalised root-cause message only (never on node
+names, ranks or numbers), so the same root cause recurring on other nodes spends the same
+budget.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from collections import defaultdict
+import statistics
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Literal, NamedTuple
 
-from activities.detect.lines import rank_of, split_srun_label
-from activities.detect.registry import PatternMatch, Registry
-from activities.detect.watcher import is_checkpoint_failure
+from activities.attribute.evidence import Bundle
+from activities.attribute.metrics import Finding, findings
+from activities.attribute.scheduler import (
+    SchedulerFacts,
+    node_failed,
+    owner_cancelled,
+    parse_scheduler,
+)
+from activities.attribute.signals import (
+    DETERMINISTIC_APP,
+    NODE_LOCAL_SYSTEM,
+    Event,
+    JobScan,
+    TaskExit,
+    normalise,
+    scan_job,
+    scan_node_logs,
+    split_attempt,
+)
+from activities.attribute.topology import Topology, learn_topology
+from activities.detect.registry import Registry
 from workflows.contracts import (
+    HARDWARE_CATEGORIES,
     Anomaly,
     AnomalyKind,
     Attribution,
@@ -25,249 +65,928 @@ from workflows.contracts import (
     NodeObservation,
 )
 
-_SRUN_TASK = re.compile(r"srun: error: (?P<node>[\w.-]+): tasks? (?P<tasks>[\d,-]+): (?P<what>.+)$")
-_RANK_NODE = re.compile(
-    r"\brank[=\s:]+(?P<rank>\d+)\b.{0,80}?\b(?:node|host|hostname)[=\s:]+(?P<node>[A-Za-z0-9][\w.-]*)"
+Kind = AnomalyKind | Literal["none"]
+MAX_EVIDENCE = 20
+STRAGGLER_RATIO = 1.5
+STRAGGLER_WINDOW = 10
+STRAGGLER_MIN_MS = 10.0  # below this, per-rank differences are timer noise
+RUNNING_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED"})
+# Job-log "hardware" symptoms that software can produce too: on every node at once they are
+# not a node's fault.
+AMBIGUOUS_HARDWARE = frozenset(
+    {"cuda_launch_failure", "nccl_system_error", "nccl_ib_completion_error", "ib_retry_exceeded"}
 )
-_ELASTIC_HOST = re.compile(r"^\s*host\s*:\s*(?P<node>[\w.-]+)\s*$")
-_ELASTIC_RANK = re.compile(r"^\s*rank\s*:\s*(?P<rank>\d+)")
-_HOST_PREFIX = re.compile(r"^(?P<node>[A-Za-z][\w.-]*):\d+:\d+ \[\d+\]")
-_CANCELLED_DUE = re.compile(r"CANCELLED AT \S+ DUE TO (?P<why>[A-Z ]+?) \*\*\*")
-_NORMALISE = re.compile(r"0x[0-9a-fA-F]+|\d+|/[\w./-]+|\[[\w.:]+\]:\d+")
-_DOWN_STATES = ("DOWN", "FAIL", "NOT_RESPONDING", "NO_RESPOND")
+# A process's own native crash report: without a hardware fault on its host, it is the
+# framework's or the node's software (failure taxonomy B.14).
+NATIVE_CRASH = frozenset(
+    {"segmentation_fault", "sigsegv_signal", "bus_error", "abort_signal", "python_fatal_signal"}
+)
+# Application errors that a retry (from the last checkpoint, elsewhere) may well get past.
+NONDETERMINISTIC_APP = frozenset(
+    {"loss_nan", "nonfinite_values", "cuda_oom", "host_oom_kill", "slurm_oom_kill"}
+)
+# Unknown-category roots about shared state (storage, checkpoints): no node to blame.
+SHARED_UNKNOWN = frozenset(
+    {"checkpoint_save_failed", "dcp_checkpoint_exception", "resume_load_failed", "python_exception"}
+)
+_TOTAL = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|")
+_KILL_REASON = re.compile(r"CANCELLED AT \S+ DUE TO (?P<why>[A-Z][A-Z ]+?)(?:,| \*\*\*)")
+
+
+def fingerprint(category: Category, key: str) -> str:
+    digest = hashlib.sha256(f"{category.value}|{key}".encode()).hexdigest()[:12]
+    return f"{category.value}:{digest}"
 
 
 @dataclass
-class Event:
-    line: LogLine
-    rank: int | None
-    node: str | None
-    match: PatternMatch
-    message: str
+class Verdict:
+    """What a stage concluded (turned into an Attribution at the end)."""
+
+    category: Category
+    key: str
+    summary: str
+    confidence: float
+    culprits: list[str] = field(default_factory=list)
+    ranks: list[int] = field(default_factory=list)
+    gpus: list[str] = field(default_factory=list)
+    evidence: list[LogLine] = field(default_factory=list)
+    kind: Kind | None = None
+    outcome: str | None = None
 
 
-@dataclass
-class Topology:
-    rank_node: dict[int, str] = field(default_factory=dict)
+class Analysis:
+    """All facts about one attempt, gathered once; the stages read them."""
 
-    def node_of(self, rank: int | None) -> str | None:
-        return None if rank is None else self.rank_node.get(rank)
+    def __init__(
+        self,
+        registry: Registry,
+        lines: list[LogLine],
+        facts: SchedulerFacts,
+        node_list: list[str],
+        node_logs: Mapping[str, list[LogLine]],
+        metrics: list[LogLine],
+    ) -> None:
+        self.registry = registry
+        self.facts = facts
+        job = facts.job
+        self.job = job
+        self.node_list = list(node_list) or (list(job.node_list) if job else [])
+        restarts = job.restarts if job is not None else None
+        self.lines = split_attempt(lines, restarts)
+        self.topo: Topology = learn_topology(
+            self.lines,
+            self.node_list,
+            num_tasks=facts.num_tasks,
+            aliases=facts.host_aliases(),
+        )
+        self.scan: JobScan = scan_job(registry, self.lines, self.topo)
+        boot = {n: t for n in facts.node_fields if (t := facts.boot_time(n)) is not None}
+        window = (job.start_time, job.end_time) if job is not None else (None, None)
+        self.node_events = scan_node_logs(
+            registry, node_logs, self.topo.hosts, window=window, boot=boot
+        )
+        self.metric_findings = [
+            Finding(h, f.category, f.severity, f.what, f.line, f.gpu)
+            for f in findings(metrics)
+            if (h := self.topo.hosts.canonical(f.host)) is not None
+        ]
+        self.state = job.state if job is not None else None
+        self.events = self.scan.events
+        self.kill_order = self._kill_order()
+
+    # ------------------------------------------------------------------ facts
+    @property
+    def running(self) -> bool:
+        if self.state is not None:
+            return self.state in RUNNING_STATES or self.state == "PENDING"
+        return not self.scan.ended and self._completion() is None
+
+    @property
+    def terminal(self) -> bool:
+        return self.state is not None and not self.running
+
+    def _completion(self) -> LogLine | None:
+        if self.scan.completed_line is not None:
+            return self.scan.completed_line
+        for entry in reversed(self.lines[-50:]):
+            m = _TOTAL.search(entry.text)
+            if m:
+                return entry if int(m.group(1)) >= int(m.group(2)) > 0 else None
+        return None
+
+    def completed(self) -> bool:
+        job = self.job
+        if job is not None and job.state not in RUNNING_STATES:
+            return job.state == "COMPLETED" and job.exit_code == 0 and job.exit_signal == 0
+        failing = [x for x in self.scan.exit_order if x.status != "exit" or x.code]
+        if failing or (self.scan.srun_rc not in (None, 0)):
+            return False
+        fatal = [e for e in self.events if e.root and e.match.severity == "fatal"]
+        done = self._completion()
+        if done is None:
+            return self.scan.srun_rc == 0 and not fatal
+        return not [e for e in fatal if e.order > self.lines.index(done)]
+
+    def _kill_order(self) -> int | None:
+        """Where the scheduler started killing the job (time limit, preemption, cancel)."""
+        for e in self.events:
+            if e.match.id in (
+                "slurm_cancelled_time_limit",
+                "slurm_cancelled_preemption",
+                "slurm_cancelled_other",
+                "slurm_job_cancelled",
+            ):
+                return e.order
+        return None
+
+    def actors(self) -> set[str]:
+        out = set(self.topo.actors())
+        out |= {e.actor for e in self.events if e.actor}
+        out |= set(self.scan.exits)
+        world = self.topo.world_size()
+        if world and out and all(a.startswith("t") for a in out):
+            out |= {f"t{i}" for i in range(world)}
+        return out
+
+    def node_of_actor(self, actor: str) -> str | None:
+        if actor in self.scan.exits and self.scan.exits[actor].node:
+            return self.scan.exits[actor].node
+        if actor.startswith("h"):
+            return self.topo.hosts.canonical(actor[1:])
+        number = int(actor[1:])
+        if actor.startswith("t"):
+            return self.topo.node_of(number, None)
+        return self.topo.node_of(None, number)
+
+    def first_events(self) -> dict[str, Event]:
+        first: dict[str, Event] = {}
+        for e in self.events:
+            if e.actor is not None and e.serious and (e.root or e.cascade):
+                first.setdefault(e.actor, e)
+        return first
+
+    def victims(self) -> set[str]:
+        """Actors whose first error is a cascade: they reacted to somebody else's failure."""
+        return {a for a, e in self.first_events().items() if e.cascade}
+
+    def in_job(self, node: str | None) -> bool:
+        return node is not None and (not self.node_list or node in self.node_list)
+
+    def scheduler_outcome(self) -> str | None:
+        why = None
+        for e in self.events:
+            if m := _KILL_REASON.search(e.line.text):
+                reason = m.group("why").strip()
+                if reason != "JOB REQUEUE":
+                    why = reason
+        state = self.state or ""
+        if state == "TIMEOUT" or why == "TIME LIMIT":
+            return "timeout"
+        if state == "PREEMPTED" or why == "PREEMPTION":
+            return "preempted"
+        if state in ("NODE_FAIL", "BOOT_FAIL") or (why or "").startswith("NODE FAIL"):
+            return "node_fail"
+        if state == "DEADLINE":
+            return "timeout"
+        cancelled = state == "CANCELLED" or (
+            not state and any(e.match.id == "slurm_job_cancelled" for e in self.events)
+        )
+        if cancelled:
+            return "admin_cancelled" if owner_cancelled(self.facts) is False else "owner_cancelled"
+        return None
 
 
-def _tasks(spec: str) -> list[int]:
-    out: list[int] = []
-    for part in spec.split(","):
-        lo, _, hi = part.partition("-")
-        if lo.isdigit():
-            out.extend(range(int(lo), int(hi) + 1) if hi.isdigit() else [int(lo)])
+# ---------------------------------------------------------------------------- the stages
+def _healthy(a: Analysis) -> Verdict | None:
+    if not a.completed():
+        return None
+    slow = _stragglers(a, timings_only=True)
+    if slow is not None and slow.culprits:
+        return slow  # it finished, but one node held everybody back
+    done = a._completion()
+    return Verdict(
+        Category.NONE, "none", "job completed", 1.0,
+        evidence=[done] if done is not None else [], kind="none",
+    )  # fmt: skip
+
+
+def _owner_cancel(a: Analysis, outcome: str | None) -> Verdict | None:
+    if outcome != "owner_cancelled":
+        return None
+    lines = [e.line for e in a.events if e.match.id == "slurm_job_cancelled"][:3]
+    return Verdict(
+        Category.SCHEDULER, "owner_cancelled", "the job was cancelled by its owner", 0.95,
+        evidence=lines, kind=AnomalyKind.CRASH, outcome=outcome,
+    )  # fmt: skip
+
+
+def _node_failure(a: Analysis, outcome: str | None) -> Verdict | None:
+    failed: dict[str, LogLine | None] = {}
+    for name, node in a.facts.nodes.items():
+        if a.in_job(name) and node_failed(node):
+            failed[name] = _node_record_line(a, name)
+    for name, line in a.facts.failed_nodes.items():
+        canonical = a.topo.hosts.canonical(name)
+        if canonical and a.in_job(canonical):
+            failed.setdefault(canonical, line)
+    for e in a.events:
+        if e.match.id == "srun_node_failure":
+            for name in re.split(r"[,\s]+", e.match.groups.get("node", "")):
+                canonical = a.topo.hosts.canonical(name)
+                if canonical and a.in_job(canonical):
+                    failed.setdefault(canonical, e.line)
+    node_fail = outcome == "node_fail"
+    if not failed and not node_fail:
+        return None
+    if not failed and len(a.node_list) <= 1:
+        # Nobody else to blame: the node the notice names (slurmctld lost contact with it).
+        for e in a.events:
+            if e.match.id == "slurm_cancelled_node_failure":
+                reported = a.topo.hosts.canonical(e.match.groups.get("node"))
+                if reported and (not a.node_list or a.node_list == [reported]):
+                    failed[reported] = e.line
+    culprits = sorted(failed)
+    category = Category.HARDWARE_HOST
+    evidence = [line for line in failed.values() if line is not None]
+    specific = [e for e in _hardware_events(a) if e.node in failed]
+    if specific:
+        category = specific[0].category
+        evidence = [e.line for e in specific] + evidence
+    evidence += [e.line for e in a.events if e.match.id.startswith("slurm_cancelled_node")]
+    where = ", ".join(culprits) or "an unidentified node"
+    return Verdict(
+        category, "node_failure", f"node failure: {where} failed or stopped responding",
+        0.9 if culprits else 0.7, culprits=culprits, evidence=evidence,
+        kind=AnomalyKind.CRASH, outcome="node_fail" if node_fail or not a.running else None,
+    )  # fmt: skip
+
+
+def _node_record_line(a: Analysis, node: str) -> LogLine | None:
+    for entry in a.facts.lines:
+        if entry.text.lstrip().startswith(f"NodeName={node} ") or (
+            f"NodeName={node}" in entry.text and "State=" in entry.text
+        ):
+            return entry
+    for entry in a.facts.lines:
+        if re.search(rf"\b{re.escape(node)}\b", entry.text) and re.search(
+            r"(?i)not responding|DOWN", entry.text
+        ):
+            return entry
+    return None
+
+
+def _hardware_events(a: Analysis) -> list[Event]:
+    """Serious hardware root events attributable to one of the job's nodes."""
+    victims = a.victims()
+    primaries = _primary_candidates(a, victims)
+    first_primary = min((p.order for p in primaries if not p.hardware), default=None)
+    out: list[Event] = []
+    for e in a.events:
+        if not (e.root and e.hardware and e.serious):
+            continue
+        if e.category == Category.HARDWARE_NETWORK and (
+            e.actor in victims or (first_primary is not None and first_primary < e.order)
+        ):
+            continue  # a survivor's link errors after its peer died are a consequence
+        out.append(e)
+    out += [e for e in a.node_events if e.root and e.hardware and e.serious and a.in_job(e.node)]
     return out
 
 
-def learn_topology(lines: list[LogLine], node_list: list[str]) -> Topology:
-    """Rank → node from what the log says, falling back to Slurm's block task layout."""
-    topo = Topology()
-    labels: set[int] = set()
-    pending_host: str | None = None
-    for entry in lines:
-        task, text = split_srun_label(entry.text)
-        if task is not None:
-            labels.add(task)
-        if m := _RANK_NODE.search(text):
-            topo.rank_node.setdefault(int(m.group("rank")), m.group("node"))
-        elif m := _SRUN_TASK.search(text):
-            for t in _tasks(m.group("tasks")):
-                topo.rank_node.setdefault(t, m.group("node"))
-        elif m := _ELASTIC_HOST.match(text):
-            pending_host = m.group("node")
-        elif (m := _ELASTIC_RANK.match(text)) and pending_host:
-            topo.rank_node.setdefault(int(m.group("rank")), pending_host)
-            pending_host = None
-    if node_list and labels:
-        per_node = max(1, -(-(max(labels) + 1) // len(node_list)))
-        for task in labels:
-            index = task // per_node
-            if index < len(node_list):
-                topo.rank_node.setdefault(task, node_list[index])
-    return topo
-
-
-def _event_node(text: str, rank: int | None, topo: Topology, node_list: list[str]) -> str | None:
-    if m := _SRUN_TASK.search(text):
-        return m.group("node")
-    if (m := _HOST_PREFIX.match(text)) and (not node_list or m.group("node") in node_list):
-        return m.group("node")
-    return topo.node_of(rank)
-
-
-def _message(text: str) -> str:
-    """The error text without prefixes, numbers, paths and addresses (for fingerprints)."""
-    _, rest = split_srun_label(text)
-    rest = re.sub(r"^\[rank\d+\]:\s*", "", rest)
-    return _NORMALISE.sub("#", rest).strip()[:200]
-
-
-def fingerprint(category: Category, key: str, nodes: list[str]) -> str:
-    digest = hashlib.sha256(f"{category.value}|{key}|{','.join(sorted(nodes))}".encode())
-    return f"{category.value}:{digest.hexdigest()[:12]}"
-
-
-def collect_events(
-    registry: Registry, lines: list[LogLine], topo: Topology, node_list: list[str]
-) -> list[Event]:
-    events: list[Event] = []
-    for entry in lines:
-        matches = [m for m in registry.scan(entry.text) if m.role in ("root", "cascade")]
-        if not matches:
+def _drain_findings(a: Analysis) -> list[Finding]:
+    """Nodes of the job an operator or health check drained for a hardware reason."""
+    reasons: dict[str, tuple[str, LogLine | None]] = {}
+    for name, record in a.facts.nodes.items():
+        if record.reason:
+            reasons[name] = (record.reason, _node_record_line(a, name))
+    for r in a.facts.reasons:
+        reasons.setdefault(r.node, (r.reason, None))
+    out: list[Finding] = []
+    for name, (reason, line) in reasons.items():
+        node = a.topo.hosts.canonical(name)
+        if node is None or not a.in_job(node) or reason.lower().startswith("resurgo"):
             continue
-        task, text = split_srun_label(entry.text)
-        rank = rank_of(text)
-        if rank is None:
-            rank = task
-        node = _event_node(text, rank, topo, node_list)
-        for match in matches:
-            events.append(Event(entry, rank, node, match, _message(text)))
-    return events
+        category = _hardware_reason(reason)
+        if category is None:
+            continue
+        where = line or next(
+            (e for e in a.facts.lines if name in e.text and reason[:20] in e.text), None
+        )
+        if where is not None:
+            out.append(Finding(node, category, "fatal", f"drained: {reason}", where))
+    return out
 
 
-def _scheduler_outcome(obs: JobObservation | None, lines: list[LogLine]) -> str | None:
-    for entry in reversed(lines):
-        if m := _CANCELLED_DUE.search(entry.text):
-            why = m.group("why").strip()
-            if "TIME LIMIT" in why:
-                return "timeout"
-            if "PREEMPTION" in why:
-                return "preempted"
-            if "NODE FAIL" in why:
-                return "node_fail"
-            if "REQUEUE" in why:
-                return None
-    if obs is None:
+def _hardware_reason(reason: str) -> Category | None:
+    text = reason.lower()
+    if re.search(r"\bxid\b|\becc\b|\bgpu|nvlink|nvswitch|fallen off|dcgm|row remap", text):
+        return Category.HARDWARE_GPU
+    if re.search(r"infiniband|\bib\b|\bhca\b|mlx\d|link (?:down|flap)|\bnic\b|port down", text):
+        return Category.HARDWARE_NETWORK
+    if re.search(
+        r"machine check|\bmce\b|dimm|memory error|power supply|\bpsu\b|\bfan\b|thermal|"
+        r"overheat|\bnvme\b|disk fail|hardware|hw error|\bbmc\b|\bnhc\b|health ?check",
+        text,
+    ):
+        return Category.HARDWARE_HOST
+    return None
+
+
+def _hardware(a: Analysis) -> Verdict | None:
+    events = _hardware_events(a)
+    fatal_metrics = [f for f in a.metric_findings if f.severity == "fatal" and a.in_job(f.host)]
+    fatal_metrics += _drain_findings(a)
+    if not events and not fatal_metrics:
         return None
-    return {
-        "TIMEOUT": "timeout",
-        "PREEMPTED": "preempted",
-        "NODE_FAIL": "node_fail",
-        "BOOT_FAIL": "node_fail",
-        "CANCELLED": "owner_cancelled",
-    }.get(obs.state)
+    by_node: dict[str, list[Event]] = {}
+    unplaced: list[Event] = []
+    for e in events:
+        node = e.node
+        if node is None and e.actor is not None:
+            node = a.node_of_actor(e.actor)
+        if node is None:
+            unplaced.append(e)
+        else:
+            by_node.setdefault(node, []).append(e)
+    metric_nodes: dict[str, list[Finding]] = {}
+    for f in fatal_metrics:
+        metric_nodes.setdefault(f.host, []).append(f)
+    if unplaced and not by_node:
+        node = _sole_failing_node(a)
+        if node is not None:
+            by_node[node] = unplaced
+            unplaced = []
+    corroborated = {e.node for e in events if e.origin == "node"} | set(metric_nodes)
+    nodes = sorted(set(by_node) | set(metric_nodes))
+    if corroborated:
+        # Where a host's own logs show the fault, a peer's ambiguous symptom (retries exceeded
+        # talking to it) does not make the peer a culprit too.
+        nodes = [
+            n for n in nodes
+            if n in corroborated
+            or any(e.match.id not in AMBIGUOUS_HARDWARE for e in by_node.get(n, []))
+        ]  # fmt: skip
+    ordered = sorted(events, key=lambda e: (e.origin != "job", e.order))
+    placed = [e for e in ordered if (e.node or _actor_node(a, e.actor)) in nodes]
+    ordered = placed + [e for e in ordered if e not in placed] if placed else ordered
+    first_cat = ordered[0].category if ordered else fatal_metrics[0].category
+    head = ordered[0] if ordered else None
+    confidence = 0.95 if corroborated else 0.9
+    everywhere = len(a.node_list) >= 2 and set(nodes) >= set(a.node_list)
+    ambiguous = all(e.match.id in AMBIGUOUS_HARDWARE for e in events) and not fatal_metrics
+    if (
+        everywhere
+        and not corroborated
+        and ambiguous
+        and (first_cat != Category.HARDWARE_NETWORK or len(a.node_list) >= 3)
+    ):
+        # The same "hardware" error on every node at once is the fabric or the software.
+        nodes, confidence = [], 0.6
+    if not nodes:
+        confidence = min(confidence, 0.7)
+    gpus: list[str] = []
+    for node in nodes:
+        for e in by_node.get(node, []):
+            pci = e.match.groups.get("pci")
+            if pci:
+                gpus.append(f"{node}:{_bus_id(pci)}")
+        for f in metric_nodes.get(node, []):
+            if f.gpu:
+                gpus.append(f"{node}:{f.gpu}")
+    what = head.match.id if head is not None else fatal_metrics[0].what
+    if head is not None and head.match.groups.get("xid"):
+        what = f"Xid {head.match.groups['xid']}"
+    key = head.key if head is not None else f"metric|{fatal_metrics[0].what}"
+    evidence = [e.line for e in ordered] + [f.line for f in fatal_metrics]
+    evidence += _exit_lines(a, nodes)
+    ranks = sorted({e.rank if e.rank is not None else e.task for e in events
+                    if e.node in nodes and (e.rank is not None or e.task is not None)}
+                   )  # type: ignore[type-var]  # fmt: skip
+    return Verdict(
+        first_cat, key, f"{what} on {', '.join(nodes) or 'an unidentified node'}", confidence,
+        culprits=nodes, ranks=[r for r in ranks if r is not None], gpus=sorted(set(gpus)),
+        evidence=evidence,
+    )  # fmt: skip
+
+
+def _bus_id(pci: str) -> str:
+    """`0000:3B:00.0` and `0000:3b:00` name the same GPU: lower case, no PCI function."""
+    return re.sub(r"\.\d$", "", pci.lower())
+
+
+def _sole_failing_node(a: Analysis) -> str | None:
+    if len(a.node_list) == 1:
+        return a.node_list[0]
+    failing = {x.node for x in a.scan.exit_order if x.status != "terminated" and x.node}
+    return next(iter(failing)) if len(failing) == 1 else None
+
+
+def _exit_lines(a: Analysis, nodes: Iterable[str]) -> list[LogLine]:
+    wanted = set(nodes)
+    return [x.line for x in a.scan.exit_order if x.node in wanted and x.status != "terminated"]
+
+
+def _primary_candidates(a: Analysis, victims: set[str]) -> list[Event]:
+    cut = a.kill_order
+    out = []
+    for e in a.events:
+        if not (e.root and e.serious) or e.actor in victims:
+            continue
+        if cut is not None and e.order > cut:
+            continue
+        out.append(e)
+    return out
+
+
+def _root_failure(a: Analysis) -> Verdict | None:
+    victims = a.victims()
+    primaries = [e for e in _primary_candidates(a, victims) if not e.hardware]
+    deaths = [
+        x
+        for x in a.scan.exit_order
+        if x.status in ("signal", "killed", "oom") and x.actor not in victims
+        and (a.kill_order is None or x.order < a.kill_order)
+    ]  # fmt: skip
+    node_app = [
+        e for e in a.node_events
+        if e.root and e.serious and e.category in (Category.APPLICATION, Category.SYSTEM_SOFTWARE)
+        and a.in_job(e.node)
+    ]  # fmt: skip
+    if primaries:
+        return _from_primaries(a, primaries, victims, deaths, node_app)
+    if deaths:
+        verdict = _from_death(a, deaths[0], node_app)
+        world = a.topo.world_size() or len(a.actors())
+        if world >= 2 and len({x.actor for x in deaths}) >= world:
+            # Every process died the same way at once: not one node's doing.
+            verdict.culprits = []
+            verdict.summary = f"every task died: {deaths[0].what}"
+        return verdict
+    elastic = [f for f in a.scan.elastic if f.root]
+    if elastic:
+        f = elastic[0]
+        node = f.node or (a.topo.node_of(None, f.rank) if f.rank is not None else None)
+        explained = _explain_by_node(a, node, node_app)
+        if explained is not None:
+            return explained
+        signal = f"signal {-f.exitcode}" if f.exitcode is not None and f.exitcode < 0 else (
+            f"exit code {f.exitcode}")  # fmt: skip
+        # SIGSEGV/SIGABRT/SIGBUS/SIGILL/SIGFPE: a native crash; SIGKILL & co: cause unknown.
+        native = f.exitcode in (-11, -6, -7, -4, -8)
+        return Verdict(
+            Category.SYSTEM_SOFTWARE if native else Category.UNKNOWN, f"elastic|{signal}",
+            f"rank {f.rank} on {node or '?'} failed first ({signal})", 0.6,
+            culprits=[node] if node else [],
+            ranks=[f.rank] if f.rank is not None else [], evidence=[f.line],
+        )  # fmt: skip
+    silent = [
+        x for x in a.scan.exit_order
+        if x.status == "exit" and x.code and not x.after_termination
+        and x.actor not in {e.actor for e in a.events}
+    ]  # fmt: skip
+    if silent:
+        x = silent[0]
+        return Verdict(
+            Category.UNKNOWN, f"exit|{x.code}", f"task {x.task} on {x.node} exited with code "
+            f"{x.code} first, without an error message", 0.5,
+            culprits=[x.node] if x.node else [], ranks=[x.task], evidence=[x.line],
+        )  # fmt: skip
+    if node_app:
+        e = node_app[0]
+        return Verdict(
+            e.category, e.key, f"{e.match.id} on {e.node}", 0.65,
+            culprits=[e.node] if e.match.id in NODE_LOCAL_SYSTEM and e.node else [],
+            evidence=[e.line],
+        )  # fmt: skip
+    return None
+
+
+def _explain_by_node(a: Analysis, node: str | None, node_app: list[Event]) -> Verdict | None:
+    """A rank that died without a word: did its node's kernel kill it (OOM)?"""
+    for e in node_app:
+        if e.node == node and e.category == Category.APPLICATION:
+            return Verdict(
+                Category.APPLICATION, e.key, f"{e.match.id} on {node}: the job ran out of "
+                "host memory", 0.7, evidence=[e.line],
+            )  # fmt: skip
+    return None
+
+
+def _from_death(a: Analysis, x: TaskExit, node_app: list[Event]) -> Verdict:
+    explained = _explain_by_node(a, x.node, node_app)
+    if explained is not None:
+        explained.evidence.append(x.line)
+        explained.ranks = [x.task]
+        return explained
+    if x.status == "oom":
+        return Verdict(
+            Category.APPLICATION, "oom|task", f"task {x.task} on {x.node} ran out of memory",
+            0.7, ranks=[x.task], evidence=[x.line],
+        )  # fmt: skip
+    local = [e for e in node_app if e.node == x.node and e.match.id in NODE_LOCAL_SYSTEM]
+    if local:
+        e = local[0]
+        return Verdict(
+            Category.SYSTEM_SOFTWARE, e.key, f"{e.match.id} on {x.node}", 0.7,
+            culprits=[x.node] if x.node else [], ranks=[x.task], evidence=[e.line, x.line],
+        )  # fmt: skip
+    # A native crash (SIGSEGV/SIGABRT/SIGBUS/SIGILL/SIGFPE) with no hardware fault on its host
+    # is the framework's or the node's software; a bare SIGKILL says nothing about the cause.
+    native = x.status == "signal"
+    return Verdict(
+        Category.SYSTEM_SOFTWARE if native else Category.UNKNOWN,
+        f"signal|{normalise(x.what)}", f"task {x.task} on {x.node} died first: {x.what}",
+        0.6, culprits=[x.node] if x.node else [], ranks=[x.task], evidence=[x.line],
+    )  # fmt: skip
+
+
+def _from_primaries(
+    a: Analysis,
+    primaries: list[Event],
+    victims: set[str],
+    deaths: list[TaskExit],
+    node_app: list[Event],
+) -> Verdict:
+    first = min(primaries, key=lambda e: e.order)
+    same = [e for e in primaries if e.key == first.key]
+    actors = {e.actor for e in same if e.actor is not None}
+    others = {e.actor for e in primaries if e.actor is not None and e.key != first.key}
+    world = a.topo.world_size() or len(a.actors())
+    everywhere = (
+        len(actors) >= 2
+        and not victims
+        and not (others - actors)
+        and (len(actors) >= world or (world >= 3 and len(actors) >= world - 1))
+    )
+    if not actors and world >= 2:
+        # No labels or rank prefixes: the same error printed once per process, by every one.
+        unlabeled = [e for e in same if e.actor is None and e.origin == "job"]
+        everywhere = len({e.line.line_no for e in unlabeled}) >= world and not others
+    nodes = sorted({n for e in same if (n := e.node or _actor_node(a, e.actor)) is not None})
+    if not nodes and not everywhere and first.actor is None:
+        # An unlabelled crash report: srun's verdict says whose process died of a signal.
+        dead = {x.node for x in deaths if x.node} or {
+            x.node for x in a.scan.exit_order
+            if x.node and x.status == "exit" and x.code and x.actor not in victims
+            and not x.after_termination
+        }  # fmt: skip
+        if len(dead) == 1:
+            nodes = sorted(dead)
+    ranks = sorted({r for e in same if (r := _rank(e)) is not None})
+    evidence = [e.line for e in same] + [
+        x.line for x in a.scan.exit_order if x.actor in actors and x.status != "terminated"
+    ]
+    evidence += [e.line for e in a.events if e.cascade][:3]  # fmt: skip
+    category = first.category
+    mid = first.match.id
+    if everywhere:
+        scope = "every rank"
+    elif ranks:
+        scope = f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
+    else:
+        scope = "one rank"
+    summary = f"{first.message[:160]} ({scope})"
+    if category == Category.APPLICATION:
+        on_line = [e for e in a.events if e.line == first.line]
+        deterministic = mid in DETERMINISTIC_APP and not any(
+            e.match.id in NONDETERMINISTIC_APP or "nan" in e.match.tags for e in on_line
+        )
+        if everywhere:
+            confidence = 0.95 if deterministic else 0.75
+        else:
+            confidence = 0.7 if deterministic else 0.6
+        return Verdict(category, first.key, summary, confidence, ranks=ranks, evidence=evidence)
+    if category == Category.SYSTEM_SOFTWARE:
+        troubled = {
+            e.node for e in a.node_events
+            if e.root and e.category == Category.SYSTEM_SOFTWARE and e.node is not None
+        }  # fmt: skip
+        node_local = mid in NODE_LOCAL_SYSTEM or (bool(nodes) and set(nodes) <= troubled)
+        local = node_local and not everywhere and nodes and (
+            len(a.node_list) < 2 or set(nodes) < set(a.node_list)
+        )  # fmt: skip
+        if local:
+            evidence += [e.line for e in a.node_events if e.node in nodes and e.root]
+        return Verdict(
+            category, first.key, summary, 0.8 if local else 0.75,
+            culprits=nodes if local else [], ranks=ranks, evidence=evidence,
+        )  # fmt: skip
+    # unknown root (segfault, abort, CUDA error of no known class, exception of no known type)
+    if everywhere and mid == "python_exception":
+        return Verdict(Category.APPLICATION, first.key, summary, 0.75, ranks=ranks,
+                       evidence=evidence)  # fmt: skip
+    if first.actor is not None:
+        explained = _explain_by_node(a, _actor_node(a, first.actor), node_app)
+        if explained is not None:
+            explained.evidence += evidence
+            explained.ranks = ranks
+            return explained
+    named = mid not in SHARED_UNKNOWN and not everywhere
+    category = Category.SYSTEM_SOFTWARE if mid in NATIVE_CRASH else Category.UNKNOWN
+    return Verdict(
+        category, first.key, summary, 0.6 if named else 0.5,
+        culprits=nodes if named else [], ranks=ranks, evidence=evidence,
+    )  # fmt: skip
+
+
+def _actor_node(a: Analysis, actor: str | None) -> str | None:
+    return a.node_of_actor(actor) if actor else None
+
+
+def _rank(e: Event) -> int | None:
+    return e.rank if e.rank is not None else e.task
+
+
+def _scheduler(a: Analysis, outcome: str | None) -> Verdict | None:
+    if outcome not in ("timeout", "preempted", "admin_cancelled"):
+        return None
+    lines = [e.line for e in a.events if e.match.id.startswith("slurm_")][:3]
+    what = {
+        "timeout": "the job reached its time limit",
+        "preempted": "the job was preempted",
+        "admin_cancelled": "the job was cancelled by an administrator",
+    }[outcome]
+    return Verdict(Category.SCHEDULER, outcome, what, 0.9, evidence=lines,
+                   kind=AnomalyKind.CRASH, outcome=outcome)  # fmt: skip
+
+
+def _cascade_only(a: Analysis) -> Verdict | None:
+    cascades = [e for e in a.events if e.cascade and e.serious and e.actor is not None]
+    if not cascades:
+        return None
+    reporting = {e.actor for e in cascades}
+    actors = a.actors()
+    silent = sorted(actors - reporting - {e.actor for e in a.events if e.root})
+    hang = any(e.match.kind == AnomalyKind.HANG for e in cascades)
+    culprits: list[str] = []
+    ranks: list[int] = []
+    if silent and len(silent) < len(actors):
+        culprits = sorted({n for s in silent if (n := a.node_of_actor(s)) is not None})
+        ranks = sorted(int(s[1:]) for s in silent if s[1:].isdigit())
+    # The peers they lost, where the address names one of the job's nodes (NodeAddr).
+    peers: set[str] = set()
+    for e in cascades:
+        address = re.sub(r"[<:\]].*$", "", e.match.groups.get("peer", "")).strip("[")
+        node = a.topo.hosts.canonical(address) if address else None
+        if node is not None and node in a.node_list:
+            peers.add(node)
+    if peers and len(peers) < len(a.node_list):
+        narrowed = sorted(peers & set(culprits)) if culprits else []
+        culprits = narrowed or sorted(peers)
+    what = "timed out waiting" if hang else "lost their connection"
+    who = f"; silent: rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}" + (
+        f" on {', '.join(culprits)}" if culprits else "") if ranks else ""  # fmt: skip
+    evidence = [e.line for e in cascades[:6]] + _exit_lines(a, culprits)
+    first = min(cascades, key=lambda e: e.order)
+    return Verdict(
+        Category.UNKNOWN, "hang|collective" if hang else f"cascade|{first.match.id}",
+        f"{len(reporting)} rank(s) {what} for a peer{who}", 0.5 if culprits else 0.4,
+        culprits=culprits, ranks=ranks, evidence=evidence,
+        kind=AnomalyKind.HANG if hang else AnomalyKind.CRASH,
+    )  # fmt: skip
+
+
+def _stragglers(a: Analysis, *, timings_only: bool = False) -> Verdict | None:
+    per_rank: dict[int, list[float]] = {}
+    node_of: dict[int, str] = {}
+    for rank, samples in a.scan.timings.items():
+        recent = sorted(samples)[-STRAGGLER_WINDOW * 2 :]
+        if len(recent) >= 3:
+            per_rank[rank] = [ms for _, ms, _ in recent]
+            node_of[rank] = recent[-1][2]
+    slow: list[int] = []
+    if len(per_rank) >= 2:
+        medians = {r: statistics.median(v) for r, v in per_rank.items()}
+        for rank, value in medians.items():
+            rest = [m for r, m in medians.items() if r != rank]
+            baseline = statistics.median(rest)
+            if value >= STRAGGLER_RATIO * baseline and value - baseline >= STRAGGLER_MIN_MS:
+                slow.append(rank)
+        if len(slow) * 2 > len(per_rank):
+            slow = []
+    if timings_only and not slow:
+        return None
+    report = [e for e in a.events if e.match.id == "straggler_report"]
+    degraded = [f for f in a.metric_findings if f.severity == "degraded" and a.in_job(f.host)]
+    warn = [
+        e for e in a.node_events
+        if e.match.kind == AnomalyKind.STRAGGLER and e.root and a.in_job(e.node)
+    ]  # fmt: skip
+    if not slow and not report and not degraded and not warn:
+        return None
+    nodes = {node_of[r] for r in slow if node_of.get(r)}
+    for e in report:
+        named = {n for n in a.node_list if re.search(rf"\b{re.escape(n)}\b", e.line.text)}
+        if not named:
+            # NVRx: "Calculated score (rank, score): [(5, 0.61)]", or "rank 5" / "Rank 5".
+            pairs = re.findall(r"\((\d+),\s*[01]?\.\d+\)|\b[Rr]ank[ =:]+(\d+)\b", e.line.text)
+            for pair in pairs:
+                rank = int(pair[0] or pair[1])
+                node = a.topo.node_of(rank, rank)
+                if node is not None:
+                    named.add(node)
+                    slow.append(rank)
+        nodes |= named
+    if not nodes:
+        nodes = {f.host for f in degraded} | {e.node for e in warn if e.node}
+    culprits = sorted(n for n in nodes if a.in_job(n))
+    explained = [f for f in degraded if f.host in culprits]
+    explained_logs = [e for e in warn if e.node in culprits]
+    category = Category.UNKNOWN
+    confidence = 0.6
+    evidence: list[LogLine] = []
+    if explained:
+        category, confidence = explained[0].category, 0.8
+        evidence += [f.line for f in explained]
+    elif explained_logs:
+        category, confidence = explained_logs[0].category, 0.75
+        evidence += [e.line for e in explained_logs]
+    for rank in slow:
+        lines = [e for e in a.lines if f"[rank{rank}]" in e.text and "step_time_ms" in e.text]
+        evidence += lines[-2:]
+    evidence += [e.line for e in report]
+    where = ", ".join(culprits) or "unknown nodes"
+    slow = sorted(set(slow))
+    which = f" (rank{'s' if len(slow) > 1 else ''} {', '.join(map(str, slow))})" if slow else ""
+    return Verdict(
+        category, "straggler", f"straggler on {where}{which}", confidence,
+        culprits=culprits, ranks=sorted(slow), evidence=evidence, kind=AnomalyKind.STRAGGLER,
+    )  # fmt: skip
+
+
+def _nothing(a: Analysis) -> Verdict:
+    if a.running:
+        return Verdict(
+            Category.UNKNOWN, "hang", "no training progress and no error in the output"
+            + (f" (last iteration {a.scan.max_iteration})" if a.scan.max_iteration is not None
+               else ""),
+            0.4, evidence=a.lines[-3:], kind=AnomalyKind.HANG,
+        )  # fmt: skip
+    job = a.job
+    code = f"{job.exit_code}:{job.exit_signal}" if job is not None else "?"
+    state = job.state if job is not None else "ended"
+    return Verdict(
+        Category.UNKNOWN, f"exit|{code}", f"job {state} with exit code {code} and no recognised "
+        "error", 0.3, evidence=[x.line for x in a.scan.exit_order[:3]] or a.lines[-3:],
+        kind=AnomalyKind.CRASH,
+    )  # fmt: skip
+
+
+# ---------------------------------------------------------------------------- entry points
+class Progress(NamedTuple):
+    max_iteration: int | None
+    resumed_from: int | None
 
 
 def attribute(
     registry: Registry,
-    anomaly: Anomaly,
+    anomaly: Anomaly | None,
     lines: list[LogLine],
     obs: JobObservation | None,
     nodes: list[NodeObservation],
     node_list: list[str],
+    *,
+    node_logs: Mapping[str, list[LogLine]] | None = None,
+    scheduler_lines: list[LogLine] | None = None,
+    metrics: list[LogLine] | None = None,
 ) -> Attribution:
-    """Name the category, the culprit nodes and the evidence for one anomaly."""
-    topo = learn_topology(lines, node_list)
-    events = collect_events(registry, lines, topo, node_list)
-    outcome = _scheduler_outcome(obs, lines)
-    ckpt = any(is_checkpoint_failure(e.match.id) for e in events)
-    down = sorted(
-        n.name for n in nodes if n.name in node_list and any(s in n.state for s in _DOWN_STATES)
+    """Name the kind, category, culprit nodes and evidence of one attempt's failure.
+
+    `anomaly` is the live detector's finding (its kind is kept); without one (offline bundles)
+    the kind is inferred. `obs`/`nodes` are fresh scheduler observations, `scheduler_lines` any
+    scheduler text (scontrol/sacct/sinfo/slurmctld), `node_logs` node-side files per host and
+    `metrics` Prometheus text.
+    """
+    return analyse(
+        registry, anomaly, lines, obs, nodes, node_list,
+        node_logs=node_logs, scheduler_lines=scheduler_lines, metrics=metrics,
+    )[0]  # fmt: skip
+
+
+def analyse(
+    registry: Registry,
+    anomaly: Anomaly | None,
+    lines: list[LogLine],
+    obs: JobObservation | None,
+    nodes: list[NodeObservation],
+    node_list: list[str],
+    *,
+    node_logs: Mapping[str, list[LogLine]] | None = None,
+    scheduler_lines: list[LogLine] | None = None,
+    metrics: list[LogLine] | None = None,
+) -> tuple[Attribution, Progress]:
+    """`attribute`, plus the attempt's training progress as its output shows it."""
+    facts = parse_scheduler(scheduler_lines or [])
+    if obs is not None:
+        facts.job = obs
+    for node in nodes:
+        facts.nodes[node.name] = node
+    a = Analysis(registry, lines, facts, node_list, node_logs or {}, metrics or [])
+    outcome = a.scheduler_outcome()
+    live_straggler = anomaly is not None and anomaly.kind == AnomalyKind.STRAGGLER
+    verdict = (
+        _healthy(a)
+        or _owner_cancel(a, outcome)
+        or _node_failure(a, outcome)
+        or _hardware(a)
+        or (_stragglers(a) if live_straggler else None)
+        or _root_failure(a)
+        or _scheduler(a, outcome)
+        or _cascade_only(a)
+        or (_stragglers(a) if a.running else None)
+        or _nothing(a)
+    )
+    if (
+        anomaly is not None
+        and anomaly.suspects
+        and not verdict.culprits
+        and anomaly.kind in (AnomalyKind.STRAGGLER, AnomalyKind.HANG)
+        and verdict.category in (Category.UNKNOWN, *HARDWARE_CATEGORIES)
+    ):
+        verdict.culprits = [n for n in anomaly.suspects if a.in_job(n)]
+        verdict.summary += f" (detection singled out {', '.join(verdict.culprits)})"
+    progress = Progress(a.scan.max_iteration, a.scan.resumed_from)
+    return _finish(a, verdict, anomaly, outcome), progress
+
+
+def _kind(a: Analysis, verdict: Verdict, anomaly: Anomaly | None) -> Kind:
+    if verdict.category == Category.NONE:
+        return "none"
+    if anomaly is not None:
+        return anomaly.kind
+    if verdict.kind is not None:
+        return verdict.kind
+    fatal_in_log = any(e.root and e.serious for e in a.events)
+    if a.running and not fatal_in_log:
+        return AnomalyKind.HANG
+    decisive = [e for e in a.events if e.root and e.serious and e.line in verdict.evidence]
+    if decisive and all(e.match.kind == AnomalyKind.HANG for e in decisive):
+        return AnomalyKind.HANG
+    return AnomalyKind.CRASH
+
+
+def _finish(a: Analysis, v: Verdict, anomaly: Anomaly | None, outcome: str | None) -> Attribution:
+    kind = _kind(a, v, anomaly)
+    if kind == "none":
+        return Attribution(
+            kind="none", category=Category.NONE, confidence=v.confidence, fingerprint="none",
+            summary=v.summary, evidence=_dedupe(v.evidence),
+        )  # fmt: skip
+    category = v.category if v.category != Category.NONE else Category.UNKNOWN
+    checkpoint = any(
+        e.checkpoint_save
+        and e.root
+        and e.serious
+        and (a.kill_order is None or e.order < a.kill_order)
+        for e in a.events
+    )
+    culprits = sorted({c for c in v.culprits if c})
+    return Attribution(
+        kind=kind,
+        category=category,
+        culprit_nodes=culprits,
+        culprit_ranks=sorted(set(v.ranks)),
+        culprit_gpus=sorted(set(v.gpus)),
+        confidence=round(min(max(v.confidence, 0.0), 1.0), 2),
+        fingerprint=fingerprint(category, v.key),
+        summary=v.summary[:500],
+        evidence=_dedupe(v.evidence),
+        scheduler_outcome=v.outcome if v.outcome is not None else _outcome_for(outcome),
+        checkpoint_failure=checkpoint,
     )
 
-    def verdict(
-        category: Category,
-        culprits: list[str],
-        confidence: float,
-        key: str,
-        summary: str,
-        evidence: list[LogLine],
-        ranks: list[int] | None = None,
-    ) -> Attribution:
-        culprits = sorted(set(culprits))
-        return Attribution(
-            kind=anomaly.kind,
-            category=category,
-            culprit_nodes=culprits,
-            culprit_ranks=sorted(set(ranks or [])),
-            confidence=confidence,
-            fingerprint=fingerprint(category, key, culprits),
-            summary=summary,
-            evidence=evidence[:20],
-            scheduler_outcome=outcome,
-            checkpoint_failure=ckpt,
-        )
 
-    if outcome in ("preempted", "owner_cancelled", "timeout"):
-        return verdict(
-            Category.SCHEDULER, [], 0.9, outcome, f"job {obs.state if obs else outcome}",
-            [e.line for e in events[:5]],
-        )  # fmt: skip
-    if outcome == "node_fail" or down:
-        culprits = down or [n for n in anomaly.nodes if n]
-        return verdict(
-            Category.HARDWARE_HOST, culprits, 0.85, "node_down",
-            f"node(s) {', '.join(culprits) or '?'} failed or stopped responding",
-            [e.line for e in events[:5]],
-        )  # fmt: skip
-
-    roots = [e for e in events if e.match.role == "root"]
-    hardware = [e for e in roots if e.match.category.startswith("hardware")]
-    if hardware:
-        first = hardware[0]
-        culprits = [e.node for e in hardware if e.node][:1]
-        return verdict(
-            Category(first.match.category), culprits, 0.9, first.match.id,
-            f"{first.match.id} on {culprits[0] if culprits else 'unknown node'}",
-            [e.line for e in hardware], [e.rank for e in hardware if e.rank is not None],
-        )  # fmt: skip
-
-    app = [e for e in roots if e.match.category == "application"]
-    if app:
-        by_rank: dict[int | None, list[Event]] = defaultdict(list)
-        for e in app:
-            by_rank[e.rank].append(e)
-        messages = {e.message for e in app if e.match.severity == "fatal"} or {app[0].message}
-        ranks = [r for r in by_rank if r is not None]
-        world = max(len(topo.rank_node), len(ranks))
-        everywhere = len(ranks) >= 2 and len(ranks) >= world and len(messages) == 1
-        first = app[0]
-        confidence = 0.95 if everywhere else 0.7
-        scope = "every rank" if everywhere else f"rank {first.rank}"
-        return verdict(
-            Category.APPLICATION, [], confidence, first.match.id + "|" + sorted(messages)[0],
-            f"{first.message[:120]} ({scope})", [e.line for e in app], ranks,
-        )  # fmt: skip
-
-    system = [e for e in roots if e.match.category in ("system_software", "unknown")]
-    died = _first_task_death(lines, topo)
-    if died is not None:
-        node, what, line = died
-        category = Category.SYSTEM_SOFTWARE if "Segmentation" in what else Category.UNKNOWN
-        return verdict(
-            category, [node] if node else [], 0.6, f"task_death|{_message(what)}",
-            f"first rank to die ran on {node}: {what.strip()}", [line, *[e.line for e in system]],
-        )  # fmt: skip
-    if system:
-        first = system[0]
-        return verdict(
-            Category(first.match.category), [first.node] if first.node else [], 0.5,
-            first.match.id, first.message[:120], [e.line for e in system],
-        )  # fmt: skip
-    if anomaly.kind == AnomalyKind.HANG:
-        return verdict(
-            Category.UNKNOWN, [], 0.4, "hang", anomaly.summary, [e.line for e in events[:10]]
-        )
-    if obs is not None and obs.state == "COMPLETED" and obs.exit_code == 0:
-        return Attribution(
-            kind="none", category=Category.NONE, confidence=1.0, fingerprint="none",
-            summary="job completed",
-        )  # fmt: skip
-    return verdict(
-        Category.UNKNOWN, [], 0.3, f"exit|{obs.exit_code if obs else '?'}",
-        anomaly.summary, [e.line for e in events[:10]],
-    )  # fmt: skip
+def _outcome_for(outcome: str | None) -> str | None:
+    # A failure found in the log keeps the scheduler's verdict only where it shapes the budget.
+    return outcome if outcome in ("timeout", "preempted", "node_fail") else None
 
 
-def _first_task_death(lines: list[LogLine], topo: Topology) -> tuple[str, str, LogLine] | None:
-    """The earliest srun report of a task killed by a signal (the rank that died first)."""
-    for entry in lines:
-        _, text = split_srun_label(entry.text)
-        m = _SRUN_TASK.search(text)
-        if m and ("Killed" in m.group("what") or "Segmentation" in m.group("what")):
-            return m.group("node"), m.group("what"), entry
-    return None
+def _dedupe(lines: Iterable[LogLine]) -> list[LogLine]:
+    seen: set[tuple[str, int]] = set()
+    out: list[LogLine] = []
+    for line in lines:
+        key = (line.source, line.line_no)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(line.model_copy(update={"text": line.text[:2000]}))
+        if len(out) >= MAX_EVIDENCE:
+            break
+    return out
+
+
+def attribute_bundle(
+    bundle: Bundle, registry: Registry | None = None
+) -> tuple[Attribution, Progress]:
+    """The offline path: the same rules over an evidence bundle, kind inferred."""
+    return analyse(
+        registry or Registry.default(),
+        None,
+        bundle.job,
+        None,
+        [],
+        [],
+        node_logs=bundle.node_logs,
+        scheduler_lines=bundle.scheduler,
+        metrics=bundle.metrics,
+    )

@@ -19,6 +19,11 @@ case-sensitive entries form one trie-shaped regex searched in the line, those of
 case-insensitive entries another one searched in `line.lower()`. A benign line (no literal)
 costs those two C-level searches and nothing else; a line with literals runs only the entries
 they belong to. Entries without a usable literal run on every line (the tests keep none).
+
+Chunk path (`scan_chunk`, `scan_many`): a whole chunk of lines is searched for the required
+literals at once by a chunk engine (`activities.detect.scanner`: Hyperscan when installed, else
+stdlib `re`), so a benign line costs no Python call at all. Every path gives exactly the result
+of `scan_naive`, line by line.
 """
 
 from __future__ import annotations
@@ -27,7 +32,9 @@ import functools
 import importlib
 import itertools
 import json
+import logging
 import re
+import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -38,11 +45,23 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from activities.detect.lines import strip_prefixes
+from activities.detect.scanner import (
+    ChunkEngine,
+    EngineName,
+    RegexEngine,
+    RequiredLiteral,
+    build_engine,
+    requested_engine,
+)
 from workflows.contracts import AnomalyKind, Category
+
+log = logging.getLogger(__name__)
 
 SUPPORTED_VERSIONS = frozenset({1})
 REGEX_FLAGS = re.ASCII
 PACKAGED_FILE = "patterns.json"
+CHUNK_LINES = 2048
+"""Lines joined into one buffer per engine call (a buffer this size stays in the CPU cache)."""
 
 Role = Literal["root", "cascade", "context"]
 Severity = Literal["fatal", "error", "warning"]
@@ -118,12 +137,24 @@ class _Compiled:
     pattern: re.Pattern[str]
     fold: bool
     literals: frozenset[str] | None
+    template: PatternMatch
+    """The entry's match with an empty span; each match is a copy with span and groups set."""
 
 
 def _compile(entry: PatternEntry) -> _Compiled:
     fold = needs_folding(entry.regex)
     literals = required_literals(entry.regex, fold=fold)
-    return _Compiled(entry, re.compile(entry.regex, REGEX_FLAGS), fold, literals)
+    template = PatternMatch.model_construct(
+        id=entry.id,
+        kind=entry.kind,
+        category=entry.category,
+        role=entry.role,
+        severity=entry.severity,
+        span=(0, 0),
+        groups={},
+        tags=entry.tags,
+    )
+    return _Compiled(entry, re.compile(entry.regex, REGEX_FLAGS), fold, literals, template)
 
 
 class _Prefilter:
@@ -133,6 +164,7 @@ class _Prefilter:
         words = sorted(keywords)
         trie = _trie_regex(words)
         self.search = re.compile(trie).search
+        self.scan_iter = re.compile(trie).finditer
         self.finditer = re.compile(f"(?=({trie}))").finditer
         # The finder reports the shortest keyword starting at a position; every longer keyword
         # starting there extends it, so a keyword implies the entries of all its extensions.
@@ -155,12 +187,25 @@ class Registry:
     """A validated, immutable set of pattern entries with a prefiltered scanner."""
 
     def __init__(
-        self, entries: Sequence[PatternEntry], *, version: int = 1, source: str = ""
+        self,
+        entries: Sequence[PatternEntry],
+        *,
+        version: int = 1,
+        source: str = "",
+        engine: str | None = None,
     ) -> None:
+        """`engine`: the chunk engine (`auto`, `hyperscan` or `re`; default from the environment
+        variable `RESURGO_SCAN_ENGINE`, else `auto`). It only changes speed, never results."""
         self.version = version
         self.source = source or "<memory>"
         if version not in SUPPORTED_VERSIONS:
             raise RegistryError(f"{self.source}: unsupported registry version {version!r}")
+        try:
+            self._engine_request: EngineName = requested_engine(engine)
+        except ValueError as exc:
+            raise RegistryError(f"{self.source}: {exc}") from None
+        self._engine: ChunkEngine | None = None
+        self._engine_lock = threading.Lock()
         seen: dict[str, int] = {}
         for index, entry in enumerate(entries):
             if entry.id in seen:
@@ -176,7 +221,9 @@ class Registry:
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def load(cls, path: str | PathLike[str] | None = None) -> Registry:
+    def load(
+        cls, path: str | PathLike[str] | None = None, *, engine: str | None = None
+    ) -> Registry:
         """Load and validate a registry file (default: the packaged `patterns.json`)."""
         if path is None:
             source = f"activities.detect/{PACKAGED_FILE}"
@@ -195,10 +242,10 @@ class Registry:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise RegistryError(f"{source}: not valid JSON: {exc}") from exc
-        return cls.from_data(data, source=source)
+        return cls.from_data(data, source=source, engine=engine)
 
     @classmethod
-    def from_data(cls, data: object, *, source: str = "") -> Registry:
+    def from_data(cls, data: object, *, source: str = "", engine: str | None = None) -> Registry:
         """Build from the decoded JSON document (`{"version": 1, "patterns": [...]}`)."""
         where = source or "<memory>"
         if not isinstance(data, Mapping):
@@ -214,7 +261,7 @@ class Registry:
                 entries.append(PatternEntry.model_validate(raw))
             except ValidationError as exc:
                 raise RegistryError(f"{where}: pattern {name!r}: {_first_error(exc)}") from exc
-        return cls(entries, version=doc.version, source=where)
+        return cls(entries, version=doc.version, source=where, engine=engine)
 
     @classmethod
     def default(cls) -> Registry:
@@ -249,6 +296,16 @@ class Registry:
         """The literals the prefilter looks for (case-sensitive ones, then lower-case ones)."""
         return tuple(k for p in (self._raw, self._folded) if p is not None for k in p.keywords)
 
+    @property
+    def scan_engine(self) -> str:
+        """The chunk engine in use: `hyperscan` or `re` (built on first use)."""
+        return self._chunk_engine().name
+
+    @property
+    def scan_engine_detail(self) -> str:
+        """The chunk engine with its library version."""
+        return self._chunk_engine().detail
+
     # ------------------------------------------------------------------ scanning
     def scan(self, line: str) -> list[PatternMatch]:
         """All entries matching `line`, in registry order. Never raises for any `str`."""
@@ -257,18 +314,80 @@ class Registry:
 
     def scan_many(self, lines: Iterable[str]) -> list[tuple[int, list[PatternMatch]]]:
         """`(index, matches)` for every line (by position in `lines`) that matched something."""
+        if isinstance(lines, Sequence):
+            return self.scan_chunk(lines)
         out: list[tuple[int, list[PatternMatch]]] = []
-        for index, line in enumerate(lines):
-            candidates = self._candidates(line)
-            if candidates:
-                matches = self._run(line, candidates)
-                if matches:
-                    out.append((index, matches))
+        it = iter(lines)
+        base = 0
+        while block := list(itertools.islice(it, CHUNK_LINES)):
+            self._scan_block(block, base, out)
+            base += len(block)
+        return out
+
+    def scan_chunk(self, lines: Sequence[str]) -> list[tuple[int, list[PatternMatch]]]:
+        """Like `scan_many` for a sequence: `(index into lines, matches)` for each line that
+        matched, in order. The chunk engine searches whole buffers of lines for the entries'
+        literals; only the lines it flags run regexes. Same result as `scan` on every line."""
+        out: list[tuple[int, list[PatternMatch]]] = []
+        if len(lines) <= CHUNK_LINES:
+            self._scan_block(lines, 0, out)
+            return out
+        for base in range(0, len(lines), CHUNK_LINES):
+            self._scan_block(lines[base : base + CHUNK_LINES], base, out)
         return out
 
     def scan_naive(self, line: str) -> list[PatternMatch]:
         """Reference scanner without the prefilter (tests and benchmarks compare against it)."""
         return self._run(line, range(len(self._compiled)))
+
+    def _scan_block(
+        self, lines: Sequence[str], base: int, out: list[tuple[int, list[PatternMatch]]]
+    ) -> None:
+        if not lines:
+            return
+        engine = self._chunk_engine()
+        try:
+            found = engine.candidates(lines)
+        except Exception:  # an engine failure costs speed, never results
+            log.exception("pattern registry: %s engine failed; scanning line by line", engine.name)
+            found = None
+        if found is None:  # the engine refused the chunk (a line holds a newline)
+            for index, line in enumerate(lines):
+                matches = self.scan(line)
+                if matches:
+                    out.append((base + index, matches))
+            return
+        always = self._always
+        if always:
+            for index, line in enumerate(lines):
+                hits = found.get(index)
+                candidates = sorted(set(hits).union(always)) if hits else always
+                matches = self._run(line, candidates)
+                if matches:
+                    out.append((base + index, matches))
+            return
+        for index in sorted(found):
+            matches = self._run(lines[index], sorted(found[index]))
+            if matches:
+                out.append((base + index, matches))
+
+    def _chunk_engine(self) -> ChunkEngine:
+        engine = self._engine
+        if engine is None:
+            with self._engine_lock:
+                engine = self._engine
+                if engine is None:
+                    engine = self._engine = build_engine(
+                        self._engine_request, self._literals, self._regex_engine
+                    )
+        return engine
+
+    def _regex_engine(self) -> RegexEngine:
+        return RegexEngine(
+            None if self._raw is None else self._raw.scan_iter,
+            None if self._folded is None else self._folded.scan_iter,
+            self._candidates,
+        )
 
     def _candidates(self, line: str) -> Sequence[int]:
         """Entries that may match `line`: those whose keyword occurs in it, plus unfiltered ones."""
@@ -290,20 +409,13 @@ class Registry:
             m = compiled.pattern.search(text)
             if m is None:
                 continue
-            e = compiled.entry
-            groups = {k: v for k, v in m.groupdict().items() if v is not None}
-            out.append(
-                PatternMatch.model_construct(
-                    id=e.id,
-                    kind=e.kind,
-                    category=e.category,
-                    role=e.role,
-                    severity=e.severity,
-                    span=(m.start() + offset, m.end() + offset),
-                    groups=groups,
-                    tags=e.tags,
-                )
+            groups = (
+                {k: v for k, v in m.groupdict().items() if v is not None}
+                if compiled.pattern.groupindex
+                else {}
             )
+            span = (m.start() + offset, m.end() + offset)
+            out.append(compiled.template.model_copy(update={"span": span, "groups": groups}))
         return out
 
     # ------------------------------------------------------------------ internals
@@ -318,6 +430,13 @@ class Registry:
             into = folded if compiled.fold else raw
             for literal in compiled.literals:
                 into.setdefault(literal, set()).add(index)
+        # The chunk engines look for the literals themselves (not the shorter keywords): an
+        # automaton pays nothing for their length and they flag far fewer benign lines.
+        self._literals: tuple[RequiredLiteral, ...] = tuple(
+            RequiredLiteral(literal, fold, tuple(sorted(table[literal])))
+            for fold, table in ((False, raw), (True, folded))
+            for literal in sorted(table)
+        )
         raw = _keyed(raw, fold=False)
         folded = _keyed(folded, fold=True)
         self._always: tuple[int, ...] = tuple(always)

@@ -17,6 +17,7 @@ from workflows.contracts import ActionRequest, ActionResult, ActionStep, JobObse
 
 # KillWait (5 s here, 30 s by default) plus SIGKILL delivery bounds how long COMPLETING lasts.
 SETTLE_TIMEOUT = 40.0
+UNUSABLE_STATES = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING")
 HOLD_TAG = "resurgo:hold"
 RELEASED_TAG = "resurgo:released"
 
@@ -121,11 +122,29 @@ class SlurmActions:
         if obs.state != "PENDING":
             raise PreconditionFailed(f"job {job_id} is {obs.state}; exclusions need PENDING")
         merged = sorted(set(obs.exc_node_list) | wanted)
+        await self._check_capacity(obs, set(merged))
         await self.slurm.update_job(job_id, ExcNodeList=",".join(merged))
         after = await self.observe(job_id)
         if not wanted <= set(after.exc_node_list):
             raise PreconditionFailed(f"ExcNodeList of job {job_id} is {after.exc_node_list}")
         return self._result(req, "applied", after, f"ExcNodeList={','.join(merged)}")
+
+    async def _check_capacity(self, obs: JobObservation, excluded: set[str]) -> None:
+        """Refuse an exclusion that would leave the job fewer usable nodes than it needs: a job
+        excluded out of its partition would wait forever instead of failing over."""
+        if obs.num_nodes <= 0:
+            return
+        nodes = await self.slurm.show_nodes()
+        usable = [
+            n.name
+            for n in nodes
+            if n.name not in excluded and not any(bad in n.state for bad in UNUSABLE_STATES)
+        ]
+        if len(usable) < obs.num_nodes:
+            raise PreconditionFailed(
+                f"excluding {','.join(sorted(excluded))} would leave {len(usable)} usable "
+                f"node(s) for a {obs.num_nodes}-node job"
+            )
 
     async def release(self, req: ActionRequest) -> ActionResult:
         job_id = req.job.job_id

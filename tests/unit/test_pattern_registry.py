@@ -293,6 +293,15 @@ def test_scan_many_reports_indices(registry: Registry) -> None:
     found = registry.scan_many(lines)
     assert [index for index, _ in found] == [1, 3]
     assert found[0][1] == registry.scan(lines[1])
+    assert registry.scan_chunk(lines) == found == registry.scan_many(iter(lines))
+
+
+def test_matches_are_independent_valid_models(registry: Registry) -> None:
+    line = "3: srun: error: node2: task 1: Exited with exit code 7"
+    first, second = registry.scan(line)[0], registry.scan_chunk([line])[0][1][0]
+    assert first == second and first is not second and first.groups is not second.groups
+    assert PatternMatch.model_validate(first.model_dump()) == first
+    assert first.model_fields_set == set(PatternMatch.model_fields)
 
 
 # ---------------------------------------------------------------- validation

@@ -1,0 +1,478 @@
+"""From raw lines to attributable events: who said what, on which node, in which order.
+
+`scan_job` walks the job's output once: every registry match becomes an `Event` tagged with its
+actor (srun task, else rank), node and position; srun's per-task verdicts become `TaskExit`s;
+Python tracebacks are followed per actor so an error raised while saving a checkpoint is known
+as such; the torchelastic `Root Cause` block and progress/completion markers are recorded.
+`scan_node_logs` does the same for node-side files (kernel logs, journal, slurmd), per host.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from activities.attribute.evidence import line_time
+from activities.attribute.node_patterns import node_registry
+from activities.attribute.topology import (
+    SRUN_TASK,
+    HostMap,
+    Topology,
+    expand_tasks,
+    split_host_prefix,
+)
+from activities.detect.lines import parse_nccl_prefix, strip_prefixes
+from activities.detect.progress import ProgressParser, parse_rank_timing
+from activities.detect.registry import PatternMatch, Registry
+from activities.detect.watcher import is_checkpoint_failure
+from workflows.contracts import AnomalyKind, Category, LogLine
+
+# Registry roots that are facts about the scheduler, handled from Slurm's own state.
+SCHEDULER_IDS = frozenset(
+    {
+        "slurm_cancelled_time_limit",
+        "slurm_cancelled_node_failure",
+        "slurm_cancelled_preemption",
+        "slurm_cancelled_other",
+        "slurm_job_cancelled",
+        "srun_node_failure",
+        "srun_task_signal",  # re-derived from the srun task line itself
+    }
+)
+# Cascades that are Slurm/launcher teardown notices, not a rank's own failure.
+TEARDOWN_IDS = frozenset(
+    {
+        "slurm_step_cancelled",
+        "srun_job_step_aborted",
+        "torchelastic_signal_exception",
+        "torchelastic_closing_signal",
+    }
+)
+# Lines that say the launcher saw the job's processes end.
+ENDED_IDS = frozenset(
+    {"torchelastic_child_failed", "torchelastic_worker_failed", "torchelastic_root_cause_header"}
+)
+# Application errors that reproduce wherever the job runs (a retry cannot help).
+DETERMINISTIC_APP = frozenset(
+    {
+        "python_app_exception",
+        "application_shape_mismatch",
+        "nccl_invalid_usage",
+        "cuda_invalid_device",
+        "cuda_device_side_assert",
+    }
+)
+# System-software failures that live on one node (driver, device, mount, image, launch).
+NODE_LOCAL_SYSTEM = frozenset(
+    {
+        "cuda_driver_insufficient",
+        "cuda_device_busy",
+        "cuda_system_not_ready",
+        "illegal_instruction",
+        "container_start_failed",
+        "slurm_task_launch_failed",
+        "slurm_prolog_failed",
+        "fs_stale_handle",
+        "fs_read_only",
+        "dataloader_shm_bus_error",
+        "nfs_not_responding",
+        "lustre_error",
+        "kernel_hung_task",
+    }
+)
+_FRAME = re.compile(r'^\s*File "(?P<path>[^"]{1,500})", line \d+, in (?P<func>[\w<>.]+)')
+_TRACEBACK = re.compile(r"\bTraceback \(most recent call last\):")
+_EXC_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?(?P<name>[A-Za-z_]\w*(?:Error|Exception))(?::|$)")
+_STEP_TERMINATING = re.compile(
+    r"srun: (?:launch/slurm: _step_signal: Terminating StepId|Job step aborted|"
+    r"forcing job termination|Force Terminated)|\*\*\* (?:STEP|JOB) \S+ ON \S+ CANCELLED AT"
+)
+_COMPLETED = re.compile(
+    r"(?i)\btraining (?:is )?(?:complete|completed|finished|done)\b|\bfinished training\b|"
+    r"\bsrun exited rc=0\b|\b(?:exit(?:ed)?|return) (?:code|status)[=: ]+0\b.{0,20}$"
+)
+_SRUN_EXIT_RC = re.compile(r"\bsrun(?: exited)? rc=(?P<rc>\d+)")
+_RESTART = re.compile(r"\b(?:restart|restarts|restart_count|SLURM_RESTART_COUNT)[=: ]+(?P<n>\d+)\b")
+_REQUEUE = re.compile(r"CANCELLED AT \S+ DUE TO JOB REQUEUE")
+_RESUMED = re.compile(
+    r"(?i)(?:resum\w*|loaded checkpoint|restor\w*)\b.{0,80}?\b(?:iteration|iter|step)[\s=:]+(\d+)"
+)
+_NORMALISE = re.compile(
+    r"0x[0-9a-fA-F]+|\b\d+(?:\.\d+)*\b|(?:/[\w.@+-]+)+/?|\[[\w.:]+\]:\d+|<\d+>|"
+    r"\b[0-9a-fA-F]{8}-[0-9a-fA-F-]{27,}\b"
+)
+STALE_AFTER = timedelta(hours=6)
+_SAVE_FUNC = re.compile(r"(?i)save|persist|serialize|dump_state")
+_CORRECTED = re.compile(r"(?i)(?<!un)corrected\b")
+
+
+@dataclass
+class Event:
+    line: LogLine
+    order: int
+    origin: str  # "job" | "node" | "metrics" | "scheduler"
+    actor: str | None
+    task: int | None
+    rank: int | None
+    node: str | None
+    match: PatternMatch
+    message: str
+    key: str
+    in_save: bool = False
+    when: datetime | None = None
+
+    @property
+    def category(self) -> Category:
+        return self.match.category
+
+    @property
+    def hardware(self) -> bool:
+        return self.match.category.value.startswith("hardware")
+
+    @property
+    def root(self) -> bool:
+        return self.match.role == "root" and self.match.id not in SCHEDULER_IDS
+
+    @property
+    def cascade(self) -> bool:
+        return self.match.role == "cascade" and self.match.id not in TEARDOWN_IDS
+
+    @property
+    def serious(self) -> bool:
+        return self.match.severity in ("fatal", "error")
+
+    @property
+    def checkpoint_save(self) -> bool:
+        return (
+            self.in_save
+            or is_checkpoint_failure(self.match.id)
+            or "checkpoint_save" in self.match.tags
+        )
+
+
+@dataclass
+class TaskExit:
+    actor: str
+    task: int
+    node: str | None
+    status: str  # "exit" | "signal" | "killed" | "terminated" | "oom"
+    code: int | None
+    what: str
+    line: LogLine
+    order: int
+    after_termination: bool
+
+
+@dataclass
+class ElasticFailure:
+    rank: int | None
+    node: str | None
+    exitcode: int | None
+    line: LogLine
+    order: int
+    root: bool
+
+
+@dataclass
+class JobScan:
+    events: list[Event] = field(default_factory=list)
+    exits: dict[str, TaskExit] = field(default_factory=dict)
+    exit_order: list[TaskExit] = field(default_factory=list)
+    elastic: list[ElasticFailure] = field(default_factory=list)
+    terminated_at: int | None = None
+    """Order of the first line showing srun/Slurm tearing the step down."""
+    first_iteration: int | None = None
+    max_iteration: int | None = None
+    resumed_from: int | None = None
+    completed_line: LogLine | None = None
+    srun_rc: int | None = None
+    ended: bool = False
+    """The output shows the step ended (srun verdicts, rc line, teardown)."""
+    timings: dict[int, list[tuple[int, float, str]]] = field(default_factory=dict)
+    """rank → [(step, ms, node)] from per-rank timing lines."""
+
+
+def normalise(text: str, hosts: Iterable[str] = ()) -> str:
+    """Message text without numbers, paths, addresses or host names (for comparison)."""
+    out = text
+    nccl = parse_nccl_prefix(out)
+    if nccl is not None:
+        out = nccl.rest
+    for host in sorted(set(hosts), key=len, reverse=True):
+        if host:
+            out = out.replace(host, "<node>")
+    return _NORMALISE.sub("#", out).strip()[:240]
+
+
+def actor_of(task: int | None, rank: int | None, host: str | None = None) -> str | None:
+    if task is not None:
+        return f"t{task}"
+    if rank is not None:
+        return f"r{rank}"
+    if host is not None:
+        return f"h{host}"
+    return None
+
+
+def split_attempt(lines: list[LogLine], restarts: int | None) -> list[LogLine]:
+    """The lines of the last attempt when one output file holds several (append mode)."""
+    start = 0
+    for index, entry in enumerate(lines):
+        if _REQUEUE.search(entry.text):
+            start = index + 1
+    marks = [(i, int(m.group("n"))) for i, e in enumerate(lines) if (m := _RESTART.search(e.text))]
+    if marks:
+        target = restarts if restarts is not None else max(n for _, n in marks)
+        if target > 0:
+            firsts = [i for i, n in marks if n == target]
+            if firsts:
+                start = max(start, firsts[0])
+    return lines[start:] if start else lines
+
+
+def scan_job(registry: Registry, lines: list[LogLine], topo: Topology) -> JobScan:
+    scan = JobScan()
+    hosts = list(topo.hosts.nodes)
+    progress = ProgressParser()
+    in_traceback: dict[str | None, bool] = {}
+    save_frames: dict[str | None, bool] = {}
+    code_next: dict[str | None, bool] = {}
+    elastic_section: str | None = None
+    elastic_fields: dict[str, str] = {}
+    elastic_line: LogLine | None = None
+    for order, entry in enumerate(lines):
+        prefix_host, text = split_host_prefix(entry.text, topo.host_prefixes)
+        pre = strip_prefixes(text)
+        task, rank, body = pre.task, pre.rank, pre.body
+        if task is None and rank is not None and topo.rank_is_task:
+            task = rank
+        actor = actor_of(task, rank, prefix_host)
+        # srun's verdict on tasks
+        if "srun: error" in body and (m := SRUN_TASK.search(body)):
+            scan.ended = True
+            _task_exit(scan, m, entry, order, topo)
+            continue
+        if ("srun:" in body or "CANCELLED" in body) and _STEP_TERMINATING.search(body):
+            scan.ended = True
+            if scan.terminated_at is None:
+                scan.terminated_at = order
+        if "rc=" in body and (m := _SRUN_EXIT_RC.search(body)):
+            scan.ended = True
+            scan.srun_rc = int(m.group("rc"))
+        iteration = progress.parse(text)
+        if iteration is not None:
+            if scan.first_iteration is None:
+                scan.first_iteration = iteration
+            scan.max_iteration = max(scan.max_iteration or -1, iteration)
+        maybe_resumed = "esum" in body or "estor" in body or "oaded" in body
+        if scan.resumed_from is None and maybe_resumed and (r := _RESUMED.search(body)):
+            scan.resumed_from = int(r.group(1))
+        if "step_time_ms" in text and (timing := parse_rank_timing(text)):
+            where = topo.hosts.canonical(timing.node) or timing.node
+            scan.timings.setdefault(timing.rank, []).append((timing.step, timing.ms, where))
+        if iteration is None and _COMPLETED.search(body):
+            scan.completed_line = entry
+        # tracebacks, per actor
+        if "Traceback" in body and _TRACEBACK.search(body):
+            in_traceback[actor] = True
+            save_frames[actor] = False
+        elif in_traceback.get(actor) and (frame := _FRAME.match(body)):
+            if _SAVE_FUNC.search(frame.group("func")) or "/checkpoint" in frame.group("path"):
+                save_frames[actor] = True
+            code_next[actor] = True
+            continue
+        elif code_next.get(actor) and body[:1].isspace():
+            continue  # the source line a traceback frame shows is code, not an error message
+        code_next[actor] = False
+        # torchelastic blocks
+        if "Root Cause (first observed failure)" in body:
+            elastic_section, elastic_fields, elastic_line = "root", {}, entry
+        elif "Failures:" in body and re.match(r"^\s*Failures:\s*$", body):
+            elastic_section, elastic_fields, elastic_line = "other", {}, entry
+        elif elastic_section is not None:
+            if fm := re.match(
+                r"^\s*(time|host|rank|exitcode|error_file|traceback)\s*:\s*(.*)$", body
+            ):
+                elastic_fields[fm.group(1)] = fm.group(2).strip()
+                if fm.group(1) == "traceback":
+                    _elastic_failure(scan, elastic_fields, elastic_section, elastic_line or entry,
+                                     order, topo)  # fmt: skip
+                    elastic_fields = {}
+            elif re.match(r"^\s*=+\s*$", body) and elastic_fields:
+                _elastic_failure(scan, elastic_fields, elastic_section, elastic_line or entry,
+                                 order, topo)  # fmt: skip
+                elastic_fields = {}
+        matches = registry.scan(text)
+        if any(m.id in ENDED_IDS for m in matches):
+            scan.ended = True
+        matches = [m for m in matches if m.role in ("root", "cascade")]
+        exception_line = bool(_EXC_LINE.match(body)) and not body.startswith(" ")
+        if not matches and exception_line and in_traceback.get(actor):
+            matches = [_generic_exception(body)]
+        if matches:
+            node = _line_node(text, task, rank, topo)
+            if node is None and prefix_host is not None:
+                node = topo.hosts.canonical(prefix_host)
+            for match in matches:
+                if _CORRECTED.search(body) and match.category.value.startswith("hardware"):
+                    continue
+                scan.events.append(
+                    Event(
+                        line=entry,
+                        order=order,
+                        origin="job",
+                        actor=actor,
+                        task=task,
+                        rank=rank,
+                        node=node,
+                        match=match,
+                        message=body.strip()[:300],
+                        key=f"{match.id}|{normalise(body, hosts)}",
+                        in_save=bool(save_frames.get(actor)) and bool(in_traceback.get(actor)),
+                    )
+                )
+        if exception_line:
+            in_traceback[actor] = False
+    if elastic_section is not None and elastic_fields and elastic_line is not None:
+        _elastic_failure(scan, elastic_fields, elastic_section, elastic_line, len(lines), topo)
+    return scan
+
+
+def _generic_exception(body: str) -> PatternMatch:
+    """An exception no registry entry knows, ending a traceback: a weak root of unknown cause."""
+    return PatternMatch.model_construct(
+        id="python_exception",
+        kind=AnomalyKind.CRASH,
+        category=Category.UNKNOWN,
+        role="root",
+        severity="error",
+        span=(0, len(body)),
+        groups={},
+        tags=(),
+    )
+
+
+def _line_node(text: str, task: int | None, rank: int | None, topo: Topology) -> str | None:
+    nccl = parse_nccl_prefix(text)
+    if nccl is not None:
+        node = topo.hosts.canonical(nccl.host)
+        if node:
+            return node
+    m = re.search(r"\bslurmstepd-(?P<node>[\w.-]+):", text)
+    if m:
+        node = topo.hosts.canonical(m.group("node"))
+        if node:
+            return node
+    return topo.node_of(task, rank)
+
+
+def _task_exit(scan: JobScan, m: re.Match[str], entry: LogLine, order: int, topo: Topology) -> None:
+    what = m.group("what").strip()
+    node = topo.hosts.canonical(m.group("node")) or m.group("node")
+    code: int | None = None
+    if ec := re.match(r"Exited with exit code (\d+)", what):
+        code = int(ec.group(1))
+        status = "exit"
+        if code in (137, 143):  # killed by SIGKILL / SIGTERM inside a shell
+            status = "killed" if code == 137 else "terminated"
+        elif code > 128:
+            status = "signal"
+    elif what.startswith("Terminated"):
+        status = "terminated"
+    elif what.startswith("Killed"):
+        status = "killed"
+    elif re.match(r"(?i)out of memory|oom", what):
+        status = "oom"
+    else:
+        status = "signal"
+    after = scan.terminated_at is not None and order > scan.terminated_at
+    for task in expand_tasks(m.group("tasks")):
+        actor = f"t{task}"
+        item = TaskExit(actor, task, node, status, code, what, entry, order, after)
+        scan.exit_order.append(item)
+        scan.exits.setdefault(actor, item)
+
+
+def _elastic_failure(
+    scan: JobScan,
+    fields: dict[str, str],
+    section: str,
+    entry: LogLine,
+    order: int,
+    topo: Topology,
+) -> None:
+    rank_m = re.match(r"(\d+)", fields.get("rank", ""))
+    code_m = re.match(r"(-?\d+)", fields.get("exitcode", ""))
+    scan.elastic.append(
+        ElasticFailure(
+            rank=int(rank_m.group(1)) if rank_m else None,
+            node=topo.hosts.canonical(fields.get("host")),
+            exitcode=int(code_m.group(1)) if code_m else None,
+            line=entry,
+            order=order,
+            root=section == "root",
+        )
+    )
+
+
+def scan_node_logs(
+    registry: Registry,
+    node_logs: Mapping[str, list[LogLine]],
+    hosts: HostMap,
+    *,
+    window: tuple[datetime | None, datetime | None] = (None, None),
+    boot: Mapping[str, datetime] | None = None,
+) -> list[Event]:
+    """Root events from node-side files, attributed to the node the file belongs to.
+
+    Lines clearly older than the job (more than `STALE_AFTER` before it started, within the same
+    couple of months) are left out; lines without a usable timestamp are kept.
+    """
+    start, _end = window
+    out: list[Event] = []
+    base = 1_000_000
+    for index, (host, lines) in enumerate(sorted(node_logs.items())):
+        node = hosts.canonical(host)
+        if node is None:
+            continue
+        year = start.year if start else None
+        for entry in lines:
+            found = registry.scan(entry.text)
+            if not any(m.role == "root" for m in found):
+                found += node_registry().scan(entry.text)
+            matches = [m for m in found if m.role in ("root", "cascade")]
+            if not matches:
+                continue
+            when = line_time(entry.text, year=year, boot=(boot or {}).get(node))
+            if when is not None and start is not None:
+                s = start.replace(tzinfo=None)
+                if STALE_AFTER < s - when < timedelta(days=60):
+                    continue  # from well before this job started (an old, unrelated fault)
+            if _CORRECTED.search(entry.text):
+                continue
+            body = strip_prefixes(entry.text).body
+            for match in matches:
+                out.append(
+                    Event(
+                        line=entry,
+                        order=base * (index + 1) + entry.line_no,
+                        origin="node",
+                        actor=None,
+                        task=None,
+                        rank=None,
+                        node=node,
+                        match=match,
+                        message=body.strip()[:300],
+                        key=f"{match.id}|{normalise(body, [host, node])}",
+                        when=when,
+                    )
+                )
+    return out
+
+
+def kind_of(events: Iterable[Event]) -> AnomalyKind:
+    """Hang if the decisive events are timeouts, else crash."""
+    kinds = {e.match.kind for e in events}
+    return AnomalyKind.HANG if kinds == {AnomalyKind.HANG} else AnomalyKind.CRASH

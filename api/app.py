@@ -1,0 +1,376 @@
+"""The HTTP gateway: jobs, attempts, anomalies, advice, approvals, modes and the audit trail.
+
+`create_app(config)` builds the FastAPI application; `api.server.serve` runs it under uvicorn
+(`resurgo api`). OpenAPI 3.1 is served at `/openapi.json`. Every `/v1` route needs a bearer token:
+reads need `viewer`, approvals and mode changes need `operator`. `/healthz`, `/readyz` and
+`/metrics` are open (they carry no job data).
+"""
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from fastapi import Depends, FastAPI, Header, Path, Query, Request, Response
+from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+)
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities.audit.store import MAX_LIMIT, AuditStore, AuditStoreUnavailable, store_url_from_env
+from api.auth import INSECURE_PRINCIPAL, Principal, Role, TokenRegistry
+from api.models import (
+    AdvicePage,
+    AuditPage,
+    DecisionRequest,
+    DecisionResponse,
+    ErrorBody,
+    Health,
+    JobDetail,
+    JobPage,
+    ModeRequest,
+    ModeResponse,
+    Readiness,
+    RejectRequest,
+    TimelinePage,
+)
+from api.service import ApiProblem, Gateway, JobFilter, TemporalConnection, as_utc
+from worker.config import ResurgoConfig
+
+log = logging.getLogger("resurgo.api")
+
+__all__ = ["create_app"]
+
+NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:@+\-]{0,127}$"
+WORKFLOW_ID = r"^[A-Za-z0-9][A-Za-z0-9_.:@+\-]{0,254}$"
+MAX_JOB_ID = 2**63 - 1
+MAX_GENERATION = 2**31 - 1
+
+ClusterPath = Annotated[str, Path(pattern=NAME, max_length=128, description="cluster name")]
+JobPath = Annotated[int, Path(ge=0, le=MAX_JOB_ID, description="Slurm job id")]
+NameQuery = Annotated[str | None, Query(pattern=NAME, max_length=128)]
+Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT)]
+Cursor = Annotated[
+    str | None,
+    Query(
+        max_length=4096,
+        pattern=r"^[A-Za-z0-9_\-.]+$",
+        description="the `next_cursor` of the previous page",
+    ),
+]
+WorkflowIdQuery = Annotated[
+    str | None,
+    Query(
+        pattern=WORKFLOW_ID, max_length=255, description="pick one job when a Slurm id was reused"
+    ),
+]
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        pattern=r"^[A-Za-z0-9_.\-]{1,100}$",
+        description="retrying with the same key returns the first answer instead of acting twice",
+    ),
+]
+
+
+def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    return {code: {"model": ErrorBody} for code in codes}
+
+
+READ_ERRORS = _errors(400, 401, 403, 503)
+JOB_ERRORS = _errors(400, 401, 403, 404, 503)
+WRITE_ERRORS = _errors(400, 401, 403, 404, 409, 503, 504)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "resurgo_api_requests_total", "HTTP requests served",
+            ["method", "route", "status"], registry=self.registry,
+        )  # fmt: skip
+        self.latency = Histogram(
+            "resurgo_api_request_duration_seconds", "HTTP request latency",
+            ["method", "route"], registry=self.registry,
+        )  # fmt: skip
+        self.refusals = Counter(
+            "resurgo_api_auth_refusals_total", "requests refused by authentication/authorization",
+            ["status"], registry=self.registry,
+        )  # fmt: skip
+        self.decisions = Counter(
+            "resurgo_api_operator_actions_total", "approvals, rejections and mode changes",
+            ["action", "result"], registry=self.registry,
+        )  # fmt: skip
+
+
+def create_app(
+    config: ResurgoConfig,
+    *,
+    tokens: TokenRegistry | None = None,
+    insecure: bool = False,
+    client: Client | None = None,
+    store: AuditStore | None = None,
+) -> FastAPI:
+    """The gateway for `config`; `client`/`store` may be injected (tests), else made lazily."""
+    registry = tokens if tokens is not None else TokenRegistry.from_settings(config.api)
+    if insecure:
+        log.warning(
+            "!!! RESURGO API RUNNING WITH --insecure: NO AUTHENTICATION, every request acts as "
+            "%r with the admin role. Use only for a local demo. !!!",
+            INSECURE_PRINCIPAL.name,
+        )
+    gateway = Gateway(
+        TemporalConnection(config.temporal, client),
+        store if store is not None else AuditStore(config.audit.url or store_url_from_env()),
+        cursor_key=registry.derived_key("resurgo-api-cursor"),
+    )
+    metrics = Metrics()
+    bearer = HTTPBearer(auto_error=False, description="a token from `[api.tokens]`")
+
+    app = FastAPI(
+        title="Resurgo API",
+        version="1",
+        summary="Jobs, attempts, anomalies, advice, approvals, modes and the audit trail",
+        docs_url=None,
+        redoc_url=None,
+    )
+    app.state.gateway = gateway
+    app.state.metrics = metrics
+
+    def require(role: Role) -> Callable[..., Awaitable[Principal]]:
+        async def dependency(
+            credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+        ) -> Principal:
+            if insecure:
+                return INSECURE_PRINCIPAL
+            principal = registry.authenticate(credentials.credentials) if credentials else None
+            if principal is None:
+                metrics.refusals.labels("401").inc()
+                raise ApiProblem(
+                    401,
+                    "a valid bearer token is required" if credentials else "no bearer token",
+                    headers={"WWW-Authenticate": 'Bearer realm="resurgo"'},
+                )
+            if principal.role < role:
+                metrics.refusals.labels("403").inc()
+                raise ApiProblem(
+                    403,
+                    f"{principal.name!r} has the {principal.role.name.lower()} role; "
+                    f"this needs {role.name.lower()}",
+                )
+            return principal
+
+        return dependency
+
+    Viewer = Annotated[Principal, Depends(require(Role.VIEWER))]
+    Operator = Annotated[Principal, Depends(require(Role.OPERATOR))]
+
+    # ---- plumbing ------------------------------------------------------------------------------
+    @app.middleware("http")
+    async def measure(request: Request, call_next: Any) -> Response:
+        started = time.perf_counter()
+        response: Response = await call_next(request)
+        route = request.scope.get("route")
+        path = getattr(route, "path", "unmatched")
+        metrics.requests.labels(request.method, path, str(response.status_code)).inc()
+        metrics.latency.labels(request.method, path).observe(time.perf_counter() - started)
+        return response
+
+    @app.exception_handler(ApiProblem)
+    async def problem(_: Request, exc: ApiProblem) -> JSONResponse:
+        return JSONResponse({"detail": exc.detail}, status_code=exc.status, headers=exc.headers)
+
+    @app.exception_handler(AuditStoreUnavailable)
+    async def store_down(_: Request, exc: AuditStoreUnavailable) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=503)
+
+    @app.exception_handler(RPCError)
+    async def temporal_error(_: Request, exc: RPCError) -> JSONResponse:
+        if exc.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED):
+            return JSONResponse({"detail": f"Temporal unavailable: {exc}"}, status_code=503)
+        log.error("Temporal refused a request: %s (%s)", exc, exc.status)
+        return JSONResponse({"detail": f"Temporal refused the request: {exc}"}, status_code=502)
+
+    # ---- health --------------------------------------------------------------------------------
+    @app.get("/healthz", tags=["health"])
+    async def healthz() -> Health:
+        """The process is up."""
+        return Health()
+
+    @app.get(
+        "/readyz",
+        tags=["health"],
+        responses={503: {"model": Readiness, "description": "Temporal or the store is down"}},
+    )
+    async def readyz() -> JSONResponse:
+        """Temporal and the audit store both answer (503 otherwise)."""
+        ready = await gateway.readiness()
+        return JSONResponse(ready.model_dump(mode="json"), status_code=200 if ready.ready else 503)
+
+    @app.get("/metrics", include_in_schema=False)
+    async def prometheus() -> PlainTextResponse:
+        return PlainTextResponse(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    # ---- jobs ----------------------------------------------------------------------------------
+    @app.get("/v1/jobs", tags=["jobs"], responses=READ_ERRORS)
+    async def list_jobs(
+        _: Viewer,
+        cluster: NameQuery = None,
+        state: NameQuery = None,
+        mode: NameQuery = None,
+        category: NameQuery = None,
+        since: Annotated[datetime | None, Query(description="active at or after")] = None,
+        until: Annotated[datetime | None, Query(description="monitoring began before")] = None,
+        cursor: Cursor = None,
+        limit: Limit = 50,
+    ) -> JobPage:
+        """Live jobs (Temporal visibility) first, then finished ones (audit store), newest
+        first. Follow `next_cursor` until it is null; a page may hold fewer than `limit` items.
+        A job that finishes while you page may be listed twice (live, then finished)."""
+        f = JobFilter(cluster, state, mode, category, _aware(since), _aware(until))
+        return await gateway.list_jobs(f, cursor, limit)
+
+    @app.get("/v1/jobs/{cluster}/{job_id}", tags=["jobs"], responses=JOB_ERRORS)
+    async def job_detail(
+        _: Viewer, cluster: ClusterPath, job_id: JobPath, workflow_id: WorkflowIdQuery = None
+    ) -> JobDetail:
+        """One job: attempts, anomalies, attributions, advice (with decisions) and
+        reconciliation. The same shape for live and finished jobs."""
+        return await gateway.job_detail(cluster, job_id, workflow_id)
+
+    @app.get("/v1/jobs/{cluster}/{job_id}/timeline", tags=["jobs"], responses=JOB_ERRORS)
+    async def job_timeline(
+        _: Viewer,
+        cluster: ClusterPath,
+        job_id: JobPath,
+        workflow_id: WorkflowIdQuery = None,
+        type_: Annotated[list[str] | None, Query(alias="type", max_length=20)] = None,
+        cursor: Cursor = None,
+        limit: Limit = 200,
+    ) -> TimelinePage:
+        """The job's audit events, oldest first."""
+        return await gateway.timeline(cluster, job_id, workflow_id, type_, cursor, limit)
+
+    # ---- advice and approvals -----------------------------------------------------------------
+    @app.get("/v1/advice", tags=["advice"], responses=READ_ERRORS)
+    async def list_advice(
+        _: Viewer,
+        pending: Annotated[bool, Query(description="only advice waiting for approval")] = False,
+        cluster: NameQuery = None,
+        cursor: Cursor = None,
+        limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    ) -> AdvicePage:
+        """The latest advice of every live job (or only what waits for approval)."""
+        return await gateway.list_advice(pending, cluster, cursor, limit)
+
+    generation_path = Path(ge=0, le=MAX_GENERATION, description="advice generation")
+
+    @app.post(
+        "/v1/jobs/{cluster}/{job_id}/advice/{generation}/approve",
+        tags=["advice"],
+        responses=WRITE_ERRORS,
+    )
+    async def approve(
+        principal: Operator,
+        cluster: ClusterPath,
+        job_id: JobPath,
+        generation: Annotated[int, generation_path],
+        body: DecisionRequest | None = None,
+        idempotency_key: IdempotencyKey = None,
+    ) -> DecisionResponse:
+        """Approve the advice waiting for approval; the workflow then carries it out."""
+        return await _decide(principal, cluster, job_id, generation, True,
+                             (body or DecisionRequest()).reason, idempotency_key)  # fmt: skip
+
+    @app.post(
+        "/v1/jobs/{cluster}/{job_id}/advice/{generation}/reject",
+        tags=["advice"],
+        responses=WRITE_ERRORS,
+    )
+    async def reject(
+        principal: Operator,
+        cluster: ClusterPath,
+        job_id: JobPath,
+        generation: Annotated[int, generation_path],
+        body: RejectRequest,
+        idempotency_key: IdempotencyKey = None,
+    ) -> DecisionResponse:
+        """Reject the advice waiting for approval: nothing is done to the job."""
+        return await _decide(
+            principal, cluster, job_id, generation, False, body.reason, idempotency_key
+        )
+
+    async def _decide(
+        principal: Principal, cluster: str, job_id: int, generation: int, approve: bool,
+        reason: str, request_id: str | None,
+    ) -> DecisionResponse:  # fmt: skip
+        action = "approve" if approve else "reject"
+        try:
+            result = await gateway.decide(
+                cluster, job_id, generation, approve=approve, reason=reason,
+                principal=principal, request_id=request_id,
+            )  # fmt: skip
+        except ApiProblem as exc:
+            metrics.decisions.labels(action, str(exc.status)).inc()
+            raise
+        metrics.decisions.labels(action, "ok").inc()
+        log.info("%s/%s g%s %sd by %s", cluster, job_id, generation, action, principal.name)
+        return result
+
+    @app.post("/v1/jobs/{cluster}/{job_id}/mode", tags=["jobs"], responses=WRITE_ERRORS)
+    async def set_mode(
+        principal: Operator,
+        cluster: ClusterPath,
+        job_id: JobPath,
+        body: ModeRequest,
+        idempotency_key: IdempotencyKey = None,
+    ) -> ModeResponse:
+        """Switch a live job between observe and action mode."""
+        try:
+            result = await gateway.set_mode(
+                cluster, job_id, body.mode, body.reason, principal, idempotency_key
+            )
+        except ApiProblem as exc:
+            metrics.decisions.labels("mode", str(exc.status)).inc()
+            raise
+        metrics.decisions.labels("mode", "ok").inc()
+        log.info("%s/%s mode -> %s by %s", cluster, job_id, body.mode.value, principal.name)
+        return result
+
+    # ---- audit ---------------------------------------------------------------------------------
+    @app.get("/v1/audit", tags=["audit"], responses=READ_ERRORS)
+    async def audit(
+        _: Viewer,
+        job: Annotated[int | None, Query(ge=0, le=MAX_JOB_ID, description="Slurm job id")] = None,
+        cluster: NameQuery = None,
+        workflow_id: WorkflowIdQuery = None,
+        attempt: Annotated[int | None, Query(ge=0, le=2**31 - 1)] = None,
+        type_: Annotated[list[str] | None, Query(alias="type", max_length=20)] = None,
+        producer: NameQuery = None,
+        since: Annotated[datetime | None, Query(description="inclusive")] = None,
+        until: Annotated[datetime | None, Query(description="exclusive")] = None,
+        order: Literal["asc", "desc"] = "asc",
+        cursor: Cursor = None,
+        limit: Limit = 100,
+    ) -> AuditPage:
+        """Audit events matching every filter, in id order, a page at a time."""
+        return await gateway.audit(
+            cluster=cluster, job_id=job, workflow_id=workflow_id, attempt=attempt, types=type_,
+            producer=producer, since=_aware(since), until=_aware(until), cursor=cursor,
+            limit=limit, order=order,
+        )  # fmt: skip
+
+    return app
+
+
+def _aware(value: datetime | None) -> datetime | None:
+    return as_utc(value)

@@ -1,0 +1,79 @@
+"""The labelled corpus (tests/corpus) through `resurgo attribute --json`, against the targets.
+
+Each bundle is attributed by invoking the real CLI command (one JSON object on stdout); the
+scores must meet: category accuracy >= 0.95, culprit-node F1 >= 0.95, action accuracy >= 0.95,
+zero false stops. Regenerate the real-run bundles with tests/corpus/generate.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from activities.attribute.accuracy import Score, corpus_dirs, score
+from worker.cli import app
+
+CORPUS = Path(__file__).resolve().parents[1] / "corpus"
+RUNNER = CliRunner()
+
+
+def attribute_json(bundle: Path) -> dict[str, Any]:
+    result = RUNNER.invoke(app, ["attribute", str(bundle), "--json"])
+    assert result.exit_code == 0, f"{bundle.name}: exit {result.exit_code}\n{result.output}"
+    lines = [ln for ln in result.stdout.splitlines() if ln.strip()]
+    assert len(lines) == 1, f"{bundle.name}: expected one JSON object, got {result.stdout!r}"
+    data: dict[str, Any] = json.loads(lines[0])
+    return data
+
+
+@pytest.fixture(scope="module")
+def result() -> Score:
+    bundles = corpus_dirs(CORPUS)
+    assert len(bundles) >= 60
+    return score(bundles, attribute_json)
+
+
+def test_corpus_is_mostly_real_runs(result: Score) -> None:
+    origins = [c.expected.get("origin") for c in result.cases]
+    assert origins.count("real") > len(origins) / 2
+    for case in result.cases:
+        e = case.expected
+        assert e["action"] in ("requeue", "requeue_excluding_nodes", "stop", "none"), case.name
+        assert (e["kind"] == "none") == (e["category"] == "none"), case.name
+
+
+def test_output_shape(result: Score) -> None:
+    keys = {"kind", "category", "culprit_nodes", "action", "confidence", "fingerprint", "evidence"}
+    for case in result.cases:
+        assert keys <= set(case.got), case.name
+        assert (case.got["kind"] == "none") == (case.got["category"] == "none"), case.name
+        assert 0.0 <= case.got["confidence"] <= 1.0
+        for line in case.got["evidence"]:
+            assert {"source", "line", "text"} <= set(line)
+
+
+def test_targets_are_met(result: Score) -> None:
+    mismatches = [
+        f"{c.name}: expected {c.expected['kind']}/{c.expected['category']}/"
+        f"{sorted(c.expected_nodes)}/{c.expected['action']}, got {c.got['kind']}/"
+        f"{c.got['category']}/{sorted(c.got_nodes)}/{c.got['action']}"
+        for c in result.cases
+        if not c.ok()
+    ]
+    assert not result.failures(), "\n".join([*result.failures(), *mismatches])
+
+
+def test_no_false_stops(result: Score) -> None:
+    assert result.false_stops.num == 0, [
+        c.name for c in result.cases if c.got["action"] == "stop" != c.expected["action"]
+    ]
+
+
+def test_unreadable_bundle_fails_clearly(tmp_path: Path) -> None:
+    result = RUNNER.invoke(app, ["attribute", str(tmp_path), "--json"])
+    assert result.exit_code == 2
+    assert "no job.log" in result.output
