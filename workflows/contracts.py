@@ -394,6 +394,8 @@ class RecoveryState(BaseModel):
     # The advice generation waiting for an operator, and the decisions taken so far.
     pending_approval: int | None = None
     decisions: dict[int, ApprovalDecision] = Field(default_factory=dict)
+    # "<attempt>:<fingerprint>" an operator declined (rejected or let expire): not asked again.
+    declined: list[str] = Field(default_factory=list)
 
 
 class RecoveryInput(Frozen):

@@ -64,6 +64,8 @@ HISTORY_ROLLOVER_EVENTS = 8000
 # Patch ids: never rename or reuse (they are recorded in running workflows' histories).
 PATCH_ANOMALY_FIRST = "2026-11-anomaly-audited-before-attribution"
 PATCH_FAIL_OPEN_RELEASE = "2026-11-fail-open-release-after-failed-step"
+PATCH_NO_REASK = "2026-11-declined-cause-not-asked-again"
+PATCH_ENDED_EVENT = "2026-11-monitoring-ended-event"
 
 
 @workflow.defn(name="JobRecoveryWorkflow")
@@ -338,7 +340,7 @@ class JobRecoveryWorkflow:
                 self.s.outcome = "stopped_observed" if advice.kind == AdviceKind.STOP else "failed"
                 self._set_phase("following_failed")
             return None
-        if self._approval_required() and not await self._approved(advice):
+        if self._approval_required() and not await self._approved(advice, attribution):
             if terminal:
                 self.s.outcome = "not_approved"
                 self._set_phase("following_failed")
@@ -348,18 +350,37 @@ class JobRecoveryWorkflow:
     def _approval_required(self) -> bool:
         return self.directive.approval == "required" or self.inp.policy.require_approval
 
-    async def _approved(self, advice: Advice) -> bool:
+    async def _approved(self, advice: Advice, attribution: Attribution) -> bool:
         """Wait for an operator; on timeout fail open: no scheduler action at all."""
         gen = advice.generation
+        cause = f"{advice.attempt}:{attribution.fingerprint}"
+        if cause in self.s.declined and workflow.patched(PATCH_NO_REASK):
+            # The same failure of the same attempt, seen again (e.g. the job died after a hang
+            # was reported): the operator already said no.
+            await self._audit(
+                "would_act",
+                f"would {policy.describe_advice(advice)} but the operator declined this cause "
+                f"for attempt {advice.attempt} already",
+                attempt=advice.attempt,
+                data={"generation": gen, "blocked_by": "declined", "steps":
+                      policy.advice_steps(advice)},
+                suffix=f"g{gen}",
+            )  # fmt: skip
+            return False
         self.s.pending_approval = gen
         self._set_phase("awaiting_approval")
         workflow.upsert_search_attributes([sa.NEEDS_APPROVAL.value_set(True)])
         self._details()
+        timing: dict[str, object] = {
+            "generation": gen,
+            "timeout_seconds": self.directive.approval_timeout,
+        }
         await self._audit(
             "approval_requested",
             f"g{gen} {policy.describe_advice(advice)} waits for approval "
             f"(timeout {self.directive.approval_timeout:.0f}s)",
             attempt=advice.attempt,
+            data={**timing, "advice": advice.model_dump(mode="json")},
             suffix=f"g{gen}",
         )
         try:
@@ -376,12 +397,17 @@ class JobRecoveryWorkflow:
                 f"g{gen} was not approved in {self.directive.approval_timeout:.0f}s; "
                 "no scheduler action taken (fail-open)",
                 attempt=advice.attempt,
+                data=timing,
                 suffix=f"g{gen}",
             )
+            self.s.declined = [*self.s.declined, cause][-50:]
             return False
         self.s.pending_approval = None
         workflow.upsert_search_attributes([sa.NEEDS_APPROVAL.value_set(False)])
-        return self.s.decisions[gen].approve
+        approved = self.s.decisions[gen].approve
+        if not approved:
+            self.s.declined = [*self.s.declined, cause][-50:]
+        return approved
 
     def _action_blocker(self) -> str | None:
         if self.s.mode != Mode.ACTION:
@@ -441,7 +467,8 @@ class JobRecoveryWorkflow:
             if key in self.s.completed_actions:
                 continue
             nodes = (
-                self.s.excluded_nodes if step == ActionStep.EXCLUDE_NODES.value
+                sorted(set(self.s.excluded_nodes) | set(advice.nodes))
+                if step == ActionStep.EXCLUDE_NODES.value
                 else advice.drain_nodes if step == ActionStep.DRAIN_NODE.value else []
             )  # fmt: skip
             req = ActionRequest(
@@ -480,6 +507,8 @@ class JobRecoveryWorkflow:
                 self.s.outcome = "action_failed"
                 return "action_failed"
             self.s.completed_actions[key] = res.outcome
+            if step == ActionStep.EXCLUDE_NODES.value:
+                self.s.excluded_nodes = nodes
             all_satisfied = all_satisfied and res.outcome == "already_satisfied"
             await self._audit(
                 "action",
@@ -636,6 +665,13 @@ class JobRecoveryWorkflow:
     async def _finish(self, outcome: str) -> RecoveryOutcome:
         self.s.outcome = outcome
         self._set_phase(outcome)
+        if workflow.patched(PATCH_ENDED_EVENT):
+            await self._audit(
+                "monitoring_ended",
+                f"monitoring ended: {outcome} after {self.s.attempt + 1} attempt(s)",
+                data={"outcome": outcome, "attempts": self.s.attempt + 1,
+                      "excluded_nodes": self.s.excluded_nodes},
+            )  # fmt: skip
         return RecoveryOutcome(
             job=self.inp.job, outcome=outcome, attempts=self.s.attempt + 1,
             advice=self.s.advice_log,

@@ -183,17 +183,18 @@ def decide(
 
 
 def apply_advice(state: RecoveryState, advice: Advice) -> RecoveryState:
-    """Fold a decision into the state: generation, budgets, exclusions, advice log."""
+    """Fold a decision into the state: generation, budgets, advice log.
+
+    Exclusions are not recorded here: they count once the scheduler step applied them."""
     new = state.model_copy(deep=True)
     new.generation = advice.generation
     new.advice_log = [*new.advice_log, advice][-20:]
     if advice.category != Category.NONE:
         new.last_category = advice.category.value
-    if advice.kind in (AdviceKind.REQUEUE, AdviceKind.REQUEUE_EXCLUDING):
-        if advice.counts_against_budget:
-            new.budgets[advice.fingerprint] = new.budgets.get(advice.fingerprint, 0) + 1
-            new.failures_counted += 1
-        new.excluded_nodes = sorted(set(new.excluded_nodes) | set(advice.nodes))
+    requeues = advice.kind in (AdviceKind.REQUEUE, AdviceKind.REQUEUE_EXCLUDING)
+    if requeues and advice.counts_against_budget:
+        new.budgets[advice.fingerprint] = new.budgets.get(advice.fingerprint, 0) + 1
+        new.failures_counted += 1
     return new
 
 
