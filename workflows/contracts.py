@@ -404,6 +404,8 @@ class RecoveryInput(Frozen):
     directive: Directive | None
     problems: list[str] = Field(default_factory=list)
     hold_timeout_seconds: float = 600.0
+    # How long an activity may wait for a controller before the workflow reports it missing.
+    controller_timeout_seconds: float = 120.0
     policy: PolicyConfig
     gates: ClusterGates = ClusterGates()
     state: RecoveryState | None = None

@@ -9,10 +9,12 @@ or a retried activity never repeats an action.
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, TimeoutType
+from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 with workflow.unsafe.imports_passed_through():
     from workflows import policy
@@ -208,6 +210,42 @@ class JobRecoveryWorkflow:
             or info.get_current_history_length() > HISTORY_ROLLOVER_EVENTS
         )
 
+    async def _on_cluster(self, activity: str, arg: object, **options: Any) -> Any:
+        """Run an activity on the cluster's controller queue. If no controller picks it up in
+        time (all controllers dead or partitioned), say so once and keep waiting: the work is
+        never skipped or marked done."""
+        reported = False
+        while True:
+            try:
+                return await workflow.execute_activity(
+                    activity,
+                    arg,
+                    task_queue=self.queue,
+                    schedule_to_start_timeout=timedelta(
+                        seconds=self.inp.controller_timeout_seconds
+                    ),
+                    **options,
+                )
+            except ActivityError as err:
+                cause = err.cause
+                stalled = (
+                    isinstance(cause, TemporalTimeoutError)
+                    and cause.type == TimeoutType.SCHEDULE_TO_START
+                )
+                if not stalled:
+                    raise
+            if not reported:
+                reported = True
+                await self._audit(
+                    "controller_unreachable",
+                    f"no controller for cluster {self.inp.job.cluster} picked up {activity} in "
+                    f"{self.inp.controller_timeout_seconds:.0f}s (queue {self.queue}); waiting",
+                    attempt=self.s.attempt,
+                    data={"activity": activity, "task_queue": self.queue},
+                    suffix=f"{workflow.info().get_current_history_length()}",
+                )
+            await workflow.sleep(timedelta(seconds=5), summary="controller-retry")
+
     async def _watch(self, window: float) -> WatchResult:
         cur = self.s.attempts[-1]
         self._set_phase("watching" if self.s.phase != "following_failed" else self.s.phase)
@@ -223,11 +261,10 @@ class JobRecoveryWorkflow:
             seen_progress=cur.seen_progress,
             straggler=self.directive.straggler,
         )
-        result: WatchResult = await workflow.execute_activity(
+        result: WatchResult = await self._on_cluster(
             "watch_attempt",
             req,
             result_type=WatchResult,
-            task_queue=self.queue,
             start_to_close_timeout=timedelta(seconds=window + 300),
             heartbeat_timeout=timedelta(seconds=15),
             retry_policy=WATCH_RETRY,
@@ -435,11 +472,10 @@ class JobRecoveryWorkflow:
             node_list=obs.node_list if obs else anomaly.nodes,
         )
         try:
-            verdict: Attribution = await workflow.execute_activity(
+            verdict: Attribution = await self._on_cluster(
                 "attribute_anomaly",
                 req,
                 result_type=Attribution,
-                task_queue=self.queue,
                 start_to_close_timeout=timedelta(seconds=120),
                 schedule_to_close_timeout=timedelta(minutes=5),
                 # A dead controller is noticed in seconds, not after start_to_close.
@@ -481,11 +517,10 @@ class JobRecoveryWorkflow:
                 hold_deadline=deadline,
             )
             try:
-                res = await workflow.execute_activity(
+                res = await self._on_cluster(
                     "scheduler_action",
                     req,
                     result_type=ActionResult,
-                    task_queue=self.queue,
                     activity_id=key,
                     start_to_close_timeout=timedelta(seconds=30),
                     schedule_to_close_timeout=timedelta(seconds=self.inp.hold_timeout_seconds / 2),
@@ -533,12 +568,11 @@ class JobRecoveryWorkflow:
         it is (plain Slurm behaviour) and follow the next attempt."""
         key = f"{self.wfid}:g{advice.generation}:fail_open_release"
         try:
-            res: ActionResult = await workflow.execute_activity(
+            res: ActionResult = await self._on_cluster(
                 "scheduler_action",
                 ActionRequest(job=self.inp.job, step=ActionStep.RELEASE, idempotency_key=key,
                               attempt=advice.attempt, reason="fail-open after a failed step"),
                 result_type=ActionResult,
-                task_queue=self.queue,
                 activity_id=key,
                 start_to_close_timeout=timedelta(seconds=30),
                 schedule_to_close_timeout=timedelta(seconds=self.inp.hold_timeout_seconds / 2),
@@ -559,11 +593,10 @@ class JobRecoveryWorkflow:
 
     async def _verify(self, advice: Advice, all_satisfied: bool) -> Reconciliation:
         self._set_phase("verifying")
-        rec: Reconciliation = await workflow.execute_activity(
+        rec: Reconciliation = await self._on_cluster(
             "verify_advice",
             VerifyRequest(job=self.inp.job, advice=advice, timeout_seconds=60.0),
             result_type=Reconciliation,
-            task_queue=self.queue,
             start_to_close_timeout=timedelta(seconds=120),
             heartbeat_timeout=timedelta(seconds=15),
             retry_policy=RetryPolicy(maximum_attempts=5, non_retryable_error_types=NON_RETRYABLE),

@@ -135,12 +135,20 @@ class Harness:
         )  # fmt: skip
 
     async def start(
-        self, directive: Directive, *, ack: bool = True, policy: PolicyConfig | None = None
+        self,
+        directive: Directive,
+        *,
+        ack: bool = True,
+        policy: PolicyConfig | None = None,
+        partition: str = "",
+        partitions: tuple[str, ...] = (),
+        controller_timeout: float = 120,
     ) -> WorkflowHandle[JobRecoveryWorkflow, RecoveryOutcome]:
         inp = RecoveryInput(
             job=JobKey(cluster=self.name, job_id=7, submit_time=NOW),
             directive=directive, policy=policy or PolicyConfig(),
-            gates=Gates(acknowledge_scheduler_actions=ack),
+            gates=Gates(acknowledge_scheduler_actions=ack, partitions=list(partitions)),
+            partition=partition, controller_timeout_seconds=controller_timeout,
         )  # fmt: skip
         return await self.client.start_workflow(
             JobRecoveryWorkflow.run, inp, id=inp.job.workflow_id(), task_queue=self.queue
@@ -186,6 +194,31 @@ class TestRecoveryLoop:
         await harness.wait_for_type("would_act")
         await handle.terminate("test over")
         assert harness.cluster.steps == []
+
+    async def test_partition_outside_the_allowlist_is_only_advised(self, harness: Harness) -> None:
+        handle = await harness.start(ACTION, partition="gpu", partitions=("canary",))
+        await harness.wait_for_type("would_act")
+        would = next(e for e in harness.cluster.audit if e.type == "would_act")
+        assert "allowlist" in would.summary
+        await handle.terminate("test over")
+        assert harness.cluster.steps == []
+
+
+class TestControllerLoss:
+    async def test_missing_controller_is_reported_and_waited_for(
+        self, temporal_env: WorkflowEnvironment
+    ) -> None:
+        """No controller polls the cluster queue: the workflow says so, then carries on as soon
+        as one appears, without skipping anything."""
+        h = Harness(temporal_env.client, FakeCluster())
+        async with h.worker():
+            handle = await h.start(ACTION, controller_timeout=2)
+            await h.wait_for_type("controller_unreachable", timeout=30)
+            assert h.cluster.steps == []
+            async with h.controller():
+                assert (await handle.result()).outcome == "completed"
+        assert h.cluster.steps == ["requeue_hold", "exclude_nodes", "release"]
+        assert h.cluster.types().count("controller_unreachable") == 1
 
 
 class TestApprovals:
