@@ -169,6 +169,7 @@ class ClusterActivities:
         cursor = LogCursor(path=path)
         lines: list[LogLine] = []
         while True:
+            before = cursor.offset
             got = await read_new_lines(self.runner, cursor)
             cursor = got.cursor
             lines.extend(
@@ -178,7 +179,7 @@ class ClusterActivities:
                 # Keep the head (the first errors) and the tail (the end of the failure).
                 half = MAX_ATTRIBUTION_LINES // 2
                 lines = lines[:half] + lines[-half:]
-            if got.at_eof or not got.lines:
+            if got.at_eof or (got.cursor.offset == before and not got.reset):
                 return lines
 
     @activity.defn(name="scheduler_action")

@@ -40,6 +40,7 @@ async def read_new_lines(
         data, size, inode = await runner.read_file(cursor.path, 0, max_bytes)
         reset = True
     offset, line_no, in_long = cursor.offset, cursor.line_no, cursor.in_long_line
+    read_to_end = cursor.offset + len(data) >= size
     lines: list[tuple[int, str]] = []
     start = 0
     while True:
@@ -65,4 +66,6 @@ async def read_new_lines(
     new_cursor = LogCursor(
         path=cursor.path, offset=offset, line_no=line_no, inode=inode, in_long_line=in_long
     )
-    return TailRead(lines, new_cursor, at_eof=offset + rest >= size, reset=reset)
+    # At EOF when this read reached the end of the file: whatever is left unconsumed is a
+    # partial last line, which waits for its newline.
+    return TailRead(lines, new_cursor, at_eof=read_to_end, reset=reset)

@@ -73,11 +73,12 @@ async def watch_attempt(
         if cursor is None:
             return
         while True:
+            before = cursor.offset
             got = await read_new_lines(runner, cursor)
             cursor = got.cursor
             if feed:
                 watcher.feed_many(got.lines, now())
-            if got.at_eof or not got.lines:
+            if got.at_eof or (got.cursor.offset == before and not got.reset):
                 return
 
     def result(outcome: str, obs: JobObservation | None, **extra: object) -> WatchResult:
