@@ -212,12 +212,16 @@ def demo(
     fault: Annotated[str, typer.Option(help="fault to inject (see infra/demo)")] = "ecc",
     fault_node: Annotated[str, typer.Option(help="node that fails")] = "",
     mode: Annotated[str, typer.Option(help="directive mode: action or observe")] = "action",
+    keep_ui: Annotated[
+        bool, typer.Option(help="leave the Temporal dev server (and its UI) running at the end")
+    ] = True,
 ) -> None:
     """Run the end-to-end demo on the local Slurm cluster (embedded Temporal + SQLite)."""
     from worker.demo import run_demo
 
     _setup_logging()
-    raise typer.Exit(run_demo(workdir=workdir, fault=fault, fault_node=fault_node, mode=mode))
+    code = run_demo(workdir=workdir, fault=fault, fault_node=fault_node, mode=mode, keep_ui=keep_ui)
+    raise typer.Exit(code)
 
 
 operator_cli.register(app)

@@ -82,7 +82,7 @@ def follow(store: AuditStore, job_id: int, timeout: float) -> list[StoredAuditEv
     return seen
 
 
-def run_demo(*, workdir: Path, fault: str, fault_node: str, mode: str) -> int:
+def run_demo(*, workdir: Path, fault: str, fault_node: str, mode: str, keep_ui: bool = True) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     console.rule("Resurgo demo")
     console.print("starting the local 4-node Slurm cluster ...")
@@ -127,11 +127,14 @@ def run_demo(*, workdir: Path, fault: str, fault_node: str, mode: str) -> int:
         e.type == "reconciliation" and e.data.get("status") == "converged" for e in events
     )
     completed = any(e.type == "completed" for e in events)
-    if server is not None:
+    if server is not None and keep_ui:
         console.print(
             f"the Temporal dev server keeps running (pid {server.pid}) so the UI stays up; "
             f"stop it with: kill {server.pid}"
         )
+    elif server is not None:
+        server.terminate()
+        server.wait(30)
     if mode == "action" and not (converged and completed):
         console.print("[red]recovery did not converge[/red]; logs in " + str(workdir / "logs"))
         return 1
