@@ -43,7 +43,7 @@ def test_silent_hang_is_detected_from_progress_silence_alone(
     """Every rank stops printing, no error line at all: the directive's hang_timeout fires."""
     dep = deploy()
     job_id = dep.submit(
-        mode="observe", fault="hang_silent", fault_rank="all", extra_directive={"hang_timeout": 6}
+        mode="observe", fault="hang_silent", fault_rank="all", extra_directive={"hang_timeout": 15}
     )
     anomaly = dep.wait_event(job_id, "anomaly", timeout=200)
     assert anomaly.data["kind"] == "hang"

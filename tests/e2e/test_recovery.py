@@ -164,7 +164,7 @@ def test_silent_hang_in_action_mode_requeues_the_running_job(
     """A RUNNING job that stopped progressing is requeued (through COMPLETING) and recovers."""
     dep = deploy()
     job_id = dep.submit(
-        mode="action", fault="hang_silent", fault_rank="all", extra_directive={"hang_timeout": 6}
+        mode="action", fault="hang_silent", fault_rank="all", extra_directive={"hang_timeout": 15}
     )
     dep.wait_event(job_id, "completed", timeout=300)
     events = dep.events(job_id)
