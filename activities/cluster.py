@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+from opentelemetry import metrics
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -23,6 +25,7 @@ from activities.detect.progress import ProgressParser
 from activities.detect.registry import Registry
 from activities.detect.watch import WatchCheckpoint, watch_attempt
 from activities.slurm.actions import SlurmActions
+from activities.slurm.breaker import BreakerSettings
 from activities.slurm.client import SlurmClient
 from activities.slurm.errors import (
     ActionsNotAllowed,
@@ -54,6 +57,36 @@ MAX_ATTRIBUTION_LINES = 50_000
 # Output may trail the job's end by a moment (buffers, shared file systems).
 SETTLE_DRAIN_SECONDS = 0.5
 
+# OpenTelemetry API only: no-ops until worker.telemetry installs a meter provider.
+_meter = metrics.get_meter("resurgo.activities")
+WATCH_RESULTS = _meter.create_counter(
+    "resurgo.watch.results", unit="{result}", description="watch_attempt results, by outcome"
+)
+ATTRIBUTION_DURATION = _meter.create_histogram(
+    "resurgo.attribution.duration", unit="s", description="attribute_anomaly, by kind/category"
+)
+ACTION_DURATION = _meter.create_histogram(
+    "resurgo.action.duration", unit="s",
+    description="One scheduler step, activity start to end, by step and outcome (or error type)",
+)  # fmt: skip
+VERIFY_DURATION = _meter.create_histogram(
+    "resurgo.verify.duration", unit="s", description="verify_advice, by status and reason"
+)
+
+
+@asynccontextmanager
+async def measured(histogram: metrics.Histogram, labels: dict[str, str]) -> AsyncIterator[None]:
+    """Record the block's wall time; a failure is labelled `outcome=<error type>`."""
+    start = time.monotonic()
+    try:
+        yield
+    except BaseException as exc:
+        typed = exc.type if isinstance(exc, ApplicationError) else None
+        labels["outcome"] = typed or type(exc).__name__
+        raise
+    finally:
+        histogram.record(time.monotonic() - start, labels)
+
 
 def kept_training(anomaly: Anomaly, lines: list[LogLine]) -> bool:
     """Progress lines after the line that looked fatal: whatever it was, the job survived it."""
@@ -82,11 +115,13 @@ class ClusterActivities:
         runner: CommandRunner,
         gates: ClusterGates,
         registry: Registry | None = None,
+        breaker: BreakerSettings | None = None,
     ) -> None:
         self.cluster = cluster
         self.runner = runner
         self.slurm = SlurmClient(runner)
-        self.actions = SlurmActions(self.slurm)
+        # The circuit breaker and per-node caps are enforced inside the exclude/drain steps.
+        self.actions = SlurmActions(self.slurm, breaker, cluster)
         self.gates = gates
         self.registry = registry or Registry.load()
 
@@ -118,10 +153,19 @@ class ClusterActivities:
             activity.heartbeat(checkpoint.model_dump(mode="json"))
 
         async with scheduler_errors():
-            return await watch_attempt(req, self.slurm, self.runner, self.registry, beat, resume)
+            result = await watch_attempt(req, self.slurm, self.runner, self.registry, beat, resume)
+        WATCH_RESULTS.add(1, {"outcome": result.outcome})
+        return result
 
     @activity.defn(name="attribute_anomaly")
     async def attribute_anomaly(self, req: AttributeRequest) -> Attribution:
+        labels = {"kind": req.anomaly.kind.value}
+        async with measured(ATTRIBUTION_DURATION, labels):
+            verdict = await self._attribute_anomaly(req)
+            labels["category"] = verdict.category.value
+        return verdict
+
+    async def _attribute_anomaly(self, req: AttributeRequest) -> Attribution:
         async with scheduler_errors():
             obs = await self._settle(req)
             nodes = await self.slurm.show_nodes(req.node_list) if req.node_list else []
@@ -184,6 +228,14 @@ class ClusterActivities:
 
     @activity.defn(name="scheduler_action")
     async def scheduler_action(self, req: ActionRequest) -> ActionResult:
+        labels = {"step": req.step.value}
+        async with measured(ACTION_DURATION, labels):
+            result = await self._scheduler_action(req)
+            labels["outcome"] = result.outcome
+        await chaos_pause(req.step.value)
+        return result
+
+    async def _scheduler_action(self, req: ActionRequest) -> ActionResult:
         if not self.gates.acknowledge_scheduler_actions:
             raise ApplicationError(
                 f"cluster {self.cluster} has not set acknowledge_scheduler_actions",
@@ -197,13 +249,18 @@ class ClusterActivities:
                     raise ActionsNotAllowed(
                         f"partition {obs.partition!r} is not in {self.gates.partitions}"
                     )
-            result = await self.actions.run(req)
-        await chaos_pause(req.step.value)
-        return result
+            return await self.actions.run(req)
 
     @activity.defn(name="verify_advice")
     async def verify_advice(self, req: VerifyRequest) -> Reconciliation:
         """Judge from fresh observations whether Slurm reached the advised state."""
+        labels: dict[str, str] = {}
+        async with measured(VERIFY_DURATION, labels):
+            rec = await self._verify_advice(req)
+            labels.update(status=rec.status, reason=rec.reason)
+        return rec
+
+    async def _verify_advice(self, req: VerifyRequest) -> Reconciliation:
         deadline = asyncio.get_running_loop().time() + req.timeout_seconds
         last: JobObservation | None = None
         async with scheduler_errors():

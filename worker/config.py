@@ -13,9 +13,17 @@ mode = "local"                       # or "ssh"
 slurm_conf = "/var/lib/resurgo-slurm/local/etc/slurm.conf"
 acknowledge_scheduler_actions = false   # observe-only until an operator flips this
 partitions = []                      # allowlist; empty = all
+max_excluded_share = 0.1             # circuit breaker: share of nodes remediated per window
+max_remediations_per_node = 3        # per-node cap per window (breaker_window_seconds = 3600)
+drain_after_jobs = 3                 # cross-job memory: drain advice after K jobs
+allow_drain = false                  # ... and the controller drains only when this is true
 
 [policies.default]
 max_attempts = 5
+
+[telemetry]                          # OpenTelemetry (see worker/telemetry.py); off by default
+otlp_endpoint = "http://collector:4318"   # OTLP/HTTP; or $OTEL_EXPORTER_OTLP_ENDPOINT
+service_name = "resurgo"
 ```
 """
 
@@ -29,6 +37,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from activities.detect.sources.config import SignalsSettings
+from activities.slurm.breaker import BreakerSettings
 from workflows.contracts import ClusterGates, PolicyConfig
 
 
@@ -77,12 +86,39 @@ class ClusterSettings(Strict):
     # External log/metric sources (Loki, VictoriaLogs, Prometheus), validated with
     # `resurgo signals check`; without it the controller tails the job's output file.
     signals: SignalsSettings | None = None
+    # Circuit breaker and per-node caps (checked by the controller before excluding/draining):
+    # at most max_excluded_share of the nodes (at least 1) excluded/drained by Resurgo per
+    # window, each node remediated for at most max_remediations_per_node jobs per window.
+    breaker_window_seconds: float = Field(default=3600.0, gt=0)
+    max_excluded_share: float = Field(default=0.1, ge=0.0, le=1.0)
+    max_remediations_per_node: int = Field(default=3, ge=1)
+    # Cross-job memory: a node excluded for this many distinct jobs in the window gets a drain
+    # advice; the controller drains it only when allow_drain is true.
+    drain_after_jobs: int = Field(default=3, ge=1)
+    allow_drain: bool = False
+
+    def breaker(self) -> BreakerSettings:
+        return BreakerSettings(
+            window_seconds=self.breaker_window_seconds,
+            max_excluded_share=self.max_excluded_share,
+            max_remediations_per_node=self.max_remediations_per_node,
+            drain_after_jobs=self.drain_after_jobs,
+            allow_drain=self.allow_drain,
+        )
 
     def gates(self) -> ClusterGates:
         return ClusterGates(
             acknowledge_scheduler_actions=self.acknowledge_scheduler_actions,
             partitions=self.partitions,
         )
+
+
+class TelemetrySettings(Strict):
+    """OpenTelemetry export; off unless `otlp_endpoint` or $OTEL_EXPORTER_OTLP_ENDPOINT is set."""
+
+    otlp_endpoint: str | None = None  # OTLP/HTTP base URL, e.g. "http://collector:4318"
+    service_name: str = "resurgo"
+    export_interval: float = Field(default=60.0, gt=0)  # seconds between metric pushes
 
 
 class ApiToken(Strict):
@@ -126,6 +162,7 @@ class ResurgoConfig(Strict):
         default_factory=lambda: {"local": ClusterSettings()}
     )
     policies: dict[str, PolicyConfig] = Field(default_factory=dict)
+    telemetry: TelemetrySettings = TelemetrySettings()
 
     def cluster(self, name: str) -> ClusterSettings:
         try:

@@ -19,6 +19,7 @@ from activities.slurm.client import SlurmClient
 from activities.slurm.runner import CommandRunner, LocalRunner
 from worker.config import ClusterSettings, ConfigError, ResurgoConfig
 from worker.discovery import Discovery
+from worker.telemetry import AuditMetrics, setup_telemetry
 from workflows.contracts import CORE_TASK_QUEUE, controller_task_queue
 from workflows.job_recovery import JobRecoveryWorkflow
 
@@ -36,7 +37,7 @@ def core_worker(client: Client, store: AuditStore) -> Worker:
         client,
         task_queue=CORE_TASK_QUEUE,
         workflows=[JobRecoveryWorkflow],
-        activities=[AuditActivities(store).record_audit],
+        activities=[AuditActivities(store, on_recorded=AuditMetrics()).record_audit],
         identity=f"resurgo-worker@{socket.gethostname()}",
         graceful_shutdown_timeout=timedelta(seconds=5),
     )
@@ -61,7 +62,7 @@ def make_runner(settings: ClusterSettings) -> CommandRunner:
 def controller_worker(
     client: Client, cluster: str, settings: ClusterSettings, runner: CommandRunner
 ) -> Worker:
-    activities = ClusterActivities(cluster, runner, settings.gates())
+    activities = ClusterActivities(cluster, runner, settings.gates(), breaker=settings.breaker())
     return Worker(
         client,
         task_queue=controller_task_queue(cluster),
@@ -94,6 +95,8 @@ async def run_until_signalled(
 
 
 async def run_worker(client: Client, config: ResurgoConfig) -> None:
+    # The client's TracingInterceptor resolves its tracer lazily: setting up here is in time.
+    setup_telemetry(config.telemetry, process="worker")
     store = audit_store(config)
     log.info("worker: task queue %s, audit store %s", CORE_TASK_QUEUE, store.url)
     await run_until_signalled([core_worker(client, store)])
@@ -101,6 +104,7 @@ async def run_worker(client: Client, config: ResurgoConfig) -> None:
 
 async def run_controller(client: Client, config: ResurgoConfig, cluster: str) -> None:
     settings = config.cluster(cluster)
+    setup_telemetry(config.telemetry, process=f"controller/{cluster}")
     runner = make_runner(settings)
     discovery = Discovery(client, SlurmClient(runner), cluster, config)
     log.info(

@@ -6,6 +6,7 @@ import asyncio
 import logging
 
 from temporalio.client import Client
+from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 
@@ -19,7 +20,11 @@ class TemporalUnavailable(Exception):
 
 
 async def connect(settings: TemporalSettings, *, wait_seconds: float = 0.0) -> Client:
-    """Connect, retrying for up to `wait_seconds` (long-running processes wait for Temporal)."""
+    """Connect, retrying for up to `wait_seconds` (long-running processes wait for Temporal).
+
+    The client carries OpenTelemetry's `TracingInterceptor` (workers built from it inherit it;
+    never add it to a worker too). Until `worker.telemetry` installs a tracer provider its spans
+    are the API's no-ops and it adds no headers."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_seconds
     delay = 0.5
@@ -29,6 +34,7 @@ async def connect(settings: TemporalSettings, *, wait_seconds: float = 0.0) -> C
                 settings.address,
                 namespace=settings.namespace,
                 data_converter=pydantic_data_converter,
+                interceptors=[TracingInterceptor()],
             )
         except (RuntimeError, RPCError) as exc:
             if loop.time() >= deadline:

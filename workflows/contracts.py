@@ -112,6 +112,9 @@ class PolicyConfig(Frozen):
     checkpoint_failure_attempts: int = Field(default=2, ge=1)
     allow_drain: bool = False
     require_approval: bool = False
+    # Nodes one job may have excluded in total (the cluster-wide circuit breaker and per-node
+    # caps are enforced by the controller, which sees every job).
+    max_nodes_excluded_per_job: int = Field(default=2, ge=0)
 
 
 class JobObservation(Frozen):

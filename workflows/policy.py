@@ -64,6 +64,59 @@ def consecutive_checkpoint_failures(attempts: list[AttemptRecord]) -> int:
     return count
 
 
+def limit_exclusions(
+    culprits: list[str], already_excluded: list[str], cap: int
+) -> tuple[list[str], list[str]]:
+    """Split culprits into (kept, dropped) so that the job's exclusions, old and new, never
+    exceed `cap`. Culprits the job already excludes cost nothing; new ones are taken in the
+    attribution's order (the most implicated first) while room remains."""
+    ordered = list(dict.fromkeys(n for n in culprits if n))
+    already = set(already_excluded)
+    room = cap - len(already)
+    kept: list[str] = []
+    dropped: list[str] = []
+    for node in ordered:
+        if node in already:
+            kept.append(node)
+        elif room > 0:
+            kept.append(node)
+            room -= 1
+        else:
+            dropped.append(node)
+    return kept, dropped
+
+
+def _excluding(
+    state: RecoveryState,
+    attribution: Attribution,
+    policy: PolicyConfig,
+    culprits: list[str],
+    rule: str,
+    reason: str,
+    *,
+    drain: bool = False,
+    counts: bool = True,
+) -> Advice:
+    """Requeue excluding the culprits, within the per-job exclusion cap."""
+    kept, dropped = limit_exclusions(
+        culprits, state.excluded_nodes, policy.max_nodes_excluded_per_job
+    )
+    if dropped:
+        reason += (
+            f"; per-job exclusion cap {policy.max_nodes_excluded_per_job} "
+            f"(already excluded: {','.join(sorted(state.excluded_nodes)) or 'none'}): "
+            f"not excluding {','.join(dropped)}"
+        )
+    if not kept:
+        return _advice(
+            state, attribution, AdviceKind.REQUEUE, "exclusion_cap_reached", reason, counts=counts
+        )
+    return _advice(
+        state, attribution, AdviceKind.REQUEUE_EXCLUDING, rule, reason,
+        nodes=kept, drain=kept if drain else None, counts=counts,
+    )  # fmt: skip
+
+
 def _advice(
     state: RecoveryState,
     attribution: Attribution,
@@ -117,13 +170,11 @@ def decide(
             outcome = "timeout_progress"
     if outcome in FREE_REQUEUE_OUTCOMES:
         culprits = attribution.culprit_nodes if outcome == "node_fail" else []
-        return _advice(
-            state, attribution,
-            AdviceKind.REQUEUE_EXCLUDING if culprits else AdviceKind.REQUEUE,
-            f"scheduler_{outcome}",
-            f"scheduler outcome {outcome}: requeue without spending the failure budget",
-            nodes=culprits, counts=False,
-        )  # fmt: skip
+        rule = f"scheduler_{outcome}"
+        free = f"scheduler outcome {outcome}: requeue without spending the failure budget"
+        if culprits:
+            return _excluding(state, attribution, policy, culprits, rule, free, counts=False)
+        return _advice(state, attribution, AdviceKind.REQUEUE, rule, free, counts=False)
 
     if state.failures_counted >= policy.max_attempts:
         return _advice(
@@ -162,19 +213,17 @@ def decide(
 
     culprits = [n for n in attribution.culprit_nodes if n]
     if culprits and attribution.kind == AnomalyKind.STRAGGLER:
-        return _advice(
-            state, attribution, AdviceKind.REQUEUE_EXCLUDING, "straggler_excluded",
+        return _excluding(
+            state, attribution, policy, culprits, "straggler_excluded",
             f"{', '.join(sorted(set(culprits)))} slows the whole job: {attribution.summary}",
-            nodes=culprits,
         )  # fmt: skip
     if culprits and (
         attribution.category in HARDWARE_CATEGORIES
         or attribution.category == Category.SYSTEM_SOFTWARE
     ):
-        drain = culprits if policy.allow_drain else []
-        return _advice(
-            state, attribution, AdviceKind.REQUEUE_EXCLUDING, "node_fault_excluded", what,
-            nodes=culprits, drain=drain,
+        return _excluding(
+            state, attribution, policy, culprits, "node_fault_excluded", what,
+            drain=policy.allow_drain,
         )  # fmt: skip
     return _advice(
         state, attribution, AdviceKind.REQUEUE, "retry_within_budget",

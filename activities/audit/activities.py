@@ -10,6 +10,7 @@ activity executions:
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Sequence
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -21,8 +22,12 @@ BAD_AUDIT_EVENT = "BadAuditEvent"
 
 
 class AuditActivities:
-    def __init__(self, store: AuditStore) -> None:
+    def __init__(
+        self, store: AuditStore, on_recorded: Callable[[Sequence[AuditEvent]], None] | None = None
+    ) -> None:
         self._store = store
+        # Called with each stored batch (worker.telemetry.AuditMetrics counts it).
+        self._on_recorded = on_recorded
 
     @activity.defn(name="record_audit")
     async def record_audit(self, events: list[AuditEvent]) -> int:
@@ -33,6 +38,9 @@ class AuditActivities:
         over its column limit, non-JSON data) fails non-retryably with type `BadAuditEvent`.
         """
         try:
-            return await asyncio.to_thread(self._store.append, events)
+            new = await asyncio.to_thread(self._store.append, events)
         except ValueError as exc:
             raise ApplicationError(str(exc), type=BAD_AUDIT_EVENT, non_retryable=True) from exc
+        if self._on_recorded is not None and new:
+            self._on_recorded(events)
+        return new

@@ -9,23 +9,36 @@ Restarts > n.
 from __future__ import annotations
 
 import asyncio
+import logging
 from datetime import UTC, datetime
 
+from activities.slurm import breaker
+from activities.slurm.breaker import BreakerSettings, Remediation
 from activities.slurm.client import SlurmClient, check_node_name
-from activities.slurm.errors import JobGone, PreconditionFailed
-from workflows.contracts import ActionRequest, ActionResult, ActionStep, JobObservation
+from activities.slurm.errors import JobGone, ParseError, PreconditionFailed
+from activities.slurm.parsers import parse_job
+from workflows.contracts import (
+    ActionRequest,
+    ActionResult,
+    ActionStep,
+    JobObservation,
+    NodeObservation,
+)
 
 # KillWait (5 s here, 30 s by default) plus SIGKILL delivery bounds how long COMPLETING lasts.
 SETTLE_TIMEOUT = 40.0
 UNUSABLE_STATES = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING")
 HOLD_TAG = "resurgo:hold"
 RELEASED_TAG = "resurgo:released"
+log = logging.getLogger(__name__)
 
 
-def hold_comment(key: str, deadline: datetime | None) -> str:
-    """AdminComment written with a hold; the fail-open watchdog reads the deadline from it."""
+def hold_comment(key: str, deadline: datetime | None, at: datetime | None = None) -> str:
+    """AdminComment written with a hold; the fail-open watchdog reads the deadline from it, the
+    circuit breaker the time of the hold (`at`)."""
     when = deadline.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if deadline else "none"
-    return f"{HOLD_TAG} key={key} deadline={when}"
+    stamp = f" at={breaker.stamp(at)}" if at else ""
+    return f"{HOLD_TAG} key={key} deadline={when}{stamp}"
 
 
 def parse_hold_comment(text: str) -> tuple[str, datetime | None] | None:
@@ -47,8 +60,16 @@ def parse_hold_comment(text: str) -> tuple[str, datetime | None] | None:
 class SlurmActions:
     """The steps that carry out advice, for one cluster."""
 
-    def __init__(self, slurm: SlurmClient) -> None:
+    def __init__(
+        self, slurm: SlurmClient, breaker: BreakerSettings | None = None, cluster: str = ""
+    ) -> None:
         self.slurm = slurm
+        # None: no circuit breaker, per-node caps or cross-job memory (tests, tools).
+        self.breaker = breaker
+        self.cluster = cluster
+        # Check-then-act of the breaker is serialised within this controller; across replicas
+        # concurrent steps may still overshoot by the number in flight.
+        self._remediating = asyncio.Lock()
 
     async def observe(self, job_id: int) -> JobObservation:
         obs = await self.slurm.show_job(job_id)
@@ -100,7 +121,10 @@ class SlurmActions:
         """Write the fail-open deadline onto a hold that is ours and not yet tagged."""
         if obs.held and req.idempotency_key not in obs.admin_comment:
             await self.slurm.update_job(
-                req.job.job_id, AdminComment=hold_comment(req.idempotency_key, req.hold_deadline)
+                req.job.job_id,
+                AdminComment=hold_comment(
+                    req.idempotency_key, req.hold_deadline, datetime.now(UTC)
+                ),
             )
 
     async def settled(self, job_id: int, timeout: float = SETTLE_TIMEOUT) -> JobObservation:
@@ -118,16 +142,93 @@ class SlurmActions:
         wanted = {check_node_name(n) for n in req.nodes}
         obs = await self.settled(job_id)
         if wanted <= set(obs.exc_node_list):
-            return self._result(req, "satisfied", obs, f"ExcNodeList={obs.exc_node_list}")
+            advice = await self._cross_job(req, wanted)
+            return self._result(req, "satisfied", obs, f"ExcNodeList={obs.exc_node_list}{advice}")
         if obs.state != "PENDING":
             raise PreconditionFailed(f"job {job_id} is {obs.state}; exclusions need PENDING")
         merged = sorted(set(obs.exc_node_list) | wanted)
         await self._check_capacity(obs, set(merged))
-        await self.slurm.update_job(job_id, ExcNodeList=",".join(merged))
-        after = await self.observe(job_id)
+        async with self._remediating:
+            await self._check_breaker(req, wanted)
+            await self.slurm.update_job(job_id, ExcNodeList=",".join(merged))
+            after = await self.observe(job_id)
         if not wanted <= set(after.exc_node_list):
             raise PreconditionFailed(f"ExcNodeList of job {job_id} is {after.exc_node_list}")
-        return self._result(req, "applied", after, f"ExcNodeList={','.join(merged)}")
+        advice = await self._cross_job(req, wanted)
+        return self._result(req, "applied", after, f"ExcNodeList={','.join(merged)}{advice}")
+
+    async def remediations(self) -> tuple[list[Remediation], list[NodeObservation]]:
+        """What Resurgo excluded/drained on this cluster (from Slurm), and the cluster's nodes."""
+        shown = await self.slurm._run(["scontrol", "show", "-o", "job"], timeout=60.0)
+        listed = {job.job_id: job for job in await self.slurm.list_jobs()}
+        lines: dict[int, list[str]] = {}
+        for line in shown.stdout.splitlines():
+            if line.startswith("JobId="):
+                head = line.split(None, 1)[0].removeprefix("JobId=")
+                if head.isdigit():
+                    lines.setdefault(int(head), []).append(line)
+        jobs = []
+        for job_id, found in lines.items():
+            # A job id squeue does not know, or printed twice, is a comment posing as a record.
+            if job_id not in listed or len(found) != 1:
+                continue
+            texts = listed[job_id]
+            try:
+                jobs.append(parse_job(found[0], texts.comment or None, texts.name or None))
+            except ParseError:
+                continue
+        nodes = await self.slurm.show_nodes()
+        facts = breaker.remediations_from_jobs(jobs, self.cluster)
+        facts += breaker.remediations_from_nodes(nodes, self.cluster)
+        return facts, nodes
+
+    async def _check_breaker(self, req: ActionRequest, nodes: set[str]) -> None:
+        """Refuse (PreconditionFailed) what the circuit breaker or a per-node cap forbids."""
+        if self.breaker is None or not nodes:
+            return
+        facts, all_nodes = await self.remediations()
+        why = breaker.refusal(
+            facts, cluster=self.cluster, job_id=req.job.job_id, requested=nodes,
+            total_nodes=len(all_nodes), settings=self.breaker, now=datetime.now(UTC),
+        )  # fmt: skip
+        if why:
+            raise PreconditionFailed(f"{req.step.value} refused by {why}")
+
+    async def _cross_job(self, req: ActionRequest, nodes: set[str]) -> str:
+        """Cross-job memory: a node this job excluded that failures of `drain_after_jobs`
+        distinct jobs implicated in the window gets a drain advice; drained only when the
+        cluster allows it. Returns text for the step's detail."""
+        settings = self.breaker
+        if settings is None or not nodes:
+            return ""
+        facts, all_nodes = await self.remediations()
+        unusable = {n.name for n in all_nodes if any(bad in n.state for bad in UNUSABLE_STATES)}
+        now = datetime.now(UTC)
+        # Our own exclusion counts even if slurmctld does not show the tag yet.
+        facts += [Remediation(n, "exclude", req.job.job_id, now) for n in nodes]
+        advised = {
+            node: count
+            for node, count in breaker.nodes_to_drain(
+                facts, settings.drain_after_jobs, settings.window, now
+            ).items()
+            if node in nodes
+        }
+        notes = []
+        for node, count in advised.items():
+            note = f"node {node} implicated in {count} jobs: drain advised"
+            if settings.allow_drain and node in unusable:
+                note += " (already out of service: left as it is)"
+            elif settings.allow_drain:
+                # Part of this job's remediation: the per-node cap counted it with the exclusion,
+                # and the node already counts towards the breaker, so draining it adds nothing.
+                reason = f"resurgo cross-job: implicated in {count} jobs ({req.idempotency_key})"
+                await self.slurm.drain_node(check_node_name(node), reason[:250])
+                note += " (drained)"
+            else:
+                note += " (allow_drain is off)"
+            log.warning("%s: %s", self.cluster, note)
+            notes.append(note)
+        return "; " + "; ".join(notes) if notes else ""
 
     async def _check_capacity(self, obs: JobObservation, excluded: set[str]) -> None:
         """Refuse an exclusion that would leave the job fewer usable nodes than it needs: a job
@@ -154,7 +255,8 @@ class SlurmActions:
             # Release first: dying before the retag leaves an unheld job with a stale tag
             # (harmless); the other order could leave a hold the watchdog no longer recognises.
             await self.slurm.release(job_id)
-            tag = f"{RELEASED_TAG} key={req.idempotency_key}"
+            now = breaker.stamp(datetime.now(UTC))
+            tag = f"{RELEASED_TAG} key={req.idempotency_key} at={now}"
             await self.slurm.update_job(job_id, AdminComment=tag)
             obs = await self.observe(job_id)
         if obs.state == "PENDING" and not obs.held:
@@ -187,9 +289,11 @@ class SlurmActions:
             for n in nodes
             if not ("DRAIN" in observed[n].state and req.idempotency_key in observed[n].reason)
         ] if observed else nodes  # fmt: skip
-        for node in todo:
-            reason = f"resurgo {req.idempotency_key}: {req.reason}"[:250]
-            await self.slurm.drain_node(node, reason)
+        async with self._remediating:
+            await self._check_breaker(req, set(todo))
+            for node in todo:
+                reason = f"resurgo {req.idempotency_key}: {req.reason}"[:250]
+                await self.slurm.drain_node(node, reason)
         obs = await self.observe(req.job.job_id)
         outcome = "applied" if todo else "satisfied"
         return self._result(req, outcome, obs, f"drained {','.join(todo) or 'nothing new'}")

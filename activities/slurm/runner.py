@@ -9,12 +9,24 @@ from __future__ import annotations
 import asyncio
 import os
 import shlex
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
+
+from opentelemetry import metrics, trace
 
 from activities.slurm.errors import CommandTimeout, SchedulerUnavailable
 
 DEFAULT_TIMEOUT = 30.0
+MAX_ARGV_ATTRIBUTE = 1024
+
+# OpenTelemetry API only: no-ops until worker.telemetry installs providers.
+_tracer = trace.get_tracer("resurgo.slurm")
+COMMAND_DURATION = metrics.get_meter("resurgo.slurm").create_histogram(
+    "resurgo.slurm.command.duration", unit="s",
+    description="Slurm command wall time, by command, subcommand and transport",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -44,6 +56,9 @@ class LocalRunner:
         self.env["TZ"] = "UTC"
 
     async def run(self, argv: list[str], *, timeout: float = DEFAULT_TIMEOUT) -> CommandResult:
+        return await traced_command(argv, "local", lambda: self._run(argv, timeout))
+
+    async def _run(self, argv: list[str], timeout: float) -> CommandResult:
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
@@ -69,6 +84,45 @@ class LocalRunner:
 
     async def read_file(self, path: str, offset: int, max_bytes: int) -> tuple[bytes, int, int]:
         return await asyncio.to_thread(_read_local, path, offset, max_bytes)
+
+
+async def traced_command(
+    argv: list[str],
+    transport: str,
+    run: Callable[[], Awaitable[CommandResult]],
+    attributes: dict[str, str | int] | None = None,
+) -> CommandResult:
+    """Run one command inside a span `slurm <argv[0]> <argv[1]>` and time it.
+
+    The span is made only inside a trace (an activity's): the discovery loop's polls would
+    otherwise be a new trace every few seconds. The duration metric is recorded either way.
+    Attributes hold the argv (no secrets: Slurm argv carry job ids, node names and reasons),
+    the exit code and the duration, never the environment or the SSH command line."""
+    command = os.path.basename(argv[0]) if argv else ""
+    sub = argv[1] if len(argv) > 1 and argv[1].isalpha() else ""
+    labels = {"command": command, "subcommand": sub, "transport": transport}
+    start = time.monotonic()
+    outcome = "error"
+    try:
+        if not trace.get_current_span().get_span_context().is_valid:
+            result = await run()
+        else:
+            with _tracer.start_as_current_span(
+                " ".join(["slurm", *argv[:2]]), kind=trace.SpanKind.CLIENT
+            ) as span:
+                span.set_attribute("slurm.argv", shlex.join(argv)[:MAX_ARGV_ATTRIBUTE])
+                span.set_attribute("slurm.transport", transport)
+                for key, value in (attributes or {}).items():
+                    span.set_attribute(key, value)
+                try:
+                    result = await run()
+                finally:
+                    span.set_attribute("slurm.duration_s", time.monotonic() - start)
+                span.set_attribute("slurm.exit_code", result.returncode)
+        outcome = "ok" if result.returncode == 0 else "nonzero"
+        return result
+    finally:
+        COMMAND_DURATION.record(time.monotonic() - start, {**labels, "outcome": outcome})
 
 
 def _read_local(path: str, offset: int, max_bytes: int) -> tuple[bytes, int, int]:

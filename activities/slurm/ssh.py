@@ -32,7 +32,7 @@ from typing import Any
 import asyncssh
 
 from activities.slurm.errors import CommandTimeout, SchedulerUnavailable
-from activities.slurm.runner import DEFAULT_TIMEOUT, CommandResult
+from activities.slurm.runner import DEFAULT_TIMEOUT, CommandResult, traced_command
 
 log = logging.getLogger("resurgo.ssh")
 # asyncssh logs every channel at INFO (5 lines per command); keep its warnings and errors only,
@@ -96,6 +96,13 @@ class SshRunner:
         return shlex.join(["env", *env, "timeout", "-k", "5", limit, *argv])
 
     async def run(self, argv: list[str], *, timeout: float = DEFAULT_TIMEOUT) -> CommandResult:
+        peer: dict[str, str | int] = {
+            "server.address": self.settings.host,
+            "server.port": self.settings.port,
+        }
+        return await traced_command(argv, "ssh", lambda: self._run(argv, timeout), peer)
+
+    async def _run(self, argv: list[str], timeout: float) -> CommandResult:
         result = await self._exec(
             self.remote_command(argv, timeout), timeout, shlex.join(argv), encoding="utf-8"
         )

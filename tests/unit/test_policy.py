@@ -16,7 +16,13 @@ from workflows.contracts import (
     PolicyConfig,
     RecoveryState,
 )
-from workflows.policy import advice_steps, apply_advice, decide, effective_policy
+from workflows.policy import (
+    advice_steps,
+    apply_advice,
+    decide,
+    effective_policy,
+    limit_exclusions,
+)
 
 
 def attribution(
@@ -223,3 +229,87 @@ class TestProperties:
     @given(policies, attributions)
     def test_decide_is_deterministic(self, pol: PolicyConfig, attr: Attribution) -> None:
         assert decide(state(), attr, pol, OBSERVE) == decide(state(), attr, pol, OBSERVE)
+
+
+class TestExclusionCap:
+    def test_more_culprits_than_the_cap_excludes_the_first_ones(self) -> None:
+        hw = attribution(Category.HARDWARE_GPU, ("node3", "node1", "node2"))
+        advice = decide(state(), hw, POLICY, OBSERVE)
+        assert advice.kind == AdviceKind.REQUEUE_EXCLUDING and advice.nodes == ["node1", "node3"]
+        assert "per-job exclusion cap 2" in advice.reason and "not excluding node2" in advice.reason
+
+    def test_cap_counts_what_the_job_already_excluded(self) -> None:
+        hw = attribution(Category.HARDWARE_HOST, ("node4", "node2"))
+        advice = decide(state(excluded_nodes=["node1"]), hw, POLICY, OBSERVE)
+        assert advice.nodes == ["node4"] and "not excluding node2" in advice.reason
+
+    def test_cap_reached_requeues_without_excluding(self) -> None:
+        hw = attribution(Category.HARDWARE_NETWORK, ("node3",))
+        full = state(excluded_nodes=["node1", "node2"])
+        advice = decide(full, hw, PolicyConfig(allow_drain=True), Directive(drain=True))
+        assert advice.kind == AdviceKind.REQUEUE and advice.rule == "exclusion_cap_reached"
+        assert (
+            advice.nodes == []
+            and advice.drain_nodes == []
+            and advice_steps(advice)
+            == [
+                "requeue_hold",
+                "release",
+            ]
+        )
+
+    def test_already_excluded_culprit_costs_nothing(self) -> None:
+        hw = attribution(Category.HARDWARE_GPU, ("node1",))
+        advice = decide(state(excluded_nodes=["node1", "node2"]), hw, POLICY, OBSERVE)
+        assert advice.kind == AdviceKind.REQUEUE_EXCLUDING and advice.nodes == ["node1"]
+
+    def test_limit_exclusions_is_ordered_and_deduplicated(self) -> None:
+        assert limit_exclusions(["b", "a", "b", "", "c"], ["x"], 3) == (["b", "a"], ["c"])
+        assert limit_exclusions(["a"], [], 0) == ([], ["a"])
+
+
+class TestExclusionProperties:
+    @settings(max_examples=300)
+    @given(
+        st.builds(
+            PolicyConfig,
+            max_attempts=st.integers(0, 8),
+            budget_per_fingerprint=st.integers(0, 6),
+            no_progress_attempts=st.integers(1, 4),
+            allow_drain=st.booleans(),
+            max_nodes_excluded_per_job=st.integers(0, 4),
+        ),
+        st.lists(st.tuples(attributions, st.integers(-1, 200)), max_size=12),
+        st.booleans(),
+    )
+    def test_never_exceeds_the_per_job_cap_nor_excludes_non_culprits(
+        self,
+        pol: PolicyConfig,
+        history: list[tuple[Attribution, int]],
+        drain: bool,
+    ) -> None:
+        """Whatever happens, the nodes a job ends up excluding (as the workflow accumulates
+        them: previous exclusions plus the advice's nodes) stay within the cap, and every node
+        ever excluded or drained was named a culprit of the failure that led to it."""
+        s = state()
+        directive = Directive(mode=Mode.ACTION, drain=drain)
+        for attr, progress in history:
+            advice = decide(s, attr, pol, directive)
+            s = apply_advice(s, advice)
+            assert set(advice.nodes) <= set(attr.culprit_nodes)
+            assert set(advice.drain_nodes) <= set(advice.nodes)
+            if advice.kind == AdviceKind.REQUEUE_EXCLUDING:
+                assert advice.nodes
+                # What the workflow's exclude_nodes step asks for and then records.
+                s.excluded_nodes = sorted(set(s.excluded_nodes) | set(advice.nodes))
+            else:
+                assert advice.nodes == [] and advice.drain_nodes == []
+            assert len(s.excluded_nodes) <= pol.max_nodes_excluded_per_job
+            if advice.kind == AdviceKind.STOP:
+                break
+            if advice.kind == AdviceKind.NONE:
+                continue
+            s.attempt += 1
+            s.attempts.append(
+                AttemptRecord(attempt=s.attempt, max_iteration=progress if progress >= 0 else None)
+            )
