@@ -131,7 +131,7 @@ def run(kinds: list[str], runs: int) -> dict[str, list[float]]:
     config = write_config(
         work / "resurgo.toml", temporal_address=f"127.0.0.1:{port}", audit_url=audit_url,
         cluster=name, slurm_conf=conf, acknowledge=False, environment=name,
-        discovery_interval=0.5,
+        discovery_interval=0.5, loose_breaker=True,
     )  # fmt: skip
     stack = LocalStack(config=config, logdir=work / "logs", cluster=name)
     stack.start_all()

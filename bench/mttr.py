@@ -129,7 +129,7 @@ def main() -> int:
     audit_url = f"sqlite:///{work / 'audit.db'}"
     config = write_config(work / "resurgo.toml", temporal_address=f"127.0.0.1:{port}",
                           audit_url=audit_url, cluster=name, slurm_conf=conf, acknowledge=True,
-                          environment=name, discovery_interval=0.5)  # fmt: skip
+                          environment=name, discovery_interval=0.5, loose_breaker=True)  # fmt: skip
     stack = LocalStack(config=config, logdir=work / "logs", cluster=name)
     stack.start_all()
     store = AuditStore(audit_url)

@@ -100,6 +100,7 @@ def run_demo(*, workdir: Path, fault: str, fault_node: str, mode: str, keep_ui: 
         slurm_conf=slurm_conf,
         acknowledge=True,
         environment="demo",
+        loose_breaker=True,
     )
     console.print(
         f"config {config}: cluster 'local' with acknowledge_scheduler_actions = true "

@@ -139,7 +139,7 @@ def deploy(
         config = write_config(
             tmp_path / f"{name}.toml", temporal_address=temporal_address, audit_url=url,
             cluster=name, slurm_conf=slurm_conf, acknowledge=acknowledge, environment=name,
-            discovery_interval=0.5,
+            discovery_interval=0.5, loose_breaker=True,
         )  # fmt: skip
         workdir = tmp_path / name
         workdir.mkdir()

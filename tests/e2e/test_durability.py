@@ -56,7 +56,7 @@ def test_temporal_restart_mid_recovery(
     url = f"sqlite:///{tmp_path / 'audit.db'}"
     config = write_config(
         tmp_path / "cfg.toml", temporal_address=f"127.0.0.1:{port}", audit_url=url, cluster=name,
-        slurm_conf=slurm_conf, environment=name, discovery_interval=0.5,
+        slurm_conf=slurm_conf, environment=name, discovery_interval=0.5, loose_breaker=True,
     )  # fmt: skip
     marker = tmp_path / "paused"
     stack = LocalStack(config=config, logdir=tmp_path / "logs", cluster=name)
@@ -106,7 +106,7 @@ def test_two_clusters_one_deployment_no_crosstalk(
     url = f"sqlite:///{tmp_path / 'audit.db'}"
     config = write_config(
         tmp_path / "cfg.toml", temporal_address=temporal_address, audit_url=url, cluster=first,
-        slurm_conf=slurm_conf, environment=env_name, discovery_interval=0.5,
+        slurm_conf=slurm_conf, environment=env_name, discovery_interval=0.5, loose_breaker=True,
         extra=(f"[clusters.{second}]\nmode = \"local\"\nslurm_conf = {json.dumps(second_cluster)}\n"
                f"acknowledge_scheduler_actions = true\nenvironment = \"{env_name}\"\n"
                "discovery_interval = 0.5\n"),
@@ -160,7 +160,7 @@ def test_exclusion_that_would_strand_the_job_fails_open(
     url = f"sqlite:///{tmp_path / 'audit.db'}"
     config = write_config(
         tmp_path / "cfg.toml", temporal_address=temporal_address, audit_url=url, cluster=name,
-        slurm_conf=second_cluster, environment=name, discovery_interval=0.5,
+        slurm_conf=second_cluster, environment=name, discovery_interval=0.5, loose_breaker=True,
     )  # fmt: skip
     stack = LocalStack(config=config, logdir=tmp_path / "logs", cluster=name)
     stack.start_all()
