@@ -68,6 +68,7 @@ PATCH_ANOMALY_FIRST = "2026-11-anomaly-audited-before-attribution"
 PATCH_FAIL_OPEN_RELEASE = "2026-11-fail-open-release-after-failed-step"
 PATCH_NO_REASK = "2026-11-declined-cause-not-asked-again"
 PATCH_ENDED_EVENT = "2026-11-monitoring-ended-event"
+PATCH_EXCLUSION_CAP = "2026-11-per-job-exclusion-cap"
 
 
 @workflow.defn(name="JobRecoveryWorkflow")
@@ -340,7 +341,11 @@ class JobRecoveryWorkflow:
         cur.fingerprint = attribution.fingerprint
         cur.category = attribution.category
         cur.checkpoint_failure = cur.checkpoint_failure or attribution.checkpoint_failure
-        advice = policy.decide(self.s, attribution, self.inp.policy, self.directive)
+        rules = self.inp.policy
+        if not workflow.patched(PATCH_EXCLUSION_CAP):
+            # Histories from before the per-job exclusion cap replay with the old decisions.
+            rules = rules.model_copy(update={"max_nodes_excluded_per_job": 1_000_000})
+        advice = policy.decide(self.s, attribution, rules, self.directive)
         self.s = policy.apply_advice(self.s, advice)
         workflow.upsert_search_attributes([sa.LAST_CATEGORY.value_set(attribution.category.value)])
         attempt = self.s.attempt
