@@ -21,7 +21,6 @@ from typing import Any
 
 import httpx
 
-from activities.detect.lines import sanitize_line
 from activities.detect.sources.base import (
     FileSourceCursor,
     LabelMapping,
@@ -34,7 +33,7 @@ from activities.detect.sources.base import (
 from activities.detect.sources.errors import SourceContractError
 from activities.detect.sources.http import DEFAULT_RETRIES, DEFAULT_TIMEOUT, HttpApi
 from activities.detect.sources.labels import check_selector_label, quote_string
-from activities.detect.sources.paging import TimeEntry, paged_stream
+from activities.detect.sources.paging import TimeEntry, entry_record, paged_stream
 
 QUERY_RANGE = "/loki/api/v1/query_range"
 LABELS = "/loki/api/v1/labels"
@@ -191,16 +190,7 @@ class LokiSource:
         )
 
     def _record(self, entry: TimeEntry) -> LogRecord:
-        m = self.mapping
-        return LogRecord(
-            position=entry.ns,
-            text=sanitize_line(entry.line),
-            labels=entry.labels,
-            job_id=entry.labels.get(m.job_id),
-            host=entry.labels.get(m.host),
-            stream=entry.labels.get(m.stream),
-            time_ns=entry.ns,
-        )
+        return entry_record(entry, self.mapping)
 
     # ------------------------------------------------------------------ discovery
     async def label_names(self, since: datetime, until: datetime) -> list[str]:

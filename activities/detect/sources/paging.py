@@ -15,7 +15,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from activities.detect.sources.base import LogRecord, LogStream, TimeCursor, fingerprint
+from activities.detect.lines import sanitize_line
+from activities.detect.sources.base import (
+    LabelMapping,
+    LogRecord,
+    LogStream,
+    TimeCursor,
+    fingerprint,
+)
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +32,19 @@ class TimeEntry:
     ns: int
     line: str
     labels: Mapping[str, str]
+
+
+def entry_record(entry: TimeEntry, mapping: LabelMapping) -> LogRecord:
+    """A time-indexed backend's entry as a LogRecord, labels mapped to their roles."""
+    return LogRecord(
+        position=entry.ns,
+        text=sanitize_line(entry.line),
+        labels=entry.labels,
+        job_id=entry.labels.get(mapping.job_id),
+        host=entry.labels.get(mapping.host),
+        stream=entry.labels.get(mapping.stream),
+        time_ns=entry.ns,
+    )
 
 
 def paged_stream(

@@ -21,7 +21,6 @@ from typing import Any
 
 import httpx
 
-from activities.detect.lines import sanitize_line
 from activities.detect.sources.base import (
     FileSourceCursor,
     LabelMapping,
@@ -36,7 +35,7 @@ from activities.detect.sources.base import (
 from activities.detect.sources.errors import SourceContractError
 from activities.detect.sources.http import DEFAULT_RETRIES, DEFAULT_TIMEOUT, HttpApi, decode_json
 from activities.detect.sources.labels import parse_stream_labels, quote_string
-from activities.detect.sources.paging import TimeEntry, paged_stream
+from activities.detect.sources.paging import TimeEntry, entry_record, paged_stream
 
 QUERY = "/select/logsql/query"
 FIELD_NAMES = "/select/logsql/field_names"
@@ -191,16 +190,7 @@ class VictoriaLogsSource:
         )
 
     def _record(self, entry: TimeEntry) -> LogRecord:
-        m = self.mapping
-        return LogRecord(
-            position=entry.ns,
-            text=sanitize_line(entry.line),
-            labels=entry.labels,
-            job_id=entry.labels.get(m.job_id),
-            host=entry.labels.get(m.host),
-            stream=entry.labels.get(m.stream),
-            time_ns=entry.ns,
-        )
+        return entry_record(entry, self.mapping)
 
     # ------------------------------------------------------------------ discovery
     def _window(self, since: datetime, until: datetime) -> dict[str, str]:
