@@ -115,7 +115,15 @@ class SlurmActions:
         # Slurm refuses AdminComment on a finished job, so the tag follows the hold. A crash in
         # between is repaired by the retry, which takes the `Restarts > attempt` branch above.
         await self._tag_hold(req, after)
-        return self._result(req, "applied", await self.observe(job_id), "requeued and held")
+        detail = "requeued and held"
+        if obs.running:
+            # The job is PENDING before the old attempt's srun has finished killing its step
+            # (it waits KillWait + 2 s): a next attempt released at once onto the same nodes
+            # can die on the leftovers, without a word in its output. Let the old one go first.
+            grace = await self.slurm.kill_wait() + 2.0
+            await asyncio.sleep(grace)
+            detail += f", waited {grace:.0f}s for the old step to end (KillWait)"
+        return self._result(req, "applied", await self.observe(job_id), detail)
 
     async def _tag_hold(self, req: ActionRequest, obs: JobObservation) -> None:
         """Write the fail-open deadline onto a hold that is ours and not yet tagged."""

@@ -44,6 +44,7 @@ def check_node_name(name: str) -> str:
 class SlurmClient:
     def __init__(self, runner: CommandRunner) -> None:
         self.runner = runner
+        self._kill_wait: float | None = None
 
     async def _run(self, argv: list[str], *, timeout: float = 30.0) -> CommandResult:
         result = await self.runner.run(argv, timeout=timeout)
@@ -102,6 +103,22 @@ class SlurmClient:
             argv.append(",".join(check_node_name(n) for n in names))
         shown = await self._run(argv)
         return [parse_node(ln) for ln in shown.stdout.splitlines() if ln.startswith("NodeName=")]
+
+    async def kill_wait(self) -> float:
+        """slurm.conf KillWait in seconds (read once; Slurm's default 30 if unreadable)."""
+        if self._kill_wait is None:
+            self._kill_wait = 30.0
+            try:
+                shown = await self._run(["scontrol", "show", "config"])
+            except (CommandFailed, SchedulerUnavailable):
+                return self._kill_wait
+            for line in shown.stdout.splitlines():
+                key, _, value = line.partition("=")
+                if key.strip() == "KillWait":
+                    match = re.match(r"\s*(\d+)", value)
+                    if match:
+                        self._kill_wait = float(match.group(1))
+        return self._kill_wait
 
     async def requeue_hold(self, job_id: int) -> None:
         await self._run(["scontrol", "requeuehold", str(job_id)])
