@@ -20,7 +20,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.attribute.plugin import enrich_live
 from activities.attribute.rules import attribute
-from activities.detect.logtail import read_new_lines
+from activities.detect.logtail import read_until_eof
 from activities.detect.progress import ProgressParser
 from activities.detect.registry import Registry
 from activities.detect.watch import WatchCheckpoint, watch_attempt
@@ -210,12 +210,8 @@ class ClusterActivities:
     async def _attempt_lines(self, path: str | None, start_line: int) -> list[LogLine]:
         if not path:
             return []
-        cursor = LogCursor(path=path)
         lines: list[LogLine] = []
-        while True:
-            before = cursor.offset
-            got = await read_new_lines(self.runner, cursor)
-            cursor = got.cursor
+        async for got in read_until_eof(self.runner, LogCursor(path=path)):
             lines.extend(
                 LogLine(source="job.log", line_no=n, text=t) for n, t in got.lines if n > start_line
             )
@@ -223,8 +219,7 @@ class ClusterActivities:
                 # Keep the head (the first errors) and the tail (the end of the failure).
                 half = MAX_ATTRIBUTION_LINES // 2
                 lines = lines[:half] + lines[-half:]
-            if got.at_eof or (got.cursor.offset == before and not got.reset):
-                return lines
+        return lines
 
     @activity.defn(name="scheduler_action")
     async def scheduler_action(self, req: ActionRequest) -> ActionResult:

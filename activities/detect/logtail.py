@@ -7,6 +7,7 @@ is kept, the rest skipped without buffering it).
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from activities.detect.lines import decode_line
@@ -69,3 +70,18 @@ async def read_new_lines(
     # At EOF when this read reached the end of the file: whatever is left unconsumed is a
     # partial last line, which waits for its newline.
     return TailRead(lines, new_cursor, at_eof=read_to_end, reset=reset)
+
+
+async def read_until_eof(runner: CommandRunner, cursor: LogCursor) -> AsyncIterator[TailRead]:
+    """Successive reads from `cursor` until the end of the file.
+
+    A read can hold no complete line (the middle of a huge line being skipped) without being
+    the end, so only EOF, or a read that made no progress, stops it.
+    """
+    while True:
+        before = cursor.offset
+        got = await read_new_lines(runner, cursor)
+        cursor = got.cursor
+        yield got
+        if got.at_eof or (cursor.offset == before and not got.reset):
+            return

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 
 from pydantic import BaseModel
 
-from activities.detect.logtail import read_new_lines
+from activities.detect.logtail import read_until_eof
 from activities.detect.progress import ProgressParser
 from activities.detect.registry import Registry
 from activities.detect.watcher import AttemptWatcher, WatchState
@@ -72,14 +72,10 @@ async def watch_attempt(
         nonlocal cursor
         if cursor is None:
             return
-        while True:
-            before = cursor.offset
-            got = await read_new_lines(runner, cursor)
+        async for got in read_until_eof(runner, cursor):
             cursor = got.cursor
             if feed:
                 watcher.feed_many(got.lines, now())
-            if got.at_eof or (got.cursor.offset == before and not got.reset):
-                return
 
     def result(outcome: str, obs: JobObservation | None, **extra: object) -> WatchResult:
         return WatchResult.model_validate(

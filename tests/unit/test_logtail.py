@@ -7,7 +7,7 @@ import random
 from datetime import UTC, datetime
 from pathlib import Path
 
-from activities.detect.logtail import MAX_LINE_BYTES, read_new_lines
+from activities.detect.logtail import MAX_LINE_BYTES, read_new_lines, read_until_eof
 from activities.detect.progress import ProgressParser
 from activities.detect.registry import Registry
 from activities.detect.watcher import AttemptWatcher
@@ -19,17 +19,13 @@ ERROR = b"1: RuntimeError: CUDA error: uncorrectable ECC error encountered\n"
 
 async def drain(path: Path, watcher: AttemptWatcher) -> tuple[LogCursor, int]:
     cursor, lines = LogCursor(path=str(path)), 0
-    runner = LocalRunner()
-    while True:
-        before = cursor.offset
-        got = await read_new_lines(runner, cursor)
+    async for got in read_until_eof(LocalRunner(), cursor):
         cursor = got.cursor
         for line_no, text in got.lines:
             assert len(text) <= MAX_LINE_BYTES
             watcher.feed(line_no, text, datetime.now(UTC))
         lines += len(got.lines)
-        if got.at_eof or (got.cursor.offset == before and not got.reset):
-            return cursor, lines
+    return cursor, lines
 
 
 async def test_garbage_and_a_50mb_line_do_not_hide_the_error(tmp_path: Path) -> None:

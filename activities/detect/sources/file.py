@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from activities.detect.lines import parse_nccl_prefix, split_srun_label
-from activities.detect.logtail import read_new_lines
+from activities.detect.logtail import read_until_eof
 from activities.detect.sources.base import (
     FileSourceCursor,
     LabelMapping,
@@ -216,8 +216,7 @@ class FileLogSource:
                 path = info.path
                 batch_start = files.get(path) or LogCursor(path=path)
                 skip = delivered.get(path, 0)
-                while True:
-                    got = await read_new_lines(self.runner, batch_start)
+                async for got in read_until_eof(self.runner, batch_start):
                     if got.reset:
                         skip = 0
                         batch_start = LogCursor(path=path, inode=got.cursor.inode)
@@ -241,8 +240,6 @@ class FileLogSource:
                     delivered.pop(path, None)
                     publish()
                     batch_start, skip = got.cursor, 0
-                    if got.at_eof or not got.lines:
-                        break
 
         return LogStream(produce, start)
 
