@@ -25,7 +25,12 @@ from activities.audit.store import AuditStore
 from api.app import create_app
 from api.auth import hash_token, new_token
 from api.service import Cursors
-from tests.integration.test_api_support import JobStarter, ScriptedCluster, recovery_workers
+from tests.integration.test_api_support import (
+    JobStarter,
+    ScriptedCluster,
+    recovery_workers,
+    terminate_running,
+)
 from tests.mariadb import ensure_mariadb, fresh_database
 from worker.config import ApiSettings, ApiToken, AuditSettings, ResurgoConfig, TemporalSettings
 from workflows.contracts import AuditEvent, Directive, Mode
@@ -144,17 +149,11 @@ async def stack(
         ):
             yield Stack(starter.cluster, store, temporal_env.client, app, http, starter,
                         scripted, tokens)  # fmt: skip
-            await _terminate_running(temporal_env.client, starter.cluster)
+            await terminate_running(temporal_env.client, starter.cluster)
     finally:
         store.close()
         if drop:
             drop()
-
-
-async def _terminate_running(client: Client, cluster: str) -> None:
-    query = f'ResurgoCluster = "{cluster}" AND ExecutionStatus = "Running"'
-    async for e in client.list_workflows(query):
-        await client.get_workflow_handle(e.id).terminate("test over")
 
 
 def detail_keys(detail: dict[str, Any]) -> set[str]:

@@ -25,6 +25,7 @@ from tests.integration.test_api_support import (
     ScriptedCluster,
     recovery_workers,
     serve_in_loop,
+    terminate_running,
 )
 from worker.cli import app as cli
 from workflows.contracts import Directive, Mode
@@ -75,9 +76,7 @@ async def live(
         serve_in_loop(app) as base,
     ):
         yield Live(base, url, tokens, jobs, scripted, tmp)
-        query = f'ResurgoCluster = "{jobs.cluster}" AND ExecutionStatus = "Running"'
-        async for e in temporal_env.client.list_workflows(query):
-            await temporal_env.client.get_workflow_handle(e.id).terminate("test over")
+        await terminate_running(temporal_env.client, jobs.cluster)
     store.close()
 
 

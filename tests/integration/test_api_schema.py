@@ -16,7 +16,7 @@ from temporalio.testing import WorkflowEnvironment
 from activities.audit.store import AuditStore
 from api.app import create_app
 from tests.integration.test_api import APPROVAL, api_config, make_tokens
-from tests.integration.test_api_support import recovery_workers, serve_in_loop
+from tests.integration.test_api_support import recovery_workers, serve_in_loop, terminate_running
 from workflows.contracts import Directive, Mode
 
 pytestmark = pytest.mark.timeout(240)
@@ -88,10 +88,7 @@ async def test_schemathesis_finds_no_server_errors_or_schema_violations(
         await done.result()
         async with serve_in_loop(app) as base:
             code, output = await schemathesis(base, tokens["operator"], tmp_path, jobs.cluster, 15)
-        for job in (1, 2):
-            await temporal_env.client.get_workflow_handle(
-                f"resurgo:{jobs.cluster}:{job}:1795953600"
-            ).terminate("test over")
+        await terminate_running(temporal_env.client, jobs.cluster)
     store.close()
     tail = "\n".join(output.splitlines()[-60:])
     assert code == 0, tail

@@ -20,6 +20,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
 from activities.audit.activities import AuditActivities
@@ -196,3 +197,18 @@ async def serve_in_loop(app: Any) -> AsyncIterator[str]:
     finally:
         server.should_exit = True
         await asyncio.wait_for(task, timeout=10)
+
+
+async def terminate_running(client: Client, cluster: str) -> None:
+    """End every workflow of the test cluster still listed as running.
+
+    Visibility lags the history: a workflow that completed a moment ago can still be listed as
+    running, and terminating it then answers NOT_FOUND, which is what this teardown wants anyway.
+    """
+    query = f'ResurgoCluster = "{cluster}" AND ExecutionStatus = "Running"'
+    async for e in client.list_workflows(query):
+        try:
+            await client.get_workflow_handle(e.id).terminate("test over")
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
