@@ -12,17 +12,22 @@ import os
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 
 from opentelemetry import metrics
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.attribute.live_evidence import gather_evidence
 from activities.attribute.plugin import enrich_live
 from activities.attribute.rules import attribute
+from activities.detect.file_changes import FileChanges
 from activities.detect.logtail import read_until_eof
 from activities.detect.progress import ProgressParser
 from activities.detect.registry import Registry
+from activities.detect.remote_tail import remote_logs
+from activities.detect.sources import MetricsSettings, SignalsSettings, build_prometheus
 from activities.detect.watch import WatchCheckpoint, watch_attempt
 from activities.slurm.actions import SlurmActions
 from activities.slurm.breaker import BreakerSettings
@@ -35,6 +40,7 @@ from activities.slurm.errors import (
     SchedulerError,
 )
 from activities.slurm.runner import CommandRunner
+from activities.slurm.snapshot import JobSnapshot
 from workflows.contracts import (
     ActionRequest,
     ActionResult,
@@ -54,6 +60,8 @@ from workflows.contracts import (
 )
 
 MAX_ATTRIBUTION_LINES = 50_000
+# Watch heartbeats (the resume checkpoint) at most this often; the heartbeat timeout is 15 s.
+HEARTBEAT_EVERY = 2.0
 # Output may trail the job's end by a moment (buffers, shared file systems).
 SETTLE_DRAIN_SECONDS = 0.5
 
@@ -89,12 +97,23 @@ async def measured(histogram: metrics.Histogram, labels: dict[str, str]) -> Asyn
 
 
 def kept_training(anomaly: Anomaly, lines: list[LogLine]) -> bool:
-    """Progress lines after the line that looked fatal: whatever it was, the job survived it."""
-    if not anomaly.signals:
-        return False
-    after = max(signal.line_no for signal in anomaly.signals)
+    """Progress lines after the line that looked fatal: whatever it was, the job survived it.
+
+    Positions compare within one kind of source only: line numbers of the output file,
+    timestamps of a remote source (`loki:node1` and `loki:node2` share a clock).
+    """
+    after: dict[str, int] = {}
+    for signal in anomaly.signals:
+        kind = position_kind(signal.source)
+        after[kind] = max(after.get(kind, signal.line_no), signal.line_no)
     parser = ProgressParser(None)
-    return sum(1 for ln in lines if ln.line_no > after and parser.parse(ln.text) is not None) >= 2
+    later = (ln for ln in lines if ln.line_no > after.get(position_kind(ln.source), ln.line_no))
+    return sum(1 for ln in later if parser.parse(ln.text) is not None) >= 2
+
+
+def position_kind(source: str) -> str:
+    """`loki:node2` → `loki`: sources whose line positions are comparable."""
+    return source.split(":", 1)[0]
 
 
 @asynccontextmanager
@@ -116,14 +135,25 @@ class ClusterActivities:
         gates: ClusterGates,
         registry: Registry | None = None,
         breaker: BreakerSettings | None = None,
+        job_listing_max_age: float = 1.0,
+        signals: SignalsSettings | None = None,
     ) -> None:
         self.cluster = cluster
         self.runner = runner
         self.slurm = SlurmClient(runner)
+        # Watches read job state from one shared listing; everything that acts reads it fresh.
+        self.snapshot = JobSnapshot(self.slurm, max_age=job_listing_max_age)
+        # Watches sleep until their output file changes: one batched stat per tick for all.
+        self.changes = FileChanges(runner)
         # The circuit breaker and per-node caps are enforced inside the exclude/drain steps.
         self.actions = SlurmActions(self.slurm, breaker, cluster)
         self.gates = gates
         self.registry = registry or Registry.load()
+        # Optional sources beyond the output file and Slurm (`[clusters.<name>.signals]`),
+        # built once: their HTTP clients are shared by every watch and attribution.
+        self.remote_logs = remote_logs(signals)
+        self.prometheus = build_prometheus(signals) if signals is not None else None
+        self.metric_names = signals.metrics if signals is not None else MetricsSettings()
 
     def all(self) -> list[object]:
         return [
@@ -149,11 +179,26 @@ class ClusterActivities:
             except (ValueError, TypeError):
                 resume = None  # an older checkpoint shape: start from the request's cursor
 
+        loop = asyncio.get_running_loop()
+        last_beat = -HEARTBEAT_EVERY
+
         def beat(checkpoint: WatchCheckpoint) -> None:
-            activity.heartbeat(checkpoint.model_dump(mode="json"))
+            # Serialising the checkpoint for every look would dominate an idle watch; a retry
+            # resumes from at most HEARTBEAT_EVERY seconds back (state and cursor together).
+            nonlocal last_beat
+            if loop.time() - last_beat >= HEARTBEAT_EVERY:
+                last_beat = loop.time()
+                activity.heartbeat(checkpoint.model_dump(mode="json"))
+
+        async def pause(cursor: LogCursor | None) -> None:
+            # Wake on new output at once; otherwise look at Slurm state and hang bounds anyway.
+            await self.changes.wait(cursor.path if cursor else None, req.slurm_poll_seconds)
 
         async with scheduler_errors():
-            result = await watch_attempt(req, self.slurm, self.runner, self.registry, beat, resume)
+            result = await watch_attempt(
+                req, self.snapshot, self.runner, self.registry, beat, resume,
+                remote=self.remote_logs, pause=pause,
+            )  # fmt: skip
         WATCH_RESULTS.add(1, {"outcome": result.outcome})
         return result
 
@@ -173,13 +218,26 @@ class ClusterActivities:
         lines = await self._attempt_lines(req.log_path, req.attempt_start_line)
         activity.heartbeat()
         node_list = req.node_list or (obs.node_list if obs else [])
+        extra = await gather_evidence(
+            remote=self.remote_logs, prometheus=self.prometheus, metric_names=self.metric_names,
+            job_id=str(req.job.job_id), nodes=node_list, file_lines=lines,
+            attempt_start=obs.start_time if obs else None, now=datetime.now(UTC),
+            max_lines=MAX_ATTRIBUTION_LINES,
+        )  # fmt: skip
+        activity.heartbeat()
+        lines += extra.lines
         verdict = await asyncio.to_thread(
-            attribute, self.registry, req.anomaly, lines, obs, nodes, node_list
-        )
+            attribute, self.registry, req.anomaly, lines, obs, nodes, node_list,
+            metrics=extra.metrics,
+        )  # fmt: skip
         verdict = await enrich_live(
             verdict, anomaly=req.anomaly, lines=lines, obs=obs, nodes=nodes, node_list=node_list,
             cluster=self.cluster, job_id=req.job.job_id,
         )  # fmt: skip
+        if extra.notes:
+            # Say what the verdict had to do without (an unreachable Prometheus, say).
+            summary = "; ".join([verdict.summary, *extra.notes])
+            verdict = verdict.model_copy(update={"summary": summary})
         if obs is not None and obs.running and kept_training(req.anomaly, lines):
             verdict = Attribution(
                 kind="none",

@@ -83,6 +83,12 @@ class ClusterSettings(Strict):
     # Terminal jobs that ended longer ago than this are history, not something to recover.
     discovery_lookback: float = Field(default=600.0, ge=0)
     hold_timeout: float = Field(default=600.0, gt=0)
+    # Watches share one cluster-wide job listing at most this old (one scontrol + one squeue per
+    # refresh, however many jobs are watched) instead of asking slurmctld per job.
+    job_listing_max_age: float = Field(default=1.0, gt=0)
+    # Every monitored job holds one long-running watch activity on its controller: size this
+    # above the number of jobs the controller watches at once.
+    max_concurrent_activities: int = Field(default=2000, ge=10)
     # External log/metric sources (Loki, VictoriaLogs, Prometheus), validated with
     # `resurgo signals check`; without it the controller tails the job's output file.
     signals: SignalsSettings | None = None
@@ -154,8 +160,17 @@ class ApiSettings(Strict):
         return self.url or f"http://{self.host}:{self.port}"
 
 
+class WorkerSettings(Strict):
+    """`resurgo worker` sizing: every monitored job is one long-lived workflow."""
+
+    # Workflows kept in memory between tasks. A job evicted from the cache is replayed from its
+    # history on its next task, so keep this above the number of jobs monitored at once.
+    max_cached_workflows: int = Field(default=4000, ge=0)
+
+
 class ResurgoConfig(Strict):
     temporal: TemporalSettings = TemporalSettings()
+    worker: WorkerSettings = WorkerSettings()
     audit: AuditSettings = AuditSettings()
     api: ApiSettings = ApiSettings()
     clusters: dict[str, ClusterSettings] = Field(

@@ -87,6 +87,8 @@ class Discovery:
         self.settings = config.cluster(cluster)
         # Candidate workflow ids already handled -> when to look again (None: never).
         self.known: dict[str, float | None] = {}
+        # Jobs listed at the last poll that did not opt in -> the comment that said so.
+        self._not_opted: dict[str, str] = {}
 
     async def run_forever(self) -> None:
         while True:
@@ -103,13 +105,24 @@ class Discovery:
         started = []
         now = datetime.now(UTC)
         clock = asyncio.get_running_loop().time()
+        not_opted: dict[str, str] = {}
         for job in await self.slurm.list_jobs():
-            inp = recovery_input(self.cluster, self.settings, self.config, job)
-            if inp is None:
+            if job.submit_time is None:
                 continue
-            wf_id = inp.job.workflow_id()
+            wf_id = JobKey(cluster=self.cluster, job_id=job.job_id,
+                           submit_time=job.submit_time).workflow_id()  # fmt: skip
             recheck = self.known.get(wf_id, 0.0)
             if recheck is None or recheck > clock:
+                continue
+            # Directives are parsed once per job and comment, not at every poll: a cluster
+            # holds thousands of jobs, most of which never opt in (or opt in later, by
+            # `scontrol update Comment=`, which changes the text and is seen then).
+            if self._not_opted.get(wf_id) == job.comment:
+                not_opted[wf_id] = job.comment
+                continue
+            inp = recovery_input(self.cluster, self.settings, self.config, job)
+            if inp is None:
+                not_opted[wf_id] = job.comment
                 continue
             if not is_recent(job, self.settings.discovery_lookback, now):
                 continue
@@ -126,6 +139,7 @@ class Discovery:
             if await self.start(inp):
                 started.append(wf_id)
             self.known[wf_id] = None
+        self._not_opted = not_opted
         return started
 
     async def existing_workflow_for(

@@ -32,10 +32,11 @@ def audit_store(config: ResurgoConfig) -> AuditStore:
     return store
 
 
-def core_worker(client: Client, store: AuditStore) -> Worker:
+def core_worker(client: Client, store: AuditStore, max_cached_workflows: int = 4000) -> Worker:
     return Worker(
         client,
         task_queue=CORE_TASK_QUEUE,
+        max_cached_workflows=max_cached_workflows,
         workflows=[JobRecoveryWorkflow],
         activities=[AuditActivities(store, on_recorded=AuditMetrics()).record_audit],
         identity=f"resurgo-worker@{socket.gethostname()}",
@@ -62,12 +63,15 @@ def make_runner(settings: ClusterSettings) -> CommandRunner:
 def controller_worker(
     client: Client, cluster: str, settings: ClusterSettings, runner: CommandRunner
 ) -> Worker:
-    activities = ClusterActivities(cluster, runner, settings.gates(), breaker=settings.breaker())
+    activities = ClusterActivities(
+        cluster, runner, settings.gates(), breaker=settings.breaker(),
+        job_listing_max_age=settings.job_listing_max_age, signals=settings.signals,
+    )  # fmt: skip
     return Worker(
         client,
         task_queue=controller_task_queue(cluster),
         activities=activities.all(),  # type: ignore[arg-type]
-        max_concurrent_activities=200,
+        max_concurrent_activities=settings.max_concurrent_activities,
         identity=f"resurgo-controller/{cluster}@{socket.gethostname()}",
         graceful_shutdown_timeout=timedelta(seconds=5),
     )
@@ -99,7 +103,7 @@ async def run_worker(client: Client, config: ResurgoConfig) -> None:
     setup_telemetry(config.telemetry, process="worker")
     store = audit_store(config)
     log.info("worker: task queue %s, audit store %s", CORE_TASK_QUEUE, store.url)
-    await run_until_signalled([core_worker(client, store)])
+    await run_until_signalled([core_worker(client, store, config.worker.max_cached_workflows)])
 
 
 async def run_controller(client: Client, config: ResurgoConfig, cluster: str) -> None:

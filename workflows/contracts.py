@@ -290,7 +290,12 @@ class WatchRequest(Frozen):
     # Which milestones the workflow has already recorded for this attempt.
     seen_started: bool = False
     seen_progress: bool = False
+    # The attempt's failure was already reported (observe mode, job ended): wait only for a
+    # requeue by someone else or the window's end, never report the same end again.
+    follow_only: bool = False
     straggler: StragglerThresholds | None = None
+    # Where the remote log source (Loki, VictoriaLogs) resumes: an opaque JSON cursor.
+    source_cursor: str | None = None
 
 
 WatchOutcome = Literal[
@@ -308,6 +313,7 @@ class WatchResult(Frozen):
     attempt_start_line: int = 0
     last_iteration: int | None = None
     checkpoint_failure: bool = False
+    source_cursor: str | None = None
 
 
 class AttributeRequest(Frozen):
@@ -385,6 +391,7 @@ class RecoveryState(BaseModel):
     attempt: int = 0
     generation: int = 0
     cursor: LogCursor | None = None
+    source_cursor: str | None = None
     attempts: list[AttemptRecord] = Field(default_factory=list)
     budgets: dict[str, int] = Field(default_factory=dict)
     failures_counted: int = 0

@@ -178,6 +178,7 @@ class JobRecoveryWorkflow:
             result = await self._watch(follow_window)
             cur = self.s.attempts[-1]
             self.s.cursor = result.cursor
+            self.s.source_cursor = result.source_cursor
             if result.last_iteration is not None:
                 cur.max_iteration = max(cur.max_iteration or -1, result.last_iteration)
             cur.checkpoint_failure = cur.checkpoint_failure or result.checkpoint_failure
@@ -260,7 +261,9 @@ class JobRecoveryWorkflow:
             max_window_seconds=window,
             seen_started=cur.started,
             seen_progress=cur.seen_progress,
+            follow_only=self.s.phase == "following_failed",
             straggler=self.directive.straggler,
+            source_cursor=self.s.source_cursor,
         )
         result: WatchResult = await self._on_cluster(
             "watch_attempt",

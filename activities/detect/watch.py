@@ -8,7 +8,7 @@ watches. Progress is heartbeated: a retried watch resumes where the last one sto
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
 from pydantic import BaseModel
@@ -16,9 +16,10 @@ from pydantic import BaseModel
 from activities.detect.logtail import read_until_eof
 from activities.detect.progress import ProgressParser
 from activities.detect.registry import Registry
+from activities.detect.remote_tail import RemoteLogs, RemoteTail
 from activities.detect.watcher import AttemptWatcher, WatchState
-from activities.slurm.client import SlurmClient
 from activities.slurm.runner import CommandRunner
+from activities.slurm.snapshot import JobReader
 from workflows.contracts import (
     Anomaly,
     AnomalyKind,
@@ -28,6 +29,10 @@ from workflows.contracts import (
     WatchRequest,
     WatchResult,
 )
+
+# Waits between looks: until the output file changes or a bound passes (`FileChanges.wait`),
+# by default a plain sleep of `poll_seconds`.
+Pause = Callable[[LogCursor | None], Awaitable[None]]
 
 # How long a terminal job's output may keep arriving after Slurm says it ended (NFS, buffering).
 DRAIN_SECONDS = 0.5
@@ -39,6 +44,7 @@ class WatchCheckpoint(BaseModel):
     cursor: LogCursor | None
     state: WatchState
     attempt_start_line: int
+    source_cursor: str | None = None
 
 
 def _now() -> datetime:
@@ -47,12 +53,41 @@ def _now() -> datetime:
 
 async def watch_attempt(
     req: WatchRequest,
-    slurm: SlurmClient,
+    slurm: JobReader,
     runner: CommandRunner,
     registry: Registry,
     heartbeat: Callable[[WatchCheckpoint], None],
     resume: WatchCheckpoint | None = None,
     now: Callable[[], datetime] = _now,
+    remote: RemoteLogs | None = None,
+    pause: Pause | None = None,
+) -> WatchResult:
+    """Watch one attempt (see the module docstring); `remote` is the cluster's Loki or
+    VictoriaLogs source, whose lines for the job are fed to the same detectors as the file's."""
+    saved = resume.source_cursor if resume else req.source_cursor
+    tail = RemoteTail(remote, str(req.job.job_id), saved) if remote is not None else None
+    try:
+        if pause is None:
+
+            async def pause(_: LogCursor | None) -> None:
+                await asyncio.sleep(req.poll_seconds)
+
+        return await _watch(req, slurm, runner, registry, heartbeat, resume, now, tail, pause)
+    finally:
+        if tail is not None:
+            tail.stop()
+
+
+async def _watch(
+    req: WatchRequest,
+    slurm: JobReader,
+    runner: CommandRunner,
+    registry: Registry,
+    heartbeat: Callable[[WatchCheckpoint], None],
+    resume: WatchCheckpoint | None,
+    now: Callable[[], datetime],
+    tail: RemoteTail | None,
+    pause: Pause,
 ) -> WatchResult:
     state = resume.state if resume else WatchState()
     cursor = resume.cursor if resume else req.cursor
@@ -76,6 +111,20 @@ async def watch_attempt(
             cursor = got.cursor
             if feed:
                 watcher.feed_many(got.lines, now())
+                if tail is not None:
+                    tail.file_lines(got.lines)
+
+    def feed_remote(attempt_start: datetime | None) -> None:
+        # Never waits on the backend: lines of reads finished since the last poll, if any.
+        if tail is not None:
+            for source, lines in tail.poll(attempt_start):
+                watcher.feed_many(lines, now(), source=source)
+
+    def checkpoint() -> WatchCheckpoint:
+        source_cursor = tail.saved_cursor if tail is not None else None
+        return WatchCheckpoint(
+            cursor=cursor, state=state, attempt_start_line=start_line, source_cursor=source_cursor
+        )
 
     def result(outcome: str, obs: JobObservation | None, **extra: object) -> WatchResult:
         return WatchResult.model_validate(
@@ -87,6 +136,7 @@ async def watch_attempt(
                 "resumed_from": state.resumed_from,
                 "last_iteration": state.last_iteration,
                 "checkpoint_failure": state.checkpoint_failure,
+                "source_cursor": tail.saved_cursor if tail is not None else None,
                 **extra,
             }
         )
@@ -97,7 +147,7 @@ async def watch_attempt(
     while True:
         if loop.time() >= next_observe:
             # The log is read every poll; slurmctld is asked less often (it serves everyone).
-            obs = await slurm.show_job(req.job.job_id)
+            obs = await slurm.show_job(req.job.job_id, at_least_restarts=req.attempt)
             next_observe = loop.time() + req.slurm_poll_seconds
             if obs is None:
                 return result("job_gone", None)
@@ -108,6 +158,12 @@ async def watch_attempt(
             if replaced(req, obs):
                 return result("job_gone", obs)
         assert obs is not None
+        if req.follow_only:
+            if now() >= deadline:
+                return result("window_elapsed", obs)
+            heartbeat(WatchCheckpoint(cursor=cursor, state=state, attempt_start_line=start_line))
+            await pause(cursor)
+            continue
 
         if not seen_started:
             if obs.state == "PENDING":
@@ -115,15 +171,21 @@ async def watch_attempt(
                 # requeue notice) belongs to the previous attempt: skip it.
                 await read_all(feed=False)
                 start_line = cursor.line_no if cursor else 0
-                heartbeat(
-                    WatchCheckpoint(cursor=cursor, state=state, attempt_start_line=start_line)
-                )
-                await asyncio.sleep(req.poll_seconds)
+                heartbeat(checkpoint())
+                await pause(cursor)
                 continue
             return result("started", obs)
 
         await read_all(feed=True)
+        feed_remote(obs.start_time)
         current = now()
+        if state.first_fatal_at is not None:
+            # Report at once, even before a first progress line read in the same batch (the
+            # next watch starts afresh: the fatal line would be lost). Attribution waits
+            # (bounded) for the failure to play out. A collective timeout as the first fatal
+            # sign means the job hung before it died.
+            kind = state.fatal_kind or AnomalyKind.CRASH
+            return result("anomaly", obs, anomaly=_anomaly(req, obs, watcher, kind))
         if state.first_iteration is not None and not req.seen_progress:
             mark = ProgressMark(
                 iteration=state.first_iteration,
@@ -131,11 +193,6 @@ async def watch_attempt(
                 at=state.last_progress_at or current,
             )
             return result("progress", obs, progress=mark)
-        if state.first_fatal_at is not None:
-            # Report at once; attribution waits (bounded) for the failure to play out. A
-            # collective timeout as the first fatal sign means the job hung before it died.
-            kind = state.fatal_kind or AnomalyKind.CRASH
-            return result("anomaly", obs, anomaly=_anomaly(req, obs, watcher, kind))
         if obs.terminal:
             await asyncio.sleep(DRAIN_SECONDS)
             await read_all(feed=True)
@@ -158,8 +215,8 @@ async def watch_attempt(
             return result("anomaly", obs, anomaly=anomaly)
         if current >= deadline:
             return result("window_elapsed", obs)
-        heartbeat(WatchCheckpoint(cursor=cursor, state=state, attempt_start_line=start_line))
-        await asyncio.sleep(req.poll_seconds)
+        heartbeat(checkpoint())
+        await pause(cursor)
 
 
 def replaced(req: WatchRequest, obs: JobObservation) -> bool:

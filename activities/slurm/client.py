@@ -93,6 +93,18 @@ class SlurmClient:
             return None
         return shown.stdout.rstrip("\n") or None
 
+    async def all_job_records(self) -> str:
+        """`scontrol show -o job` for every job slurmctld holds (one record per line, mostly)."""
+        return (await self._run(["scontrol", "show", "-o", "job"])).stdout
+
+    async def squeue_rows(self, job_ids: list[int], fmt: str) -> str:
+        """`squeue -o fmt` for these jobs, any state; empty when none of them exists any more."""
+        argv = ["squeue", "-h", "-t", "all", "-j", ",".join(map(str, job_ids)), "-o", fmt]
+        try:
+            return (await self._run(argv)).stdout
+        except JobGone:
+            return ""
+
     async def list_jobs(self) -> list[DiscoveredJob]:
         shown = await self._run(["squeue", "-h", "-t", "all", "-o", SQUEUE_DISCOVERY_FORMAT])
         return parse_squeue_discovery(shown.stdout)

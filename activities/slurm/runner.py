@@ -44,6 +44,11 @@ class CommandRunner(Protocol):
         """Read up to max_bytes from offset; returns (data, file size, inode)."""
         ...
 
+    async def stat_files(self, paths: list[str]) -> dict[str, tuple[int, int] | None]:
+        """(size, inode) of each path, None for a missing one; paths it could not tell about
+        (e.g. unreadable) are left out."""
+        ...
+
 
 class LocalRunner:
     """Runs commands on this host; SLURM_CONF selects the cluster."""
@@ -84,6 +89,10 @@ class LocalRunner:
 
     async def read_file(self, path: str, offset: int, max_bytes: int) -> tuple[bytes, int, int]:
         return await asyncio.to_thread(_read_local, path, offset, max_bytes)
+
+    async def stat_files(self, paths: list[str]) -> dict[str, tuple[int, int] | None]:
+        # One thread hop for all of them: a stat on a shared file system may block.
+        return await asyncio.to_thread(_stat_local, paths)
 
 
 async def traced_command(
@@ -132,3 +141,17 @@ def _read_local(path: str, offset: int, max_bytes: int) -> tuple[bytes, int, int
             return b"", stat.st_size, stat.st_ino
         handle.seek(offset)
         return handle.read(max_bytes), stat.st_size, stat.st_ino
+
+
+def _stat_local(paths: list[str]) -> dict[str, tuple[int, int] | None]:
+    stats: dict[str, tuple[int, int] | None] = {}
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            stats[path] = None
+        except OSError:
+            continue
+        else:
+            stats[path] = (st.st_size, st.st_ino)
+    return stats

@@ -141,6 +141,28 @@ class SshRunner:
             raise SchedulerUnavailable(f"stat of {path} printed {header[:100]!r}") from None
         return data, size, inode
 
+    async def stat_files(self, paths: list[str]) -> dict[str, tuple[int, int] | None]:
+        """(size, inode) of many files in one remote `stat` per 200 paths."""
+        stats: dict[str, tuple[int, int] | None] = {}
+        for i in range(0, len(paths), 200):
+            chunk = [p for p in paths[i : i + 200] if "\n" not in p]
+            if not chunk:
+                continue
+            command = "LC_ALL=C stat -L -c '%s %i %n' -- " + " ".join(map(shlex.quote, chunk))
+            result = await self._exec(
+                command, self.settings.command_timeout, f"stat {len(chunk)} files",
+                encoding="utf-8",
+            )  # fmt: skip
+            for line in _text(result.stdout).splitlines():
+                size, inode, name = [*line.split(" ", 2), "", ""][:3]
+                if size.isdigit() and inode.isdigit():
+                    stats[name] = (int(size), int(inode))
+            err = _text(result.stderr)
+            for path in chunk:
+                if path not in stats and "No such file" in err and path in err:
+                    stats[path] = None
+        return stats
+
     async def _exec(
         self, command: str, timeout: float, what: str, *, encoding: str | None
     ) -> asyncssh.SSHCompletedProcess:

@@ -20,8 +20,9 @@ from typer.testing import CliRunner
 
 from activities.detect.sources import SignalsSettings
 from activities.detect.sources.base import format_rfc3339_ns, parse_rfc3339_ns
-from infra.prometheus.harness import HarnessError, PrometheusStack, free_port, shared_stack
-from tests.integration.test_sources import LOKI, VLOGS, ReplayServer, Route, fixture
+from infra.prometheus.harness import PrometheusStack, free_port
+from tests.fixture_http import ReplayServer, Route, fixture
+from tests.integration.test_sources import LOKI, VLOGS
 from worker.cli import app
 
 JOB_LOG = """\
@@ -39,14 +40,6 @@ WorkNCCL(SeqNum=64, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000)
 milliseconds before timing out.
 srun: error: node2: task 1: Exited with exit code 1
 """
-
-
-@pytest.fixture(scope="module")
-def prom() -> PrometheusStack:
-    try:
-        return shared_stack()
-    except HarnessError as exc:
-        pytest.fail(f"the real Prometheus could not be started: {exc}")
 
 
 @pytest.fixture
@@ -68,16 +61,16 @@ def check_json(*args: str) -> tuple[int, dict[str, Any]]:
 
 
 def test_passes_with_file_logs_and_the_real_prometheus(
-    job_dir: Path, prom: PrometheusStack
+    job_dir: Path, prom_stack: PrometheusStack
 ) -> None:
     logs = f"file://{job_dir}/slurm-%j.out"
-    code, out = check("--logs", logs, "--prometheus", prom.url, "--job-id", "4242")
+    code, out = check("--logs", logs, "--prometheus", prom_stack.url, "--job-id", "4242")
     assert code == 0, out
     assert "contract met" in out and "CONTRACT NOT MET" not in out
     assert "cuda_ecc_uncorrectable" in out and "nccl_watchdog_timeout" in out
     assert "[clusters.local.signals]" in out
 
-    code, report = check_json("--logs", logs, "--prometheus", prom.url, "--job-id", "4242",
+    code, report = check_json("--logs", logs, "--prometheus", prom_stack.url, "--job-id", "4242",
                               "--cluster", "gpu-a")  # fmt: skip
     assert code == 0 and report["ok"] is True, report["problems"]
     labels = {s["role"]: s for s in report["labels"]}
@@ -93,28 +86,34 @@ def test_passes_with_file_logs_and_the_real_prometheus(
     assert metrics["training_throughput_samples_per_second"]["hosts"] == ["node1", "node2"]
     snippet = tomllib.loads(report["snippet"])
     settings = SignalsSettings.model_validate(snippet["clusters"]["gpu-a"]["signals"])
-    assert settings.logs == logs and settings.prometheus == prom.url
+    assert settings.logs == logs and settings.prometheus == prom_stack.url
     assert settings.metrics.host_label == "Hostname"
 
 
-def test_fails_when_the_metrics_lack_the_host_label(job_dir: Path, prom: PrometheusStack) -> None:
+def test_fails_when_the_metrics_lack_the_host_label(
+    job_dir: Path, prom_stack: PrometheusStack
+) -> None:
     logs = f"file://{job_dir}/slurm-%j.out"
-    code, out = check("--logs", logs, "--prometheus", prom.url, "--metrics-host-label", "hostname")
+    code, out = check(
+        "--logs", logs, "--prometheus", prom_stack.url, "--metrics-host-label", "hostname"
+    )
     assert code == 1
     assert "CONTRACT NOT MET" in out
     assert "DCGM_FI_DEV_XID_ERRORS has no 'hostname' label" in out
     assert "--metrics-host-label Hostname" in out
     code, report = check_json(
-        "--logs", logs, "--prometheus", prom.url, "--metrics-host-label", "hostname"
+        "--logs", logs, "--prometheus", prom_stack.url, "--metrics-host-label", "hostname"
     )
     xid = next(m for m in report["metrics"] if m["metric"] == "DCGM_FI_DEV_XID_ERRORS")
     assert (xid["status"], xid["proposal"]) == ("no_host_label", "Hostname")
     assert 'host_label = "Hostname"' in report["snippet"]  # the proposal, ready to paste
 
 
-def test_fails_when_a_required_metric_is_missing(job_dir: Path, prom: PrometheusStack) -> None:
+def test_fails_when_a_required_metric_is_missing(
+    job_dir: Path, prom_stack: PrometheusStack
+) -> None:
     code, out = check(
-        "--logs", f"file://{job_dir}/slurm-%j.out", "--prometheus", prom.url,
+        "--logs", f"file://{job_dir}/slurm-%j.out", "--prometheus", prom_stack.url,
         "--metric", "DCGM_FI_DEV_ROW_REMAP_FAILURE",
     )  # fmt: skip
     assert code == 1

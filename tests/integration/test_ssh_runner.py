@@ -112,6 +112,21 @@ async def test_hostile_names_and_comments_run_nothing(slurm_runner: SshRunner) -
     assert not [path for path in p if path.exists()]
 
 
+async def test_stat_files_in_one_round_trip(runner: SshRunner, tmp_path: Path) -> None:
+    odd = tmp_path / "job $(touch y) 'out' x.log"
+    odd.write_bytes(b"12345\n")
+    plain = tmp_path / "plain.log"
+    plain.write_bytes(b"")
+    missing = tmp_path / "missing.log"
+    stats = await runner.stat_files([str(odd), str(plain), str(missing)])
+    assert stats == {
+        str(odd): (6, odd.stat().st_ino),
+        str(plain): (0, plain.stat().st_ino),
+        str(missing): None,
+    }
+    assert not (Path.home() / "y").exists() and not Path("y").exists()
+
+
 async def test_read_file_offsets_size_inode(runner: SshRunner, tmp_path: Path) -> None:
     path = tmp_path / "job $(touch x) 'out'.log"
     path.write_bytes(b"line one\nline two\n\xff\xfebinary\n")

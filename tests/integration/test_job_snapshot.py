@@ -1,0 +1,125 @@
+"""The shared job listing against the real local Slurm cluster: same answers as asking per job,
+one refresh for many watchers, and no way for a job's own text to impersonate another job."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from activities.slurm.client import SlurmClient
+from activities.slurm.runner import LocalRunner
+from activities.slurm.snapshot import JobSnapshot
+
+pytestmark = [pytest.mark.timeout(120)]
+
+
+@pytest.fixture
+def submit(slurm_conf: str) -> Iterator[object]:
+    env = {**os.environ, "SLURM_CONF": slurm_conf}
+    submitted: list[str] = []
+
+    def run(*args: str) -> int:
+        done = subprocess.run(
+            ["sbatch", "--parsable", "--output=/dev/null", "-N1", *args, "--wrap", "sleep 120"],
+            env=env, capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        submitted.append(done.stdout.strip().split(";")[0])
+        return int(submitted[-1])
+
+    yield run
+    if submitted:
+        subprocess.run(["scancel", *submitted], env=env, check=False)
+
+
+async def running(client: SlurmClient, job_id: int) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        obs = await client.show_job(job_id)
+        if obs is not None and obs.state == "RUNNING":
+            return
+        await asyncio.sleep(0.2)
+    pytest.fail(f"job {job_id} never started")
+
+
+async def test_listing_answers_like_a_per_job_query(slurm_conf: str, submit) -> None:  # type: ignore[no-untyped-def]
+    client = SlurmClient(LocalRunner(slurm_conf))
+    spoof_name = "x JobState=COMPLETED Restarts=7"
+    jobs = [
+        submit('--comment={"resurgo": {"mode": "observe"}} JobState=FAILED ExitCode=9:0'),
+        submit(f"--job-name={spoof_name}"),
+        submit(),
+    ]
+    for job in jobs:
+        await running(client, job)
+    snapshot = JobSnapshot(client, max_age=30.0)
+    from_listing = await asyncio.gather(*(snapshot.show_job(j) for j in jobs * 20))
+    assert snapshot.refreshes == 1, "sixty concurrent watchers share one listing"
+    assert snapshot.fallbacks == 0
+    for job, got in zip(jobs * 20, from_listing, strict=True):
+        direct = await client.show_job(job)
+        assert got == direct
+        assert got is not None and got.state == "RUNNING" and got.restarts == 0
+    assert from_listing[1] is not None and from_listing[1].name == spoof_name
+
+
+async def test_state_changes_show_once_the_listing_is_older_than_max_age(
+    slurm_conf: str,
+    submit,  # type: ignore[no-untyped-def]
+) -> None:
+    client = SlurmClient(LocalRunner(slurm_conf))
+    job = submit()
+    await running(client, job)
+    snapshot = JobSnapshot(client, max_age=0.5)
+    assert (await snapshot.show_job(job)).state == "RUNNING"  # type: ignore[union-attr]
+    await client.cancel(job)
+    deadline = time.monotonic() + 20
+    state = "RUNNING"
+    while state == "RUNNING" and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+        state = (await snapshot.show_job(job)).state  # type: ignore[union-attr]
+    assert state in ("CANCELLED", "COMPLETING")
+    # A job newer than a fresh listing is asked about on its own, not reported as gone.
+    newer = submit()
+    obs = await snapshot.show_job(newer)
+    assert obs is not None and obs.job_id == newer
+    assert await snapshot.show_job(10_000_000) is None
+
+
+async def test_a_newline_in_user_text_cannot_impersonate_another_job(
+    slurm_conf: str,
+    submit,  # type: ignore[no-untyped-def]
+) -> None:
+    client = SlurmClient(LocalRunner(slurm_conf))
+    victim = submit()
+    await running(client, victim)
+    forged = f"x\nJobId={victim} JobName=wrap JobState=COMPLETED Restarts=9 ExitCode=0:0"
+    attacker = submit(f"--comment={forged}")
+    snapshot = JobSnapshot(client, max_age=30.0)
+    seen = await snapshot.show_job(victim)
+    assert seen is not None and seen.state == "RUNNING" and seen.restarts == 0
+    mine = await snapshot.show_job(attacker)
+    assert mine is not None and mine.job_id == attacker and mine.comment == forged
+    assert snapshot.fallbacks >= 1, "an untrusted listing falls back to per-job queries"
+
+
+async def test_a_listing_older_than_a_requeue_is_not_reported_to_the_next_attempt(
+    slurm_conf: str,
+    submit,  # type: ignore[no-untyped-def]
+) -> None:
+    client = SlurmClient(LocalRunner(slurm_conf))
+    job = submit()
+    await running(client, job)
+    snapshot = JobSnapshot(client, max_age=30.0)
+    before = await snapshot.show_job(job)
+    assert before is not None and before.restarts == 0
+    await client.requeue_hold(job)
+    # The workflow requeued the job: its next watch (attempt 1) must not see the old copy,
+    # which would look like a different job behind the same id.
+    after = await snapshot.show_job(job, at_least_restarts=1)
+    assert after is not None and after.restarts == 1 and after.state in ("COMPLETING", "PENDING")
+    assert (await snapshot.show_job(job)).restarts == 0, "others keep the shared copy"  # type: ignore[union-attr]
