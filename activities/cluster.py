@@ -155,6 +155,14 @@ class ClusterActivities:
         self.prometheus = build_prometheus(signals) if signals is not None else None
         self.metric_names = signals.metrics if signals is not None else MetricsSettings()
 
+    async def aclose(self) -> None:
+        """Stop the file-change ticker and close the signal sources' HTTP clients."""
+        await self.changes.close()
+        if self.remote_logs is not None:
+            await self.remote_logs.source.aclose()
+        if self.prometheus is not None:
+            await self.prometheus.aclose()
+
     def all(self) -> list[object]:
         return [
             self.watch_attempt,

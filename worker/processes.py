@@ -60,13 +60,18 @@ def make_runner(settings: ClusterSettings) -> CommandRunner:
     return SshRunner(target, settings.slurm_conf)
 
 
-def controller_worker(
-    client: Client, cluster: str, settings: ClusterSettings, runner: CommandRunner
-) -> Worker:
-    activities = ClusterActivities(
+def cluster_activities(
+    cluster: str, settings: ClusterSettings, runner: CommandRunner
+) -> ClusterActivities:
+    return ClusterActivities(
         cluster, runner, settings.gates(), breaker=settings.breaker(),
         job_listing_max_age=settings.job_listing_max_age, signals=settings.signals,
     )  # fmt: skip
+
+
+def controller_worker(
+    client: Client, cluster: str, settings: ClusterSettings, activities: ClusterActivities
+) -> Worker:
     return Worker(
         client,
         task_queue=controller_task_queue(cluster),
@@ -115,6 +120,10 @@ async def run_controller(client: Client, config: ResurgoConfig, cluster: str) ->
         "controller for %s: task queue %s, actions acknowledged: %s",
         cluster, controller_task_queue(cluster), settings.acknowledge_scheduler_actions,
     )  # fmt: skip
-    await run_until_signalled(
-        [controller_worker(client, cluster, settings, runner)], [discovery.run_forever]
-    )
+    activities = cluster_activities(cluster, settings, runner)
+    try:
+        await run_until_signalled(
+            [controller_worker(client, cluster, settings, activities)], [discovery.run_forever]
+        )
+    finally:
+        await activities.aclose()

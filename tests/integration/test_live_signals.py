@@ -326,7 +326,19 @@ async def attribute(out: Path, signals: SignalsSettings | None) -> Attribution:
     )  # fmt: skip
     req = AttributeRequest(job=KEY, anomaly=anomaly, log_path=str(out),
                            node_list=["node1", "node2"], settle_seconds=0)  # fmt: skip
-    return await ActivityEnvironment().run(cluster.attribute_anomaly, req)
+    try:
+        return await ActivityEnvironment().run(cluster.attribute_anomaly, req)
+    finally:
+        await cluster.aclose()
+
+
+async def test_a_stopping_controller_closes_its_sources() -> None:
+    signals = SignalsSettings(logs="loki+http://127.0.0.1:9", prometheus="http://127.0.0.1:9")
+    cluster = ClusterActivities("c", LocalRunner(), ClusterGates(), signals=signals)
+    assert cluster.remote_logs is not None and cluster.prometheus is not None
+    await cluster.aclose()
+    assert cluster.prometheus.api._client.is_closed
+    assert cluster.remote_logs.source.api._client.is_closed  # type: ignore[attr-defined]
 
 
 @pytest.fixture
