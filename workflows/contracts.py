@@ -293,13 +293,23 @@ class WatchRequest(Frozen):
     # The attempt's failure was already reported (observe mode, job ended): wait only for a
     # requeue by someone else or the window's end, never report the same end again.
     follow_only: bool = False
+    # The attempt's failure was reported while the job still ran: the job's end (and the
+    # cascade lines before it) is that same failure, reported as "ended", not as a new anomaly.
+    failure_reported: bool = False
     straggler: StragglerThresholds | None = None
     # Where the remote log source (Loki, VictoriaLogs) resumes: an opaque JSON cursor.
     source_cursor: str | None = None
 
 
 WatchOutcome = Literal[
-    "started", "progress", "anomaly", "completed", "window_elapsed", "job_gone", "requeued"
+    "started",
+    "progress",
+    "anomaly",
+    "completed",
+    "window_elapsed",
+    "job_gone",
+    "requeued",
+    "ended",
 ]
 
 
@@ -358,6 +368,9 @@ class AttemptRecord(BaseModel):
     fingerprint: str | None = None
     category: Category | None = None
     checkpoint_failure: bool = False
+    # A failure of this attempt was reported while the job still ran, with this advice, and
+    # not acted on (observe mode, unacknowledged cluster).
+    reported_advice: AdviceKind | None = None
 
 
 class ApprovalDecision(Frozen):

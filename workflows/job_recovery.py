@@ -69,6 +69,7 @@ PATCH_FAIL_OPEN_RELEASE = "2026-11-fail-open-release-after-failed-step"
 PATCH_NO_REASK = "2026-11-declined-cause-not-asked-again"
 PATCH_ENDED_EVENT = "2026-11-monitoring-ended-event"
 PATCH_EXCLUSION_CAP = "2026-11-per-job-exclusion-cap"
+PATCH_ONE_REPORT_PER_FAILURE = "2026-11-one-report-per-failure"
 
 
 @workflow.defn(name="JobRecoveryWorkflow")
@@ -200,6 +201,8 @@ class JobRecoveryWorkflow:
             elif outcome == "window_elapsed":
                 if following:
                     return await self._finish(self.s.outcome or "observed")
+            elif outcome == "ended":
+                await self._failure_ended(result)
             elif outcome == "anomaly" and result.anomaly is not None:
                 done = await self._handle_anomaly(result.anomaly, result.observation)
                 if done is not None:
@@ -262,6 +265,7 @@ class JobRecoveryWorkflow:
             seen_started=cur.started,
             seen_progress=cur.seen_progress,
             follow_only=self.s.phase == "following_failed",
+            failure_reported=cur.reported_advice is not None,
             straggler=self.directive.straggler,
             source_cursor=self.s.source_cursor,
         )
@@ -275,6 +279,22 @@ class JobRecoveryWorkflow:
             summary=f"watch attempt {self.s.attempt}",
         )
         return result
+
+    async def _failure_ended(self, result: WatchResult) -> None:
+        """The attempt whose failure was reported while it ran has now ended: follow it."""
+        obs = result.observation
+        stopped = self.s.attempts[-1].reported_advice == AdviceKind.STOP
+        self.s.outcome = "stopped_observed" if stopped else "failed"
+        self._set_phase("following_failed")
+        await self._audit(
+            "attempt_ended",
+            f"attempt {self.s.attempt} ended {obs.state if obs else '?'}"
+            + (f" (exit {obs.exit_code}:{obs.exit_signal})" if obs else "")
+            + ": the failure reported above",
+            attempt=self.s.attempt,
+            data={"state": obs.state if obs else None,
+                  "exit_code": obs.exit_code if obs else None},
+        )  # fmt: skip
 
     async def _attempt_started(self, result: WatchResult) -> None:
         cur = self.s.attempts[-1]
@@ -384,6 +404,9 @@ class JobRecoveryWorkflow:
             if terminal:
                 self.s.outcome = "stopped_observed" if advice.kind == AdviceKind.STOP else "failed"
                 self._set_phase("following_failed")
+            elif workflow.patched(PATCH_ONE_REPORT_PER_FAILURE):
+                # The job's end will be this same failure: do not report (and count) it twice.
+                self.s.attempts[-1].reported_advice = advice.kind
             return None
         if self._approval_required() and not await self._approved(advice, attribution):
             if terminal:

@@ -179,7 +179,10 @@ async def _watch(
         await read_all(feed=True)
         feed_remote(obs.start_time)
         current = now()
-        if state.first_fatal_at is not None:
+        reported = req.failure_reported
+        # Once the attempt's failure was reported, the cascade that follows (other ranks'
+        # errors, srun's task lines, the job's end) is that same failure, not a new anomaly.
+        if state.first_fatal_at is not None and not reported:
             # Report at once, even before a first progress line read in the same batch (the
             # next watch starts afresh: the fatal line would be lost). Attribution waits
             # (bounded) for the failure to play out. A collective timeout as the first fatal
@@ -198,15 +201,18 @@ async def _watch(
             await read_all(feed=True)
             if obs.state == "COMPLETED" and obs.exit_code == 0 and obs.exit_signal == 0:
                 return result("completed", obs)
+            if reported:
+                return result("ended", obs)
             kind = state.fatal_kind or AnomalyKind.CRASH
             return result("anomaly", obs, anomaly=_anomaly(req, obs, watcher, kind))
         quiet_since = max(t for t in (obs.start_time, watch_started) if t is not None)
-        if obs.running and watcher.hung(current, quiet_since):
+        watching = obs.running and not reported
+        if watching and watcher.hung(current, quiet_since):
             return result("anomaly", obs, anomaly=_anomaly(req, obs, watcher, AnomalyKind.HANG))
-        if obs.running and (slow := watcher.stragglers()):
+        if watching and (slow := watcher.stragglers()):
             anomaly = _anomaly(req, obs, watcher, AnomalyKind.STRAGGLER, suspects=slow)
             return result("anomaly", obs, anomaly=anomaly)
-        if obs.running and (factor := watcher.throughput_drop()) is not None:
+        if watching and (factor := watcher.throughput_drop()) is not None:
             anomaly = _anomaly(req, obs, watcher, AnomalyKind.STRAGGLER)
             anomaly = anomaly.model_copy(
                 update={"summary": f"throughput dropped: iterations take {factor:.1f}x the "

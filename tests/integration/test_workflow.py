@@ -162,6 +162,29 @@ class Harness:
         raise AssertionError(f"no {type_}: {self.cluster.types()}")
 
 
+class FailsWhileRunning(FakeCluster):
+    """A fatal line while the job still runs; then the job ends; nobody requeues it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.requests: list[WatchRequest] = []
+
+    @activity.defn(name="watch_attempt")
+    async def watch_attempt(self, req: WatchRequest) -> WatchResult:
+        self.requests.append(req)
+        if not (req.seen_started and req.seen_progress):
+            return await super().watch_attempt(req)
+        if req.follow_only:
+            return WatchResult(outcome="window_elapsed", observation=obs("FAILED", 0))
+        if req.failure_reported:
+            return WatchResult(outcome="ended", observation=obs("FAILED", 0))
+        anomaly = AnomalyModel(
+            kind=AnomalyKind.CRASH, attempt=0, detected_at=NOW, job_state="RUNNING",
+            summary="fatal error while the job is still RUNNING", nodes=["node1", "node2"],
+        )  # fmt: skip
+        return WatchResult(outcome="anomaly", observation=obs("RUNNING", 0), anomaly=anomaly)
+
+
 @pytest.fixture
 async def harness(temporal_env: WorkflowEnvironment) -> AsyncIterator[Harness]:
     h = Harness(temporal_env.client, FakeCluster())
@@ -188,6 +211,21 @@ class TestRecoveryLoop:
         await harness.wait_for_type("would_act")
         await handle.terminate("test over")
         assert harness.cluster.steps == []
+
+    async def test_observe_mode_reports_one_failure_once(
+        self, temporal_env: WorkflowEnvironment
+    ) -> None:
+        """The fatal line while the job runs is reported; the job's end is that same failure."""
+        h = Harness(temporal_env.client, FailsWhileRunning())
+        async with h.worker(), h.controller():
+            handle = await h.start(Directive(mode=Mode.OBSERVE))
+            outcome = await handle.result()
+        types = h.cluster.types()
+        assert outcome.outcome == "failed"
+        assert types.count("anomaly") == 1 and types.count("advice") == 1, types
+        assert types.index("would_act") < types.index("attempt_ended"), types
+        assert h.cluster.requests[-2].failure_reported and h.cluster.requests[-1].follow_only
+        assert h.cluster.steps == []
 
     async def test_unacknowledged_cluster_takes_no_scheduler_action(self, harness: Harness) -> None:
         handle = await harness.start(ACTION, ack=False)
