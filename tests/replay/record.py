@@ -2,8 +2,9 @@
 
     .venv/bin/python -m tests.replay.record [NAME_SUFFIX]
 
-Runs the scripted scenarios of tests/integration/test_workflow.py on a throwaway dev server and
-writes their histories to tests/replay/histories/. Record a new set whenever the workflow code
+Runs the scripted scenarios of tests/integration/test_workflow.py (an action-mode recovery, an
+approved recovery, a failure in observe mode) on a throwaway dev server and writes their
+histories to tests/replay/histories/. Record a new set whenever the workflow code
 changes in a released version, and keep the old files: CI replays every one of them, so a change
 that breaks running workflows fails before it ships (guard such changes with workflow.patched).
 """
@@ -20,13 +21,20 @@ from tests.integration.test_workflow import (
     ACTION,
     APPROVAL,
     HISTORIES,
+    FailsWhileRunning,
     FakeCluster,
     Harness,
     JobRecoveryWorkflow,
 )
 from worker.devserver import temporal_binary
-from workflows.contracts import ApprovalDecision
+from workflows.contracts import ApprovalDecision, Directive, Mode
 from workflows.search_attributes import ALL_KEYS
+
+DIRECTIVES = {
+    "action_recovery": ACTION,
+    "approval_approved": APPROVAL,
+    "observe_failure": Directive(mode=Mode.OBSERVE),
+}
 
 
 async def main(suffix: str) -> None:
@@ -37,10 +45,11 @@ async def main(suffix: str) -> None:
     )
     HISTORIES.mkdir(parents=True, exist_ok=True)
     try:
-        for name in ("action_recovery", "approval_approved"):
-            harness = Harness(env.client, FakeCluster())
+        for name, directive in DIRECTIVES.items():
+            cluster = FailsWhileRunning() if name == "observe_failure" else FakeCluster()
+            harness = Harness(env.client, cluster)
             async with harness.worker(), harness.controller():
-                handle = await harness.start(APPROVAL if "approval" in name else ACTION)
+                handle = await harness.start(directive)
                 if "approval" in name:
                     await harness.wait_for_type("approval_requested")
                     await handle.execute_update(
