@@ -161,7 +161,7 @@ async def _watch(
         if req.follow_only:
             if now() >= deadline:
                 return result("window_elapsed", obs)
-            heartbeat(WatchCheckpoint(cursor=cursor, state=state, attempt_start_line=start_line))
+            heartbeat(checkpoint())
             await pause(cursor)
             continue
 

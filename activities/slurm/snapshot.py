@@ -155,7 +155,7 @@ class JobSnapshot:
         self._interest[job_id] = now
         listing = self._listing
         if listing is None or now - listing.taken_at > self.max_age or job_id not in listing.jobs:
-            listing = await self._refreshed(job_id)
+            listing = await self._refreshed()
         cached = listing.jobs.get(job_id)
         # Older than what the caller knows (taken before its own requeue): never report that.
         if cached is not None and cached.restarts >= at_least_restarts:
@@ -163,7 +163,7 @@ class JobSnapshot:
         self.fallbacks += 1
         return await self.slurm.show_job(job_id)
 
-    async def _refreshed(self, job_id: int) -> _Listing:
+    async def _refreshed(self) -> _Listing:
         listing = self._listing
         # A job newer than a fresh listing needs no new listing: it is asked about on its own.
         if listing is not None and self._clock() - listing.taken_at <= self.max_age:

@@ -7,7 +7,7 @@ import asyncio
 import os
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -18,8 +18,16 @@ from activities.slurm.snapshot import JobSnapshot
 pytestmark = [pytest.mark.timeout(120)]
 
 
+Submit = Callable[..., int]
+
+
 @pytest.fixture
-def submit(slurm_conf: str) -> Iterator[object]:
+def client(slurm_conf: str) -> SlurmClient:
+    return SlurmClient(LocalRunner(slurm_conf))
+
+
+@pytest.fixture
+def submit(slurm_conf: str) -> Iterator[Submit]:
     env = {**os.environ, "SLURM_CONF": slurm_conf}
     submitted: list[str] = []
 
@@ -46,8 +54,7 @@ async def running(client: SlurmClient, job_id: int) -> None:
     pytest.fail(f"job {job_id} never started")
 
 
-async def test_listing_answers_like_a_per_job_query(slurm_conf: str, submit) -> None:  # type: ignore[no-untyped-def]
-    client = SlurmClient(LocalRunner(slurm_conf))
+async def test_listing_answers_like_a_per_job_query(client: SlurmClient, submit: Submit) -> None:
     spoof_name = "x JobState=COMPLETED Restarts=7"
     jobs = [
         submit('--comment={"resurgo": {"mode": "observe"}} JobState=FAILED ExitCode=9:0'),
@@ -68,10 +75,8 @@ async def test_listing_answers_like_a_per_job_query(slurm_conf: str, submit) -> 
 
 
 async def test_state_changes_show_once_the_listing_is_older_than_max_age(
-    slurm_conf: str,
-    submit,  # type: ignore[no-untyped-def]
+    client: SlurmClient, submit: Submit
 ) -> None:
-    client = SlurmClient(LocalRunner(slurm_conf))
     job = submit()
     await running(client, job)
     snapshot = JobSnapshot(client, max_age=0.5)
@@ -91,10 +96,8 @@ async def test_state_changes_show_once_the_listing_is_older_than_max_age(
 
 
 async def test_a_newline_in_user_text_cannot_impersonate_another_job(
-    slurm_conf: str,
-    submit,  # type: ignore[no-untyped-def]
+    client: SlurmClient, submit: Submit
 ) -> None:
-    client = SlurmClient(LocalRunner(slurm_conf))
     victim = submit()
     await running(client, victim)
     forged = f"x\nJobId={victim} JobName=wrap JobState=COMPLETED Restarts=9 ExitCode=0:0"
@@ -104,14 +107,12 @@ async def test_a_newline_in_user_text_cannot_impersonate_another_job(
     assert seen is not None and seen.state == "RUNNING" and seen.restarts == 0
     mine = await snapshot.show_job(attacker)
     assert mine is not None and mine.job_id == attacker and mine.comment == forged
-    assert snapshot.fallbacks >= 1, "an untrusted listing falls back to per-job queries"
+    assert snapshot.fallbacks >= 1, "the victim, heading two records, is asked about alone"
 
 
 async def test_a_listing_older_than_a_requeue_is_not_reported_to_the_next_attempt(
-    slurm_conf: str,
-    submit,  # type: ignore[no-untyped-def]
+    client: SlurmClient, submit: Submit
 ) -> None:
-    client = SlurmClient(LocalRunner(slurm_conf))
     job = submit()
     await running(client, job)
     snapshot = JobSnapshot(client, max_age=30.0)
