@@ -43,6 +43,14 @@ def attribution(
     )
 
 
+def next_attempt(s: RecoveryState, progress: int) -> None:
+    """The job was restarted; the new attempt reached `progress` (negative: none)."""
+    s.attempt += 1
+    s.attempts.append(
+        AttemptRecord(attempt=s.attempt, max_iteration=progress if progress >= 0 else None)
+    )
+
+
 def state(*records: AttemptRecord, **kw: object) -> RecoveryState:
     recs = list(records) or [AttemptRecord(attempt=0, max_iteration=10)]
     return RecoveryState(attempt=recs[-1].attempt, attempts=recs, **kw)  # type: ignore[arg-type]
@@ -203,10 +211,7 @@ class TestProperties:
                 break
             if advice.kind == AdviceKind.NONE:
                 continue
-            s.attempt += 1
-            s.attempts.append(
-                AttemptRecord(attempt=s.attempt, max_iteration=progress if progress >= 0 else None)
-            )
+            next_attempt(s, progress)
 
     @given(policies, attributions)
     def test_observe_and_action_mode_give_identical_advice(
@@ -309,7 +314,4 @@ class TestExclusionProperties:
                 break
             if advice.kind == AdviceKind.NONE:
                 continue
-            s.attempt += 1
-            s.attempts.append(
-                AttemptRecord(attempt=s.attempt, max_iteration=progress if progress >= 0 else None)
-            )
+            next_attempt(s, progress)
