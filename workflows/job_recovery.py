@@ -70,6 +70,7 @@ PATCH_NO_REASK = "2026-11-declined-cause-not-asked-again"
 PATCH_ENDED_EVENT = "2026-11-monitoring-ended-event"
 PATCH_EXCLUSION_CAP = "2026-11-per-job-exclusion-cap"
 PATCH_ONE_REPORT_PER_FAILURE = "2026-11-one-report-per-failure"
+PATCH_PROGRESS_WITH_ANOMALY = "2026-11-progress-read-with-the-anomaly"
 
 
 @workflow.defn(name="JobRecoveryWorkflow")
@@ -204,6 +205,13 @@ class JobRecoveryWorkflow:
             elif outcome == "ended":
                 await self._failure_ended(result)
             elif outcome == "anomaly" and result.anomaly is not None:
+                # Progress read in the same batch as the fatal line still happened first.
+                if (
+                    result.progress is not None
+                    and not cur.seen_progress
+                    and workflow.patched(PATCH_PROGRESS_WITH_ANOMALY)
+                ):
+                    await self._progress(result)
                 done = await self._handle_anomaly(result.anomaly, result.observation)
                 if done is not None:
                     return await self._finish(done)

@@ -126,6 +126,15 @@ async def _watch(
             cursor=cursor, state=state, attempt_start_line=start_line, source_cursor=source_cursor
         )
 
+    def unreported_progress() -> ProgressMark | None:
+        if state.first_iteration is None or req.seen_progress:
+            return None
+        return ProgressMark(
+            iteration=state.first_iteration,
+            line_no=state.first_progress_line or 0,
+            at=state.last_progress_at or now(),
+        )
+
     def result(outcome: str, obs: JobObservation | None, **extra: object) -> WatchResult:
         return WatchResult.model_validate(
             {
@@ -183,18 +192,14 @@ async def _watch(
         # Once the attempt's failure was reported, the cascade that follows (other ranks'
         # errors, srun's task lines, the job's end) is that same failure, not a new anomaly.
         if state.first_fatal_at is not None and not reported:
-            # Report at once, even before a first progress line read in the same batch (the
-            # next watch starts afresh: the fatal line would be lost). Attribution waits
+            # Report at once, carrying a first progress line read in the same batch (the next
+            # watch starts afresh: neither line may be lost). Attribution waits
             # (bounded) for the failure to play out. A collective timeout as the first fatal
             # sign means the job hung before it died.
             kind = state.fatal_kind or AnomalyKind.CRASH
-            return result("anomaly", obs, anomaly=_anomaly(req, obs, watcher, kind))
-        if state.first_iteration is not None and not req.seen_progress:
-            mark = ProgressMark(
-                iteration=state.first_iteration,
-                line_no=state.first_progress_line or 0,
-                at=state.last_progress_at or current,
-            )
+            anomaly = _anomaly(req, obs, watcher, kind)
+            return result("anomaly", obs, anomaly=anomaly, progress=unreported_progress())
+        if (mark := unreported_progress()) is not None:
             return result("progress", obs, progress=mark)
         if obs.terminal:
             await asyncio.sleep(DRAIN_SECONDS)

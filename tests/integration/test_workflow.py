@@ -185,6 +185,23 @@ class FailsWhileRunning(FakeCluster):
         return WatchResult(outcome="anomaly", observation=obs("RUNNING", 0), anomaly=anomaly)
 
 
+class CrashesInItsFirstBatch(FakeCluster):
+    """Attempt 0's first progress line and its fatal line are read in the same batch."""
+
+    @activity.defn(name="watch_attempt")
+    async def watch_attempt(self, req: WatchRequest) -> WatchResult:
+        if req.attempt > 0 or not req.seen_started:
+            return await super().watch_attempt(req)
+        anomaly = AnomalyModel(
+            kind=AnomalyKind.CRASH, attempt=0, detected_at=NOW, job_state="RUNNING",
+            summary="fatal error while the job is still RUNNING", nodes=["node1", "node2"],
+        )  # fmt: skip
+        return WatchResult(
+            outcome="anomaly", observation=obs("RUNNING", 0), anomaly=anomaly,
+            progress={"iteration": 3, "line_no": 9, "at": NOW},  # type: ignore[arg-type]
+        )  # fmt: skip
+
+
 @pytest.fixture
 async def harness(temporal_env: WorkflowEnvironment) -> AsyncIterator[Harness]:
     h = Harness(temporal_env.client, FakeCluster())
@@ -226,6 +243,18 @@ class TestRecoveryLoop:
         assert types.index("would_act") < types.index("attempt_ended"), types
         assert h.cluster.requests[-2].failure_reported and h.cluster.requests[-1].follow_only
         assert h.cluster.steps == []
+
+    async def test_progress_read_with_the_fatal_line_is_recorded_first(
+        self, temporal_env: WorkflowEnvironment
+    ) -> None:
+        h = Harness(temporal_env.client, CrashesInItsFirstBatch())
+        async with h.worker(), h.controller():
+            outcome = await (await h.start(ACTION)).result()
+        assert outcome.outcome == "completed"
+        attempt0 = [e for e in h.cluster.audit if e.attempt == 0]
+        types = [e.type for e in attempt0]
+        assert types.count("progress") == 1 and types.index("progress") < types.index("anomaly")
+        assert next(e for e in attempt0 if e.type == "progress").data["iteration"] == 3
 
     async def test_unacknowledged_cluster_takes_no_scheduler_action(self, harness: Harness) -> None:
         handle = await harness.start(ACTION, ack=False)

@@ -3,10 +3,12 @@
     .venv/bin/python -m tests.replay.record [NAME_SUFFIX]
 
 Runs the scripted scenarios of tests/integration/test_workflow.py (an action-mode recovery, an
-approved recovery, a failure in observe mode) on a throwaway dev server and writes their
-histories to tests/replay/histories/. Record a new set whenever the workflow code
-changes in a released version, and keep the old files: CI replays every one of them, so a change
-that breaks running workflows fails before it ships (guard such changes with workflow.patched).
+approved recovery, a failure in observe mode, a failure read in the same batch as the first
+progress line) on a throwaway dev server and writes their histories to tests/replay/histories/.
+Record a new set whenever the workflow code changes in a released version, and keep the old
+files: CI replays every one of them, so a change that breaks running workflows fails before it
+ships (guard such changes with workflow.patched; tests/integration/test_replay_guard.py shows that
+an unguarded change fails the replay).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from tests.integration.test_workflow import (
     ACTION,
     APPROVAL,
     HISTORIES,
+    CrashesInItsFirstBatch,
     FailsWhileRunning,
     FakeCluster,
     Harness,
@@ -34,7 +37,9 @@ DIRECTIVES = {
     "action_recovery": ACTION,
     "approval_approved": APPROVAL,
     "observe_failure": Directive(mode=Mode.OBSERVE),
+    "progress_with_anomaly": ACTION,
 }
+CLUSTERS = {"observe_failure": FailsWhileRunning, "progress_with_anomaly": CrashesInItsFirstBatch}
 
 
 async def main(suffix: str) -> None:
@@ -46,7 +51,7 @@ async def main(suffix: str) -> None:
     HISTORIES.mkdir(parents=True, exist_ok=True)
     try:
         for name, directive in DIRECTIVES.items():
-            cluster = FailsWhileRunning() if name == "observe_failure" else FakeCluster()
+            cluster = CLUSTERS.get(name, FakeCluster)()
             harness = Harness(env.client, cluster)
             async with harness.worker(), harness.controller():
                 handle = await harness.start(directive)
