@@ -27,10 +27,12 @@ budget.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
 import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Literal, NamedTuple
 
 from activities.attribute.evidence import Bundle
@@ -85,10 +87,26 @@ NATIVE_CRASH = frozenset(
 NONDETERMINISTIC_APP = frozenset(
     {"loss_nan", "nonfinite_values", "cuda_oom", "host_oom_kill", "slurm_oom_kill"}
 )
+# A path the job names that is missing or forbidden: on one node a mount (retry elsewhere), on
+# every rank of every node the job's own data or configuration (failure taxonomy B.8).
+CONFIGURED_PATHS = frozenset({"file_not_found", "permission_denied"})
 # Unknown-category roots about shared state (storage, checkpoints): no node to blame.
 SHARED_UNKNOWN = frozenset(
     {"checkpoint_save_failed", "dcp_checkpoint_exception", "resume_load_failed", "python_exception"}
 )
+# A running job is hung when its progress lines stop for this many of their usual intervals
+# (and at least the floor): a collective timeout is 10 minutes by default.
+HANG_SILENCE_FACTOR = 10.0
+HANG_SILENCE_FLOOR_SECONDS = 600.0
+_STAMP = re.compile(r"\b\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d\b")
+# A program's environment missing a piece: the job's own, or one node's image.
+ENVIRONMENT_IDS = frozenset({"shared_library_missing", "lmod_module_unknown"})
+_ENVIRONMENT = re.compile(
+    r"\b(?:ImportError|ModuleNotFoundError)\b|cannot open shared object file|"
+    r"undefined symbol: |GLIBC_\d[\d.]* not found"
+)
+# How far below a generic wrapper exception its real cause may be printed (one traceback).
+WRAPPED_CAUSE_LINES = 40
 _TOTAL = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|")
 _KILL_REASON = re.compile(r"CANCELLED AT \S+ DUE TO (?P<why>[A-Z][A-Z ]+?)(?:,| \*\*\*)")
 
@@ -153,6 +171,14 @@ class Analysis:
         self.state = job.state if job is not None else None
         self.events = self.scan.events
         self.kill_order = self._kill_order()
+        self.offline = False
+
+    def forget_survived(self) -> None:
+        """A running job trained on past these errors: they were handled, not its failure.
+        Hardware errors stay (a degraded GPU or link can still be why it stalls later)."""
+        last = self.scan.last_advance
+        if self.running and last is not None:
+            self.events = [e for e in self.events if e.hardware or e.order > last]
 
     # ------------------------------------------------------------------ facts
     @property
@@ -400,10 +426,12 @@ def _hardware(a: Analysis) -> Verdict | None:
         return None
     by_node: dict[str, list[Event]] = {}
     unplaced: list[Event] = []
+    blamed = _blamed_peers(a, events)
     for e in events:
         node = e.node
         if node is None and e.actor is not None:
             node = a.node_of_actor(e.actor)
+        node = blamed.get(id(e), node)
         if node is None:
             unplaced.append(e)
         else:
@@ -467,6 +495,41 @@ def _hardware(a: Analysis) -> Verdict | None:
         culprits=nodes, ranks=[r for r in ranks if r is not None], gpus=sorted(set(gpus)),
         evidence=evidence,
     )  # fmt: skip
+
+
+def _peer_node(a: Analysis, e: Event) -> str | None:
+    address = re.sub(r"[<:\]].*$", "", e.match.groups.get("peer", "")).strip("[")
+    node = a.topo.hosts.canonical(address) if address else None
+    return node if node is not None and a.in_job(node) else None
+
+
+def _blamed_peers(a: Analysis, events: list[Event]) -> dict[int, str]:
+    """Network errors that name the peer they could not reach, blamed on that peer.
+
+    A link that fails shows up as transport errors on every host talking to it. When hosts on
+    two or more other nodes name the same peer, or the peer's own logs show a network fault,
+    the peer is the culprit and the reporters are not.
+    """
+    named: dict[str, set[str]] = {}
+    naming: dict[int, str] = {}
+    for e in events:
+        if e.category != Category.HARDWARE_NETWORK or e.origin != "job":
+            continue
+        peer = _peer_node(a, e)
+        reporter = e.node or (a.node_of_actor(e.actor) if e.actor else None)
+        if peer is None or reporter is None or peer == reporter:
+            continue
+        named.setdefault(peer, set()).add(reporter)
+        naming[id(e)] = peer
+    if not named:
+        return {}
+    self_reported = {
+        e.node or (a.node_of_actor(e.actor) if e.actor else None)
+        for e in events
+        if e.category == Category.HARDWARE_NETWORK and id(e) not in naming
+    }
+    blamed = {p for p, reporters in named.items() if len(reporters) >= 2 or p in self_reported}
+    return {i: peer for i, peer in naming.items() if peer in blamed}
 
 
 def _bus_id(pci: str) -> str:
@@ -539,10 +602,15 @@ def _root_failure(a: Analysis) -> Verdict | None:
             culprits=[node] if node else [],
             ranks=[f.rank] if f.rank is not None else [], evidence=[f.line],
         )  # fmt: skip
+    # A task that exited without a word, where nothing else on its node spoke either (srun's
+    # task numbers and the log's rank prefixes name the same processes differently).
+    spoke = {e.actor for e in a.events} | {
+        n for e in a.events if (n := e.node or _actor_node(a, e.actor)) is not None
+    }
     silent = [
         x for x in a.scan.exit_order
         if x.status == "exit" and x.code and not x.after_termination
-        and x.actor not in {e.actor for e in a.events}
+        and x.actor not in spoke and x.node not in spoke
     ]  # fmt: skip
     if silent:
         x = silent[0]
@@ -607,7 +675,7 @@ def _from_primaries(
     deaths: list[TaskExit],
     node_app: list[Event],
 ) -> Verdict:
-    first = min(primaries, key=lambda e: e.order)
+    first = _specific_cause(min(primaries, key=lambda e: e.order), primaries)
     same = [e for e in primaries if e.key == first.key]
     actors = {e.actor for e in same if e.actor is not None}
     others = {e.actor for e in primaries if e.actor is not None and e.key != first.key}
@@ -618,6 +686,14 @@ def _from_primaries(
         and not (others - actors)
         and (len(actors) >= world or (world >= 3 and len(actors) >= world - 1))
     )
+    if len(actors) >= 2 and all(x.startswith("h") for x in actors):
+        # Host prefixes only (pdsh, `srun --label` off with a host tag): several ranks share
+        # one actor, so "everywhere" means every node of the job said it.
+        known = set(a.node_list) or {
+            n for h in a.topo.hosts_seen if (n := a.topo.hosts.canonical(h))
+        }
+        covered = {a.node_of_actor(x) for x in actors}
+        everywhere = not victims and not (others - actors) and covered >= known
     if not actors and world >= 2:
         # No labels or rank prefixes: the same error printed once per process, by every one.
         unlabeled = [e for e in same if e.actor is None and e.origin == "job"]
@@ -646,11 +722,22 @@ def _from_primaries(
     else:
         scope = "one rank"
     summary = f"{first.message[:160]} ({scope})"
+    if category == Category.APPLICATION and not everywhere:
+        drifted = _drifted_node(a, first, primaries)
+        if drifted is not None:
+            evidence += [e.line for e in a.node_events if e.node == drifted]
+            return Verdict(
+                Category.SYSTEM_SOFTWARE, first.key,
+                f"{summary}: only on {drifted}, where the other nodes got past it "
+                "(the node's software image)", 0.7,
+                culprits=[drifted], ranks=ranks, evidence=evidence,
+            )  # fmt: skip
     if category == Category.APPLICATION:
         on_line = [e for e in a.events if e.line == first.line]
-        deterministic = mid in DETERMINISTIC_APP and not any(
-            e.match.id in NONDETERMINISTIC_APP or "nan" in e.match.tags for e in on_line
-        )
+        spread = len({n for e in same if (n := e.node or _actor_node(a, e.actor))}) >= 2
+        deterministic = (
+            mid in DETERMINISTIC_APP or (mid in CONFIGURED_PATHS and everywhere and spread)
+        ) and not any(e.match.id in NONDETERMINISTIC_APP or "nan" in e.match.tags for e in on_line)
         if everywhere:
             confidence = 0.95 if deterministic else 0.75
         else:
@@ -689,6 +776,50 @@ def _from_primaries(
     )  # fmt: skip
 
 
+def _environment_error(e: Event) -> bool:
+    return e.match.id in ENVIRONMENT_IDS or bool(_ENVIRONMENT.search(e.message))
+
+
+def _drifted_node(a: Analysis, first: Event, primaries: list[Event]) -> str | None:
+    """The one node whose software environment is missing what the others' have.
+
+    An import, shared-library or module error is the job's own environment when every node
+    hits it; when it comes from one node's ranks only while ranks elsewhere ran on (their
+    first sign is a cascade, or nothing), that node's image has drifted (taxonomy B.18).
+    """
+    if not _environment_error(first):
+        return None
+    failing = [e for e in primaries if _environment_error(e)]
+    nodes = {e.node or _actor_node(a, e.actor) for e in failing}
+    if len(nodes) != 1 or None in nodes:
+        return None
+    node = next(iter(nodes))
+    assert node is not None
+    failed = {e.actor for e in failing}
+    others = {x for x in a.actors() - failed if a.node_of_actor(x) != node}
+    if not others or any(e.actor in others for e in primaries):
+        return None
+    return node
+
+
+def _specific_cause(first: Event, primaries: list[Event]) -> Event:
+    """The known cause a generic wrapper reports just after it (same rank).
+
+    Wrappers print first and carry the real error below them: a DataLoader worker's `Caught
+    OSError ... Original Traceback`, a DCP `CheckpointException` listing each rank's failure.
+    """
+    if first.category != Category.UNKNOWN or first.actor is None:
+        return first
+    for e in sorted(primaries, key=lambda e: e.order):
+        if e.order <= first.order or e.actor != first.actor:
+            continue
+        if e.order - first.order > WRAPPED_CAUSE_LINES:
+            break
+        if e.category != Category.UNKNOWN:
+            return e
+    return first
+
+
 def _actor_node(a: Analysis, actor: str | None) -> str | None:
     return a.node_of_actor(actor) if actor else None
 
@@ -716,7 +847,12 @@ def _cascade_only(a: Analysis) -> Verdict | None:
         return None
     reporting = {e.actor for e in cascades}
     actors = a.actors()
-    silent = sorted(actors - reporting - {e.actor for e in a.events if e.root})
+    # Silent: an actor of the kind that reported (ranks vs srun tasks vs hosts name the same
+    # processes differently; a task number is not a rank that kept quiet).
+    kinds = {x[0] for x in reporting if x}
+    silent = sorted(
+        x for x in actors - reporting - {e.actor for e in a.events if e.root} if x[:1] in kinds
+    )
     hang = any(e.match.kind == AnomalyKind.HANG for e in cascades)
     culprits: list[str] = []
     ranks: list[int] = []
@@ -764,7 +900,8 @@ def _stragglers(a: Analysis, *, timings_only: bool = False) -> Verdict | None:
                 slow.append(rank)
         if len(slow) * 2 > len(per_rank):
             slow = []
-    if timings_only and not slow:
+    summary_nodes, summary_lines = _slow_in_summaries(a)
+    if timings_only and not slow and not summary_nodes:
         return None
     report = [e for e in a.events if e.match.id == "straggler_report"]
     degraded = [f for f in a.metric_findings if f.severity == "degraded" and a.in_job(f.host)]
@@ -772,9 +909,9 @@ def _stragglers(a: Analysis, *, timings_only: bool = False) -> Verdict | None:
         e for e in a.node_events
         if e.match.kind == AnomalyKind.STRAGGLER and e.root and a.in_job(e.node)
     ]  # fmt: skip
-    if not slow and not report and not degraded and not warn:
+    if not slow and not report and not degraded and not warn and not summary_nodes:
         return None
-    nodes = {node_of[r] for r in slow if node_of.get(r)}
+    nodes = {node_of[r] for r in slow if node_of.get(r)} | summary_nodes
     for e in report:
         named = {n for n in a.node_list if re.search(rf"\b{re.escape(n)}\b", e.line.text)}
         if not named:
@@ -804,7 +941,7 @@ def _stragglers(a: Analysis, *, timings_only: bool = False) -> Verdict | None:
     for rank in slow:
         lines = [e for e in a.lines if f"[rank{rank}]" in e.text and "step_time_ms" in e.text]
         evidence += lines[-2:]
-    evidence += [e.line for e in report]
+    evidence += [e.line for e in report] + summary_lines
     where = ", ".join(culprits) or "unknown nodes"
     slow = sorted(set(slow))
     which = f" (rank{'s' if len(slow) > 1 else ''} {', '.join(map(str, slow))})" if slow else ""
@@ -814,8 +951,62 @@ def _stragglers(a: Analysis, *, timings_only: bool = False) -> Verdict | None:
     )  # fmt: skip
 
 
+def _slow_in_summaries(a: Analysis) -> tuple[set[str], list[LogLine]]:
+    """The node cross-rank timer summaries keep naming as the slowest, far behind the median.
+
+    One slow report is noise (a checkpoint, a GC pause); the same node slowest by
+    STRAGGLER_RATIO in most of the last reports, at least three times, is a straggler.
+    """
+    recent = a.scan.slowest[-STRAGGLER_WINDOW:]
+    slow = [(node, line) for node, _, ratio, line in recent if ratio >= STRAGGLER_RATIO and node]
+    counts: dict[str, int] = {}
+    for node, _ in slow:
+        counts[node] = counts.get(node, 0) + 1
+    nodes = {n for n, c in counts.items() if c >= 3 and c * 2 > len(recent)}
+    return nodes, [line for node, line in slow if node in nodes][-2:]
+
+
+def _progress_silence(a: Analysis) -> tuple[float, float] | None:
+    """(seconds from the last progress line to the scheduler's observation, the silence that
+    would be a hang) where the log's progress lines carry times and the scheduler's record says
+    when it was taken (StartTime + RunTime; squeue's TIME from the log's first time stamp)."""
+    times = a.scan.progress_times
+    if len(times) < 2:
+        return None
+    observed = a.facts.observed_at()
+    if observed is None and (run := a.facts.run_time()) is not None:
+        first = next((t for e in a.lines[:200] if (t := _any_time(e.text))), None)
+        observed = first + run if first is not None else None
+    if observed is None:
+        return None
+    gaps = [(b - a_).total_seconds() for a_, b in itertools.pairwise(times) if b > a_]
+    typical = statistics.median(gaps) if gaps else 0.0
+    silence = (observed - times[-1]).total_seconds()
+    return silence, max(HANG_SILENCE_FACTOR * typical, HANG_SILENCE_FLOOR_SECONDS)
+
+
+def _any_time(text: str) -> datetime | None:
+    m = _STAMP.search(text)
+    return datetime.fromisoformat(m.group().replace("T", " ")) if m else None
+
+
+def _running_fine(a: Analysis) -> Verdict | None:
+    """A running job whose output shows training advancing up to when Slurm was asked."""
+    measured = _progress_silence(a)
+    if measured is None or measured[0] > measured[1]:
+        return None
+    return Verdict(
+        Category.NONE, "none",
+        f"job running, training at iteration {a.scan.max_iteration} "
+        f"{max(measured[0], 0.0):.0f}s before the scheduler's record", 0.8,
+        evidence=a.lines[-2:], kind="none",
+    )  # fmt: skip
+
+
 def _nothing(a: Analysis) -> Verdict:
     if a.running:
+        if a.offline and (fine := _running_fine(a)) is not None:
+            return fine
         return Verdict(
             Category.UNKNOWN, "hang", "no training progress and no error in the output"
             + (f" (last iteration {a.scan.max_iteration})" if a.scan.max_iteration is not None
@@ -882,6 +1073,9 @@ def analyse(
     for node in nodes:
         facts.nodes[node.name] = node
     a = Analysis(registry, lines, facts, node_list, node_logs or {}, metrics or [])
+    a.offline = anomaly is None
+    if anomaly is None or anomaly.kind != AnomalyKind.CRASH:
+        a.forget_survived()
     outcome = a.scheduler_outcome()
     live_straggler = anomaly is not None and anomaly.kind == AnomalyKind.STRAGGLER
     verdict = (
@@ -922,7 +1116,20 @@ def _kind(a: Analysis, verdict: Verdict, anomaly: Anomaly | None) -> Kind:
     decisive = [e for e in a.events if e.root and e.serious and e.line in verdict.evidence]
     if decisive and all(e.match.kind == AnomalyKind.HANG for e in decisive):
         return AnomalyKind.HANG
+    if not decisive and _hung_first(a):
+        # The cause left no error in the job's output (it is in a node's logs, or nowhere).
+        return AnomalyKind.HANG
     return AnomalyKind.CRASH
+
+
+def _hung_first(a: Analysis) -> bool:
+    """The job's output first shows it stuck (a collective timed out) before anything died,
+    as the live watch reports it: whatever then failed, the symptom was a hang."""
+    signs = [(e.order, e.match.kind == AnomalyKind.HANG) for e in a.events
+             if e.serious and (e.root or e.cascade) and e.origin == "job"]  # fmt: skip
+    signs += [(x.order, False) for x in a.scan.exit_order
+              if x.status != "terminated" and not x.after_termination]  # fmt: skip
+    return bool(signs) and min(signs)[1]
 
 
 def _finish(a: Analysis, v: Verdict, anomaly: Anomaly | None, outcome: str | None) -> Attribution:

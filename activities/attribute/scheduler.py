@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from activities.slurm.errors import ParseError
 from activities.slurm.parsers import (
     expand_hostlist,
+    parse_duration,
     parse_job,
     parse_node,
     parse_time,
@@ -36,6 +37,8 @@ _CTLD_NODE_FAILED = re.compile(
 )
 _CANCELLED_BY = re.compile(r"\bCANCELLED(?:\+)? by (?P<who>\w+)")
 _KILL_RPC = re.compile(r"\bREQUEST_KILL_JOB(?:\S*)? JobId=(?P<job>\d+) uid (?P<uid>\d+)")
+_SQUEUE_HEADER = re.compile(r"^JOBID\s+PARTITION\s+NAME\s+USER\s+ST\s+TIME\s+NODES\b")
+_SQUEUE_STATES = {"R": "RUNNING", "PD": "PENDING", "CG": "COMPLETING", "S": "SUSPENDED"}
 _UID = re.compile(r"^(?P<name>[^(]*)\((?P<uid>\d+)\)$")
 
 
@@ -58,6 +61,8 @@ class SchedulerFacts:
     failed_nodes: dict[str, LogLine] = field(default_factory=dict)
     """Nodes slurmctld/srun reported failed or not responding, with the line saying so."""
     cancelled_by: str | None = None
+    elapsed: str | None = None
+    """squeue's TIME or sacct's Elapsed for the job, as printed."""
     lines: list[LogLine] = field(default_factory=list)
 
     @property
@@ -76,6 +81,19 @@ class SchedulerFacts:
 
     def boot_time(self, node: str) -> datetime | None:
         return parse_time(self.node_fields.get(node, {}).get("BootTime"))
+
+    def run_time(self) -> timedelta | None:
+        """How long the job had run when the scheduler was asked (scontrol RunTime, squeue TIME,
+        sacct Elapsed)."""
+        return parse_duration(self.job_fields.get("RunTime") or self.elapsed or "")
+
+    def observed_at(self) -> datetime | None:
+        """When the scheduler's record was taken: StartTime + RunTime, where both are known."""
+        start = self.job.start_time if self.job is not None else None
+        run = self.run_time()
+        if start is None or run is None:
+            return None
+        return start.replace(tzinfo=None) + run
 
     def host_aliases(self) -> dict[str, str]:
         """NodeHostName/NodeAddr → NodeName, where that mapping is unambiguous."""
@@ -134,13 +152,34 @@ def _sacct(text: str, header: list[str] | None) -> dict[str, str] | None:
         )
         if m:
             row["State"] = m.group(0).rstrip("+")
-        ec = re.findall(r"\b(\d+:\d+)\b", joined)
-        if ec:
-            row["ExitCode"] = ec[-1]
+        # `code:signal`, never part of a time (Elapsed `01:34:12` holds `01:34` too).
+        ec = re.findall(r"(?<![\d:-])(\d+:\d+)(?![\d:])", joined)
+        codes = [h for h in header if h in ("ExitCode", "DerivedExitCode")]
+        at = codes.index("ExitCode") if "ExitCode" in codes else 0
+        if len(ec) > at:
+            row["ExitCode"] = ec[at]
         nodes = re.search(r"\b([A-Za-z][\w-]*(?:\[[\d,-]+\])?(?:,[A-Za-z][\w-]*)*)\s*$", joined)
         if nodes and "NodeList" in header and nodes.group(1) not in ("None", "assigned"):
             row["NodeList"] = nodes.group(1)
     return row
+
+
+def _squeue_row(facts: SchedulerFacts, row: dict[str, str]) -> None:
+    """squeue's default table: the job's state and how long it has run."""
+    if row.get("TIME"):
+        facts.elapsed = row["TIME"]
+    if facts.job is None and row.get("ST") in _SQUEUE_STATES:
+        try:
+            nodes = expand_hostlist(row.get("NODELIST(REASON)", "").strip("()"))
+        except ParseError:
+            nodes = []
+        facts.job = JobObservation(
+            job_id=int(row["JOBID"].split("_")[0]),
+            state=_SQUEUE_STATES[row["ST"]],
+            node_list=nodes if row["ST"] != "PD" else [],
+            user=row.get("USER", ""),
+        )
+        facts.job_fields = {"JobId": row["JOBID"], "JobState": facts.job.state}
 
 
 def parse_scheduler(lines: list[LogLine]) -> SchedulerFacts:
@@ -149,6 +188,7 @@ def parse_scheduler(lines: list[LogLine]) -> SchedulerFacts:
     sacct_header: list[str] | None = None
     sacct_rows: list[dict[str, str]] = []
     sinfo_header = False
+    squeue_header: list[str] | None = None
     for text, entry in _records(lines):
         stripped = text.strip()
         if not stripped or stripped.startswith("#"):
@@ -178,6 +218,12 @@ def parse_scheduler(lines: list[LogLine]) -> SchedulerFacts:
             continue
         if re.match(r"^REASON\s+USER\s+TIMESTAMP\s+NODELIST", stripped):
             sinfo_header = True
+            continue
+        if _SQUEUE_HEADER.match(stripped):
+            squeue_header = stripped.split()
+            continue
+        if squeue_header is not None and re.match(r"^\d+(?:_\d+)?\s", stripped):
+            _squeue_row(facts, dict(zip(squeue_header, stripped.split(), strict=False)))
             continue
         if sacct_header is not None and re.match(r"^\d+(?:[._+]\w+)?(?:\s|\|)", stripped):
             row = _sacct(stripped, sacct_header)

@@ -36,6 +36,14 @@ _NOT_HOST = re.compile(
     r"traceback|nccl|gloo|torch.*|python\d*|bash|sh|rank\d*|node|host|step\d*|iter\w*|epoch\d*|"
     r".*(?:error|exception|warning))$"
 )
+# A host's own address, as NCCL and launchers print it: `NET/IB : Using ... ; OOB ib0:10.9.0.12<0>`,
+# `Bootstrap : Using ib0:10.9.0.12<0>`, DeepSpeed's `Using IP address of 10.9.0.12 for node h`.
+_OWN_ADDRESS = re.compile(
+    r"(?:\bOOB |Bootstrap ?: Using )\w[\w.-]*:(?P<ip>\d{1,3}(?:\.\d{1,3}){3})<"
+)
+_LAUNCHER_ADDRESS = re.compile(
+    r"\bUsing IP address of (?P<ip>\d{1,3}(?:\.\d{1,3}){3}) for node (?P<node>[\w.-]+)"
+)
 _WORLD = re.compile(r"\b(?:world|world_size|WORLD_SIZE|ntasks|num_tasks)[=:\s]+(?P<n>\d{1,6})\b")
 
 
@@ -105,6 +113,8 @@ class HostMap:
         if not host or host in ("localhost", "127.0.0.1"):
             return None
         if not self.nodes:
+            if host in self.aliases:
+                return self.aliases[host]
             if re.fullmatch(r"[\d.]+", host):
                 return host
             return host.split(".", 1)[0]
@@ -218,6 +228,14 @@ def learn_topology(
                     weak_task.setdefault(task, node)
                 elif rank is not None:
                     weak_rank.setdefault(rank, node)
+                if (own := _OWN_ADDRESS.search(nccl.rest)) is not None:
+                    hosts.aliases.setdefault(own.group("ip"), node)
+        elif (
+            "IP address" in body
+            and (m1 := _LAUNCHER_ADDRESS.search(body))
+            and (node := hosts.canonical(m1.group("node"))) is not None
+        ):
+            hosts.aliases.setdefault(m1.group("ip"), node)
         lowered = body.lower()
         m2 = None
         if "rank" in lowered and ("node" in lowered or "host" in lowered):

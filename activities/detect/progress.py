@@ -35,7 +35,7 @@ MAX_ITERATION = 10**15
 _FLAGS = re.ASCII
 
 # Cheap gate: a line without any of these cannot be a built-in progress line.
-_GATE = re.compile(r"(?i)iter|step|%\||it \[|epoch")
+_GATE = re.compile(r"(?i)iter|step|%\||it \[|epoch|\bit[ =:]")
 _RESUME = re.compile(
     r"(?i)\b(?:resum\w*|restor\w*|load(?:ed|ing)?\s+(?:the\s+)?(?:\w+\s+)?checkpoint"
     r"|checkpoint\s+loaded)\b"
@@ -50,6 +50,10 @@ _KEYED = re.compile(
     r"(?i)(?<![\w.])(?:global[_ ]step|step|iter(?:ation)?)\b['\"]?\s*[=:]?\s*(\d{1,15})\b(?![.]\d)",
     _FLAGS,
 )
+
+# `it 7425 | loss 2.22`, `it: 120, loss ...`: the short key, only where a field separator follows
+# (prose such as "did it 3 times" stays out).
+_SHORT_IT = re.compile(r"(?i)(?<![\w.])it\s*[=:]?\s*(\d{1,15})\s*(?:\||,|/\s*\d)", _FLAGS)
 
 _STEP_TIME = re.compile(
     r"elapsed time per iteration \(ms\):\s*(\d{1,12}(?:\.\d{1,12})?)"
@@ -169,7 +173,7 @@ def _parse_builtin(line: str) -> int | None:
     last = _last(_TQDM_UNKNOWN_TOTAL, text)
     if last is not None:
         return _to_iteration(last.group(1))
-    m = _KEYED.search(text)
+    m = _KEYED.search(text) or _SHORT_IT.search(text)
     if m is not None:
         return _to_iteration(m.group(1))
     return None

@@ -8,7 +8,7 @@ at keys Slurm really prints, and the comment is cut out by its exact text before
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from pydantic import BaseModel
 
@@ -46,6 +46,19 @@ def parse_time(value: str | None) -> datetime | None:
         return datetime.strptime(value, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC)
     except ValueError:
         return None
+
+
+_DURATION = re.compile(r"^(?:(?P<d>\d+)-)?(?:(?P<h>\d+):)?(?P<m>\d+):(?P<s>\d+)$")
+
+
+def parse_duration(value: str | None) -> timedelta | None:
+    """Slurm's `[days-][hours:]minutes:seconds` (RunTime, squeue TIME, sacct Elapsed)."""
+    m = _DURATION.match((value or "").strip())
+    if m is None:
+        return None
+    return timedelta(
+        days=int(m["d"] or 0), hours=int(m["h"] or 0), minutes=int(m["m"]), seconds=int(m["s"])
+    )
 
 
 def expand_hostlist(expr: str) -> list[str]:

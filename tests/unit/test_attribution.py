@@ -5,7 +5,7 @@ The corpus test (test_attribution_corpus.py) covers whole runs; these pin down s
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -365,3 +365,187 @@ class TestBundles:
             ("node6", "degraded", "clock throttled"),
             ("node7", "fatal", "IB port not ACTIVE"),
         }
+
+
+class TestRulesFromTheBlindCorpus:
+    """Rules added after the first blind corpus (tests/corpus_blind) showed them missing."""
+
+    def test_ib_errors_from_several_hosts_naming_one_peer_blame_the_peer(self) -> None:
+        nccl = "NCCL WARN NET/IB : Got completion from peer 10.9.0.3<39000> with error 12, opcode 1"
+        text = """
+h1:100:200 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.9.0.1<0>
+h2:100:200 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.9.0.2<0>
+h3:100:200 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.9.0.3<0>
+""" + "\n".join(f"h{n}:100:201 [0] {nccl}" for n in (1, 2))
+        a = run(text, obs=job(nodes=["h1", "h2", "h3"]))
+        assert a.category == Category.HARDWARE_NETWORK
+        assert a.culprit_nodes == ["h3"]
+
+    def test_one_host_naming_a_peer_does_not_move_the_blame(self) -> None:
+        text = """
+h1:100:200 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.9.0.1<0>
+h3:100:200 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.9.0.3<0>
+h1:100:201 [0] NCCL WARN NET/IB : Got completion from peer 10.9.0.3<39000> with error 12"""
+        a = run(text, obs=job(nodes=["h1", "h2", "h3"]))
+        assert a.culprit_nodes == ["h1"]
+
+    def test_a_missing_data_file_on_every_node_is_the_jobs_configuration(self) -> None:
+        err = "FileNotFoundError: [Errno 2] No such file or directory: '/home/u/data/train.bin'"
+        text = (
+            "\n".join(f"cn{n}: {err}" for n in (1, 2) for _ in range(2))
+            + """
+srun: error: cn2: tasks 2-3: Exited with exit code 1
+srun: error: cn1: tasks 0-1: Exited with exit code 1"""
+        )
+        a = run(text, obs=job(nodes=["cn1", "cn2"]))
+        assert a.category == Category.APPLICATION and a.culprit_nodes == []
+        assert default_advice(a).kind == AdviceKind.STOP
+
+    def test_a_missing_file_on_one_node_is_not_a_stop(self) -> None:
+        err = "FileNotFoundError: [Errno 2] No such file or directory: '/scratch/data/train.bin'"
+        text = f"""1: [rank1]: {err}
+srun: error: node2: task 1: Exited with exit code 1"""
+        a = run(text, obs=job())
+        assert default_advice(a).kind != AdviceKind.STOP
+
+    def test_the_cause_under_a_wrapper_exception_is_the_root(self) -> None:
+        text = """
+3: [rank3]: OSError: Caught OSError in DataLoader worker process 3.
+3: [rank3]: Original Traceback (most recent call last):
+3: [rank3]:   File "/app/data.py", line 40, in read
+3: [rank3]:     return f.read()
+3: [rank3]: OSError: [Errno 5] Input/output error: '/lustre/fs1/shard.17713'
+srun: error: node2: task 3: Exited with exit code 1"""
+        a = run(text, obs=job(), node_logs={"node2": "LustreError: 167-0: This client was evicted"})
+        assert a.category == Category.SYSTEM_SOFTWARE
+        assert a.culprit_nodes == ["node2"]
+
+    def test_an_import_error_on_one_nodes_ranks_only_is_that_nodes_image(self) -> None:
+        err = "ImportError: libcudnn.so.9: cannot open shared object file: No such file"
+        text = f"""0: [rank0]: step 1 loss 2.0
+1: [rank1]: {err}
+0: [rank0]:[E412 09:12:24.5 ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog caught collective \
+operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600001 ms
+srun: error: node2: task 1: Exited with exit code 1"""
+        a = run(text, obs=job())
+        assert a.category == Category.SYSTEM_SOFTWARE and a.culprit_nodes == ["node2"]
+        assert default_advice(a).kind == AdviceKind.REQUEUE_EXCLUDING
+
+    def test_the_same_import_error_everywhere_is_the_application(self) -> None:
+        err = "ModuleNotFoundError: No module named 'flash_attn'"
+        text = f"""0: [rank0]: {err}
+1: [rank1]: {err}
+srun: error: node1: task 0: Exited with exit code 1
+srun: error: node2: task 1: Exited with exit code 1"""
+        a = run(text, obs=job())
+        assert a.category == Category.APPLICATION and a.culprit_nodes == []
+
+    def test_a_running_job_that_trained_past_a_handled_error_is_healthy(self) -> None:
+        text = "\n".join(
+            [f"2024-09-25 12:{m:02d}:00 step {m * 10} loss 1.5" for m in range(0, 30)]
+            + ["2024-09-25 12:30:01 ERROR metrics push failed",
+               "Traceback (most recent call last):", '  File "/app/push.py", line 9, in push',
+               "ConnectionRefusedError: [Errno 111] Connection refused"]
+            + [f"2024-09-25 12:{m:02d}:00 step {m * 10} loss 1.4" for m in range(31, 39)]
+        )  # fmt: skip
+        sched = "JobId=42 JobState=RUNNING StartTime=2024-09-25T12:00:00 RunTime=00:39:30"
+        a = run(text, scheduler=sched)
+        assert a.kind == "none" and a.category == Category.NONE
+
+    def test_progress_that_stopped_long_before_slurm_was_asked_is_a_hang(self) -> None:
+        text = "\n".join(f"2024-08-28 02:{m:02d}:00 step {m * 10} loss 1.6" for m in range(0, 14))
+        sched = "JobId=42 JobState=RUNNING StartTime=2024-08-28T02:00:00 RunTime=03:41:09"
+        a = run(text, scheduler=sched)
+        assert a.kind == AnomalyKind.HANG
+
+    def test_squeue_time_counts_from_the_logs_first_time_stamp(self) -> None:
+        text = "[launch] 2024-07-02T08:00:07 job 7 on gpu-dd[01-02]\n" + "\n".join(
+            f"[2024-07-02 10:{m:02d}:00] it {m * 25} | loss 2.2" for m in range(0, 29)
+        )
+        sched = """JOBID PARTITION     NAME     USER ST       TIME  NODES NODELIST(REASON)
+7       gpu   mm-13b  akumar  R    2:27:51      2 gpu-dd[01-02]"""
+        a = run(text, scheduler=sched)
+        assert a.kind == "none"
+
+    def test_timer_summaries_naming_one_node_again_and_again_are_a_straggler(self) -> None:
+        summary = (
+            "timers step {s}: fwd_bwd_compute min 0.912s (rank 3) median 0.921s "
+            "max 1.676s (rank 34 on gpu-x05) | data_wait max 0.004s"
+        )
+        text = "\n".join(summary.format(s=s) for s in range(7300, 8000, 200))
+        a = run(text, obs=job("RUNNING", nodes=[f"gpu-x0{n}" for n in range(1, 7)]))
+        assert a.kind == AnomalyKind.STRAGGLER and a.culprit_nodes == ["gpu-x05"]
+
+    def test_one_slow_timer_summary_is_noise(self) -> None:
+        slow = "timers: compute median 0.92s max 1.70s (rank 34 on gpu-x05)"
+        fast = "timers: compute median 0.92s max 0.95s (rank 12 on gpu-x02)"
+        text = "\n".join([fast, slow, fast, fast])
+        a = run(text, obs=job("RUNNING", nodes=[f"gpu-x0{n}" for n in range(1, 7)]))
+        assert a.kind != AnomalyKind.STRAGGLER
+
+    def test_srun_task_numbers_are_not_ranks_that_kept_quiet(self) -> None:
+        timeout = (
+            "[rank{r}]:[E305 23:46:41.4 ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught "
+            "collective operation timeout: WorkNCCL(SeqNum=5, OpType=SEND, Timeout(ms)=600000) "
+            "ran for 600100 milliseconds before timing out."
+        )
+        text = (
+            "\n".join(f"b{r // 2 + 1}: " + timeout.format(r=r) for r in range(6))
+            + "\n"
+            + (
+                "\n".join(
+                    f"srun: error: b{t + 1}: task {t}: Exited with exit code 1" for t in range(3)
+                )
+            )
+        )
+        a = run(text, obs=job(nodes=["b1", "b2", "b3"]))
+        assert a.kind == AnomalyKind.HANG and a.culprit_nodes == []
+
+    def test_a_hang_whose_cause_is_only_in_a_kernel_log_is_still_a_hang(self) -> None:
+        timeout = (
+            "[rank{r}]:[E305 23:46:41.4 ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught "
+            "collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, Timeout(ms)="
+            "600000) ran for 600100 milliseconds before timing out."
+        )
+        text = "\n".join(timeout.format(r=0) for _ in range(1)) + (
+            "\nsrun: error: node1: task 0: Exited with exit code 1"
+            "\nsrun: error: node2: task 1: Killed"
+        )
+        xid = "NVRM: Xid (PCI:0000:3b:00): 119, pid=1, name=python, Timeout after 6s of RPC"
+        a = run(text, obs=job(), node_logs={"node2": xid})
+        assert a.category == Category.HARDWARE_GPU and a.culprit_nodes == ["node2"]
+        assert a.kind == AnomalyKind.HANG
+
+
+class TestSchedulerTables:
+    def test_sacct_fixed_width_exit_code_is_not_the_elapsed_time(self) -> None:
+        facts = parse_scheduler(
+            lines("""
+JobID           JobName      State ExitCode    Elapsed        NodeList
+------------ ---------- ---------- -------- ---------- ---------------
+190022       rn152-3ep  COMPLETED      0:0   01:34:12 vm-gpu-[0007-0008]
+""")
+        )
+        assert facts.job is not None and facts.job.state == "COMPLETED"
+        assert (facts.job.exit_code, facts.job.exit_signal) == (0, 0)
+
+    def test_sacct_derived_exit_code_column_is_told_apart(self) -> None:
+        facts = parse_scheduler(
+            lines("""
+JobID           State DerivedExitCode ExitCode    Elapsed
+------------ -------- --------------- -------- ----------
+77             FAILED             0:0      1:0   00:10:00
+""")
+        )
+        assert facts.job is not None and (facts.job.exit_code, facts.job.exit_signal) == (1, 0)
+
+    def test_squeue_row_gives_state_nodes_and_run_time(self) -> None:
+        facts = parse_scheduler(
+            lines("""
+             JOBID PARTITION     NAME     USER ST       TIME  NODES NODELIST(REASON)
+           7040112       gpu   mm-13b  akumar  R 1-02:27:51      8 gpu-dd[01-08]
+""")
+        )
+        assert facts.job is not None and facts.job.state == "RUNNING"
+        assert facts.job.node_list[0] == "gpu-dd01" and len(facts.job.node_list) == 8
+        assert facts.run_time() == timedelta(days=1, hours=2, minutes=27, seconds=51)

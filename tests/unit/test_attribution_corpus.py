@@ -18,6 +18,7 @@ from activities.attribute.accuracy import Score, corpus_dirs, score
 from worker.cli import app
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus"
+BLIND = Path(__file__).resolve().parents[1] / "corpus_blind"
 RUNNER = CliRunner()
 
 
@@ -71,6 +72,15 @@ def test_no_false_stops(result: Score) -> None:
     assert result.false_stops.num == 0, [
         c.name for c in result.cases if c.got["action"] == "stop" != c.expected["action"]
     ]
+
+
+def test_blind_corpus_meets_the_targets() -> None:
+    """Bundles written without sight of the rules (tests/corpus_blind/README.md)."""
+    blind = score(corpus_dirs(BLIND), attribute_json)
+    assert len(blind.cases) >= 45
+    assert all(c.expected.get("origin", "").startswith("blind-") for c in blind.cases)
+    assert not blind.failures(), blind.failures()
+    assert blind.false_stops.num == 0
 
 
 def test_unreadable_bundle_fails_clearly(tmp_path: Path) -> None:

@@ -45,6 +45,8 @@ MEGATRON = (
         ("iter 10 | loss 3.2", 10),
         ("Iteration: 51, loss=0.3", 51),
         ("2026-01-01 00:00:00,000 INFO trainer: step: 300 loss: 1.5", 300),
+        ("[2024-07-02 10:28:10] it 7425 | loss 2.2257 | it_time 1.13s", 7425),
+        ("it: 120, loss 3.1", 120),
     ],
 )  # fmt: skip
 def test_builtin_formats(line: str, iteration: int) -> None:
@@ -69,6 +71,7 @@ def test_builtin_formats(line: str, iteration: int) -> None:
         "step 1.5 of the warmup",
         "",
         "Traceback (most recent call last):",
+        "retrying it 3 times before giving up",
     ],
 )
 def test_not_progress(line: str) -> None:
