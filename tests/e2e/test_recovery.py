@@ -6,6 +6,9 @@ real worker and controller processes; the audit store is SQLite or the real Mari
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -15,7 +18,7 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from tests.e2e.conftest import Deployment
-from worker.localstack import wait_for
+from worker.localstack import REPO, wait_for
 from workflows import search_attributes as sa
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slurm, pytest.mark.timeout(420)]
@@ -107,6 +110,22 @@ def test_observe_mode_leaves_slurm_untouched(deploy: Callable[..., Deployment]) 
     advice = [e.summary for e in events if e.type == "advice"]
     assert len(anomalies) == 1 and len(advice) == 1, [e.summary for e in events]
     assert advice[0].startswith("g1 "), advice
+
+    # What-if over this real audit store: a policy with no retry budget would have stopped it.
+    strict = dep.workdir / "strict.toml"
+    strict.write_text("[policies.strict]\nbudget_per_fingerprint = 0\n")
+    out = subprocess.run(
+        [sys.executable, "-m", "worker.cli", "policy", "replay", "--policy", str(strict),
+         "--config", str(dep.stack.config), "--json"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["decisions"] == 1 and report["policy"]["name"] == "strict"
+    [changed] = report["changed"]
+    assert changed["job_id"] == job_id and changed["category"] == "hardware_gpu"
+    assert changed["recorded"]["kind"] == "requeue_excluding"
+    assert changed["replayed"]["kind"] == "stop"
 
 
 def test_cluster_without_acknowledgement_only_advises(deploy: Callable[..., Deployment]) -> None:
