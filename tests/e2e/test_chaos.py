@@ -40,11 +40,18 @@ def submit(dep: Deployment) -> int:
     return int(out.stdout.strip().split(";")[0])
 
 
-def test_exactly_once_under_random_kills(deploy: Callable[..., Deployment]) -> None:
+def test_exactly_once_under_random_kills(
+    deploy: Callable[..., Deployment], capsys: pytest.CaptureFixture[str]
+) -> None:
+    def say(message: str) -> None:
+        # Straight to the terminal, so CI's log shows the rounds and the report of a pass too.
+        with capsys.disabled():
+            print(message, flush=True)
+
     rounds = int(os.environ.get("RESURGO_CHAOS_ROUNDS", "20"))
     seed = int(os.environ.get("RESURGO_CHAOS_SEED", str(random.randrange(1 << 30))))
     rng = random.Random(seed)
-    print(f"\nchaos: {rounds} rounds, seed {seed}")
+    say(f"\nchaos: {rounds} rounds, seed {seed}")
     dep = deploy()
     jobs: list[int] = []
     kills: Counter[str] = Counter()
@@ -59,7 +66,7 @@ def test_exactly_once_under_random_kills(deploy: Callable[..., Deployment]) -> N
         time.sleep(rng.uniform(0, 2))
         for component in victims:
             dep.stack.start(component)
-        print(f"round {round_no + 1}: job {jobs[-1]}, killed {'+'.join(victims)}", flush=True)
+        say(f"round {round_no + 1}: job {jobs[-1]}, killed {'+'.join(victims)}")
 
     def all_completed() -> bool:
         return all(any(e.type == "completed" for e in dep.events(j)) for j in jobs)
@@ -90,4 +97,4 @@ def test_exactly_once_under_random_kills(deploy: Callable[..., Deployment]) -> N
         "outcomes": dict(outcomes),
         "seconds": round(time.monotonic() - started),
     }
-    print("chaos report:", json.dumps(report))
+    say("chaos report: " + json.dumps(report))
