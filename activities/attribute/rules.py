@@ -455,7 +455,7 @@ def _hardware(a: Analysis) -> Verdict | None:
             or any(e.match.id not in AMBIGUOUS_HARDWARE for e in by_node.get(n, []))
         ]  # fmt: skip
     ordered = sorted(events, key=lambda e: (e.origin != "job", e.order))
-    placed = [e for e in ordered if (e.node or _actor_node(a, e.actor)) in nodes]
+    placed = [e for e in ordered if _event_node(a, e) in nodes]
     ordered = placed + [e for e in ordered if e not in placed] if placed else ordered
     first_cat = ordered[0].category if ordered else fatal_metrics[0].category
     head = ordered[0] if ordered else None
@@ -516,7 +516,7 @@ def _blamed_peers(a: Analysis, events: list[Event]) -> dict[int, str]:
         if e.category != Category.HARDWARE_NETWORK or e.origin != "job":
             continue
         peer = _peer_node(a, e)
-        reporter = e.node or (a.node_of_actor(e.actor) if e.actor else None)
+        reporter = _event_node(a, e)
         if peer is None or reporter is None or peer == reporter:
             continue
         named.setdefault(peer, set()).add(reporter)
@@ -524,7 +524,7 @@ def _blamed_peers(a: Analysis, events: list[Event]) -> dict[int, str]:
     if not named:
         return {}
     self_reported = {
-        e.node or (a.node_of_actor(e.actor) if e.actor else None)
+        _event_node(a, e)
         for e in events
         if e.category == Category.HARDWARE_NETWORK and id(e) not in naming
     }
@@ -605,7 +605,7 @@ def _root_failure(a: Analysis) -> Verdict | None:
     # A task that exited without a word, where nothing else on its node spoke either (srun's
     # task numbers and the log's rank prefixes name the same processes differently).
     spoke = {e.actor for e in a.events} | {
-        n for e in a.events if (n := e.node or _actor_node(a, e.actor)) is not None
+        n for e in a.events if (n := _event_node(a, e)) is not None
     }
     silent = [
         x for x in a.scan.exit_order
@@ -698,7 +698,7 @@ def _from_primaries(
         # No labels or rank prefixes: the same error printed once per process, by every one.
         unlabeled = [e for e in same if e.actor is None and e.origin == "job"]
         everywhere = len({e.line.line_no for e in unlabeled}) >= world and not others
-    nodes = sorted({n for e in same if (n := e.node or _actor_node(a, e.actor)) is not None})
+    nodes = sorted({n for e in same if (n := _event_node(a, e)) is not None})
     if not nodes and not everywhere and first.actor is None:
         # An unlabelled crash report: srun's verdict says whose process died of a signal.
         dead = {x.node for x in deaths if x.node} or {
@@ -734,7 +734,7 @@ def _from_primaries(
             )  # fmt: skip
     if category == Category.APPLICATION:
         on_line = [e for e in a.events if e.line == first.line]
-        spread = len({n for e in same if (n := e.node or _actor_node(a, e.actor))}) >= 2
+        spread = len({n for e in same if (n := _event_node(a, e))}) >= 2
         deterministic = (
             mid in DETERMINISTIC_APP or (mid in CONFIGURED_PATHS and everywhere and spread)
         ) and not any(e.match.id in NONDETERMINISTIC_APP or "nan" in e.match.tags for e in on_line)
@@ -790,7 +790,7 @@ def _drifted_node(a: Analysis, first: Event, primaries: list[Event]) -> str | No
     if not _environment_error(first):
         return None
     failing = [e for e in primaries if _environment_error(e)]
-    nodes = {e.node or _actor_node(a, e.actor) for e in failing}
+    nodes = {_event_node(a, e) for e in failing}
     if len(nodes) != 1 or None in nodes:
         return None
     node = next(iter(nodes))
@@ -822,6 +822,11 @@ def _specific_cause(first: Event, primaries: list[Event]) -> Event:
 
 def _actor_node(a: Analysis, actor: str | None) -> str | None:
     return a.node_of_actor(actor) if actor else None
+
+
+def _event_node(a: Analysis, e: Event) -> str | None:
+    """Where an event happened: its own host, else its rank's or task's node."""
+    return e.node or _actor_node(a, e.actor)
 
 
 def _rank(e: Event) -> int | None:
@@ -860,12 +865,7 @@ def _cascade_only(a: Analysis) -> Verdict | None:
         culprits = sorted({n for s in silent if (n := a.node_of_actor(s)) is not None})
         ranks = sorted(int(s[1:]) for s in silent if s[1:].isdigit())
     # The peers they lost, where the address names one of the job's nodes (NodeAddr).
-    peers: set[str] = set()
-    for e in cascades:
-        address = re.sub(r"[<:\]].*$", "", e.match.groups.get("peer", "")).strip("[")
-        node = a.topo.hosts.canonical(address) if address else None
-        if node is not None and node in a.node_list:
-            peers.add(node)
+    peers = {n for e in cascades if (n := _peer_node(a, e)) is not None and n in a.node_list}
     if peers and len(peers) < len(a.node_list):
         narrowed = sorted(peers & set(culprits)) if culprits else []
         culprits = narrowed or sorted(peers)
