@@ -55,6 +55,7 @@ from activities.attribute.signals import (
     split_attempt,
 )
 from activities.attribute.topology import Topology, learn_topology
+from activities.detect.lines import strip_prefixes
 from activities.detect.registry import Registry
 from workflows.contracts import (
     HARDWARE_CATEGORIES,
@@ -885,7 +886,7 @@ def _cascade_only(a: Analysis) -> Verdict | None:
 def _stragglers(a: Analysis, *, timings_only: bool = False) -> Verdict | None:
     per_rank: dict[int, list[float]] = {}
     node_of: dict[int, str] = {}
-    for rank, samples in a.scan.timings.items():
+    for rank, samples in (a.scan.timings or a.scan.step_times).items():
         recent = sorted(samples)[-STRAGGLER_WINDOW * 2 :]
         if len(recent) >= 3:
             per_rank[rank] = [ms for _, ms, _ in recent]
@@ -939,8 +940,7 @@ def _stragglers(a: Analysis, *, timings_only: bool = False) -> Verdict | None:
         category, confidence = explained_logs[0].category, 0.75
         evidence += [e.line for e in explained_logs]
     for rank in slow:
-        lines = [e for e in a.lines if f"[rank{rank}]" in e.text and "step_time_ms" in e.text]
-        evidence += lines[-2:]
+        evidence += [e for e in a.lines if "time" in e.text and _said_by(e.text, rank)][-2:]
     evidence += [e.line for e in report] + summary_lines
     where = ", ".join(culprits) or "unknown nodes"
     slow = sorted(set(slow))
@@ -949,6 +949,11 @@ def _stragglers(a: Analysis, *, timings_only: bool = False) -> Verdict | None:
         category, "straggler", f"straggler on {where}{which}", confidence,
         culprits=culprits, ranks=sorted(slow), evidence=evidence, kind=AnomalyKind.STRAGGLER,
     )  # fmt: skip
+
+
+def _said_by(text: str, rank: int) -> bool:
+    pre = strip_prefixes(text)
+    return rank in (pre.rank, pre.task)
 
 
 def _slow_in_summaries(a: Analysis) -> tuple[set[str], list[LogLine]]:

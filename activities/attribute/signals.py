@@ -24,7 +24,7 @@ from activities.attribute.topology import (
     split_host_prefix,
 )
 from activities.detect.lines import parse_nccl_prefix, strip_prefixes
-from activities.detect.progress import ProgressParser, parse_rank_timing
+from activities.detect.progress import ProgressParser, parse_rank_timing, parse_step_duration
 from activities.detect.registry import PatternMatch, Registry
 from activities.detect.watcher import is_checkpoint_failure
 from workflows.contracts import AnomalyKind, Category, LogLine
@@ -198,6 +198,8 @@ class JobScan:
     """The output shows the step ended (srun verdicts, rc line, teardown)."""
     timings: dict[int, list[tuple[int, float, str]]] = field(default_factory=dict)
     """rank → [(step, ms, node)] from per-rank timing lines."""
+    step_times: dict[int, list[tuple[int, float, str]]] = field(default_factory=dict)
+    """The same from step times in any other format (used where `timings` has none)."""
     slowest: list[tuple[str | None, int, float, LogLine]] = field(default_factory=list)
     """Cross-rank timer summaries: (node, slowest rank, its time over the median, line)."""
     last_advance: int | None = None
@@ -290,6 +292,16 @@ def scan_job(registry: Registry, lines: list[LogLine], topo: Topology) -> JobSca
         if "step_time_ms" in text and (timing := parse_rank_timing(text)):
             where = topo.hosts.canonical(timing.node) or timing.node
             scan.timings.setdefault(timing.rank, []).append((timing.step, timing.ms, where))
+        elif (
+            (who := rank if rank is not None else task) is not None
+            and "time" in body
+            and (ms := parse_step_duration(body)) is not None
+            and (on := topo.node_of(task, rank)) is not None
+        ):
+            # Any per-rank step time (`1: iter 40 | step_time 0.52s`): ranks that each report
+            # their own make stragglers visible whatever the trainer's format.
+            samples = scan.step_times.setdefault(who, [])
+            samples.append((iteration if iteration is not None else len(samples), ms, on))
         if iteration is None and _COMPLETED.search(body):
             scan.completed_line = entry
         # tracebacks, per actor

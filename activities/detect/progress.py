@@ -60,6 +60,16 @@ _STEP_TIME = re.compile(
     r"|\b(?:step|iter(?:ation)?)_time_ms\s*[=:]\s*(\d{1,12}(?:\.\d{1,12})?(?:[eE][-+]?\d{1,3})?)\b",
     _FLAGS,
 )
+_STEP_DURATION = re.compile(
+    r"(?i)\b(?:(?:step|iter(?:ation)?|batch|it)[_ ]?time|time[_ ]?(?:/|per[_ ])[_ ]?"
+    r"(?:step|iter(?:ation)?|batch)|elapsed time per iteration)"
+    r"(?:[_ ]?\(?(?P<key_unit>ms|s)\)?)?\s*[=:]?\s*(?P<value>\d{1,9}(?:\.\d{1,9})?)"
+    r"\s*(?P<unit>ms|s)?\b"
+)
+_PER_IT = re.compile(
+    r"(?i)(?<![\w.])(?P<value>\d{1,9}(?:\.\d{1,9})?)\s*(?P<unit>ms|s)/(?:it|iter|step)\b"
+    r"(?P<key_unit>)"
+)
 _KEY_VALUE = re.compile(r"\b([A-Za-z_]\w{0,40})=([^\s,;|]{1,256})", _FLAGS)
 _NODE = re.compile(r"[A-Za-z0-9][\w.-]{0,252}", _FLAGS)
 _RANK_PREFIX = re.compile(r"\s*\[[Rr]ank ?(\d{1,7})\]", _FLAGS)
@@ -189,6 +199,23 @@ def parse_step_time(line: str) -> float | None:
     except (TypeError, ValueError):
         return None
     return value if math.isfinite(value) and value >= 0 else None
+
+
+def parse_step_duration(text: str) -> float | None:
+    """Milliseconds one step took, in the common spellings: `step_time 1.84s`,
+    `iter_time=512.3ms`, `time/iter: 0.52`, `time per step (ms): 85`, `4.88s/it`,
+    Megatron's `elapsed time per iteration (ms): 337.8`. A bare number is seconds, except
+    where the key says ms."""
+    m = _STEP_DURATION.search(text) or _PER_IT.search(text)
+    if m is None:
+        return None
+    unit = (m.group("unit") or m.group("key_unit") or "").lower()
+    try:
+        value = float(m.group("value"))
+    except ValueError:
+        return None
+    ms = value if unit == "ms" else value * 1000.0
+    return ms if math.isfinite(ms) and ms >= 0 else None
 
 
 def parse_rank_timing(line: str) -> RankTiming | None:

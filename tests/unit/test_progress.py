@@ -12,6 +12,7 @@ from activities.detect.progress import (
     RankTiming,
     compile_progress_pattern,
     parse_rank_timing,
+    parse_step_duration,
     parse_step_time,
 )
 
@@ -133,6 +134,28 @@ def test_step_time() -> None:
     assert parse_step_time("step_time_ms=1e3") == pytest.approx(1000.0)
     assert parse_step_time("step_time_ms=nan") is None
     assert parse_step_time("loss=0.5") is None
+
+
+@pytest.mark.parametrize(
+    ("text", "ms"),
+    [
+        ("step 7300 | loss 1.97 | step_time 1.838s | tok/s 1324176", 1838.0),
+        ("iter_time=512.3ms", 512.3),
+        ("time/iter: 0.52", 520.0),
+        ("time per step (ms): 85", 85.0),
+        ("iter 23010 | lm_loss 1.96 | 4.89s/it", 4890.0),
+        ("elapsed time per iteration (ms): 337.8", 337.8),
+        ("it 7425 | loss 2.22 | it_time 1.13s", 1130.0),
+        ("loss 2.0 lr 3e-4 grad_norm 0.3", None),
+        ("exit time 3", None),
+    ],
+)
+def test_step_duration(text: str, ms: float | None) -> None:
+    assert (
+        parse_step_duration(text) == pytest.approx(ms)
+        if ms is not None
+        else (parse_step_duration(text) is None)
+    )
 
 
 def test_rank_timing_demo_format() -> None:
