@@ -176,9 +176,11 @@ class Analysis:
 
     def forget_survived(self) -> None:
         """A running job trained on past these errors: they were handled, not its failure.
-        Hardware errors stay (a degraded GPU or link can still be why it stalls later)."""
+        Hardware errors stay (a degraded GPU or link can still be why it stalls later). Only
+        when Slurm says it runs: output alone can show a rank's progress printed after a
+        peer's fatal error (buffering), and the job may be dead already."""
         last = self.scan.last_advance
-        if self.running and last is not None:
+        if self.state in RUNNING_STATES and last is not None:
             self.events = [e for e in self.events if e.hardware or e.order > last]
 
     # ------------------------------------------------------------------ facts
