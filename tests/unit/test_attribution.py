@@ -5,6 +5,7 @@ The corpus test (test_attribution_corpus.py) covers whole runs; these pin down s
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -476,22 +477,23 @@ srun: error: node2: task 1: Exited with exit code 1"""
         a = run(text, obs=job("RUNNING", nodes=[f"gpu-x0{n}" for n in range(1, 7)]))
         assert a.kind == AnomalyKind.STRAGGLER and a.culprit_nodes == ["gpu-x05"]
 
-    def test_per_rank_step_times_in_any_format_show_the_slow_node(self) -> None:
+    @staticmethod
+    def per_rank_times(seconds: Callable[[int, int], float]):  # type: ignore[no-untyped-def]
+        """Four ranks on n1..n4 each printing their own step time; seconds(rank, iteration)."""
         text = "\n".join(
-            f"{r}: [rank{r}] iter {i} | loss 2.1 | iter_time {1.84 if r == 3 else 1.01:.2f}s"
+            f"{r}: [rank{r}] iter {i} | loss 2.1 | iter_time {seconds(r, i):.2f}s"
             for i in range(1, 9) for r in range(4)
         )  # fmt: skip
-        a = run(text, obs=job("RUNNING", nodes=["n1", "n2", "n3", "n4"]))
+        return run(text, obs=job("RUNNING", nodes=["n1", "n2", "n3", "n4"]))
+
+    def test_per_rank_step_times_in_any_format_show_the_slow_node(self) -> None:
+        a = self.per_rank_times(lambda r, i: 1.84 if r == 3 else 1.01)
         assert a.kind == AnomalyKind.STRAGGLER and a.culprit_nodes == ["n4"]
         assert a.culprit_ranks == [3]
         assert any("iter_time 1.84s" in e.text for e in a.evidence)
 
     def test_even_per_rank_step_times_are_no_straggler(self) -> None:
-        text = "\n".join(
-            f"{r}: [rank{r}] iter {i} | loss 2.1 | iter_time {1.0 + 0.03 * ((r + i) % 3):.2f}s"
-            for i in range(1, 9) for r in range(4)
-        )  # fmt: skip
-        a = run(text, obs=job("RUNNING", nodes=["n1", "n2", "n3", "n4"]))
+        a = self.per_rank_times(lambda r, i: 1.0 + 0.03 * ((r + i) % 3))
         assert a.kind != AnomalyKind.STRAGGLER
 
     def test_one_slow_timer_summary_is_noise(self) -> None:
