@@ -54,8 +54,8 @@ from activities.attribute.signals import (
     scan_node_logs,
     split_attempt,
 )
-from activities.attribute.topology import Topology, learn_topology
-from activities.detect.lines import strip_prefixes
+from activities.attribute.topology import Topology, learn_topology, split_host_prefix
+from activities.detect.lines import parse_nccl_prefix, strip_prefixes
 from activities.detect.registry import Registry
 from workflows.contracts import (
     HARDWARE_CATEGORIES,
@@ -100,6 +100,12 @@ SHARED_UNKNOWN = frozenset(
 HANG_SILENCE_FACTOR = 10.0
 HANG_SILENCE_FLOOR_SECONDS = 600.0
 _STAMP = re.compile(r"\b\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d\b")
+_TRANSIENT_EXCEPTION = re.compile(
+    r"(?i)connect|timeout|timed ?out|network|http|ssl|socket|unavailable|temporar|resource|"
+    r"busy|retry|oserror|ioerror|eoferror|interrupt|lock|quota|memory"
+)
+_NCCL_VERSION = re.compile(r"\bNCCL version (?P<major>\d+)\.(?P<minor>\d+)\.(?P<patch>\d+)")
+_VERSION_PAIR = re.compile(r"\brank (?P<rank>\d+) version (?P<code>\d{4,6})\b")
 # A program's environment missing a piece: the job's own, or one node's image.
 ENVIRONMENT_IDS = frozenset({"shared_library_missing", "lmod_module_unknown"})
 _ENVIRONMENT = re.compile(
@@ -590,7 +596,9 @@ def _root_failure(a: Analysis) -> Verdict | None:
         return verdict
     elastic = [f for f in a.scan.elastic if f.root]
     if elastic:
-        f = elastic[0]
+        # One agent per node prints its own "first observed failure": the earliest is the
+        # job's (the others are their nodes' ranks aborting after it).
+        f = min(elastic, key=lambda f: (f.when is None, f.when or datetime.min, f.order))
         node = f.node or (a.topo.node_of(None, f.rank) if f.rank is not None else None)
         explained = _explain_by_node(a, node, node_app)
         if explained is not None:
@@ -711,6 +719,15 @@ def _from_primaries(
         }  # fmt: skip
         if len(dead) == 1:
             nodes = sorted(dead)
+        elif first.category == Category.SYSTEM_SOFTWARE:
+            # A node-local software failure printed without a label: the task srun saw end
+            # first after it is the one that printed it (the rest ended waiting for it).
+            after = [
+                x for x in a.scan.exit_order
+                if x.node and x.status != "terminated" and x.actor not in victims
+                and not x.after_termination and x.order > first.order
+            ]  # fmt: skip
+            nodes = [after[0].node] if after and after[0].node else []
     ranks = sorted({r for e in same if (r := _rank(e)) is not None})
     evidence = [e.line for e in same] + [
         x.line for x in a.scan.exit_order if x.actor in actors and x.status != "terminated"
@@ -751,6 +768,9 @@ def _from_primaries(
             e.node for e in a.node_events
             if e.root and e.category == Category.SYSTEM_SOFTWARE and e.node is not None
         }  # fmt: skip
+        if mid == "nccl_version_mismatch" and (odd := _version_drift(a)):
+            nodes = odd
+            summary = f"NCCL version differs on {', '.join(odd)} ({summary})"
         node_local = mid in NODE_LOCAL_SYSTEM or (bool(nodes) and set(nodes) <= troubled)
         local = node_local and not everywhere and nodes and (
             len(a.node_list) < 2 or set(nodes) < set(a.node_list)
@@ -763,8 +783,12 @@ def _from_primaries(
         )  # fmt: skip
     # unknown root (segfault, abort, CUDA error of no known class, exception of no known type)
     if everywhere and mid == "python_exception":
-        return Verdict(Category.APPLICATION, first.key, summary, 0.75, ranks=ranks,
-                       evidence=evidence)  # fmt: skip
+        # The same exception, same message, from every rank: the job's code, data or config
+        # (stop-grade), unless its type is about reaching something shared (a hub, a
+        # tracker, a store) that may be back on the next try.
+        transient = _TRANSIENT_EXCEPTION.search(first.message.split(":", 1)[0])
+        return Verdict(Category.APPLICATION, first.key, summary, 0.75 if transient else 0.85,
+                       ranks=ranks, evidence=evidence)  # fmt: skip
     if first.actor is not None:
         explained = _explain_by_node(a, _actor_node(a, first.actor), node_app)
         if explained is not None:
@@ -777,6 +801,34 @@ def _from_primaries(
         category, first.key, summary, 0.6 if named else 0.5,
         culprits=nodes if named else [], ranks=ranks, evidence=evidence,
     )  # fmt: skip
+
+
+def _version_drift(a: Analysis) -> list[str]:
+    """Nodes running a different NCCL than most of the job, from each host's `NCCL version`
+    line and NCCL's `Mismatched NCCL version detected : rank A version X rank B version Y`."""
+    on: dict[int, set[str]] = {}
+    for entry in a.lines:
+        if "version" not in entry.text:
+            continue
+        host, text = split_host_prefix(entry.text, a.topo.host_prefixes)
+        pre = strip_prefixes(text)
+        nccl = parse_nccl_prefix(text)
+        if m := _NCCL_VERSION.search(pre.body):
+            node = a.topo.hosts.canonical(nccl.host if nccl else host) or a.topo.node_of(
+                pre.task, pre.rank
+            )
+            code = int(m["major"]) * 10000 + int(m["minor"]) * 100 + int(m["patch"])
+            if node is not None:
+                on.setdefault(code, set()).add(node)
+        for m in _VERSION_PAIR.finditer(pre.body):
+            if (node := a.topo.node_of(None, int(m["rank"]))) is not None:
+                on.setdefault(int(m["code"]), set()).add(node)
+    if len(on) < 2:
+        return []
+    everyone = set().union(*on.values())
+    common = max(on, key=lambda code: len(on[code]))
+    drifted = everyone - on[common]
+    return sorted(drifted) if len(drifted) * 2 < len(everyone) else []
 
 
 def _environment_error(e: Event) -> bool:
@@ -885,24 +937,41 @@ def _cascade_only(a: Analysis) -> Verdict | None:
     )  # fmt: skip
 
 
-def _stragglers(a: Analysis, *, timings_only: bool = False) -> Verdict | None:
+Samples = dict[int, list[tuple[int, float, str]]]
+
+
+def _slow_ranks(samples: Samples) -> tuple[list[int], dict[int, str], float]:
+    """Ranks whose recent median is STRAGGLER_RATIO x the others' (a minority), their nodes,
+    and how far behind the slowest one is."""
     per_rank: dict[int, list[float]] = {}
     node_of: dict[int, str] = {}
-    for rank, samples in (a.scan.timings or a.scan.step_times).items():
-        recent = sorted(samples)[-STRAGGLER_WINDOW * 2 :]
+    for rank, taken in samples.items():
+        recent = sorted(taken)[-STRAGGLER_WINDOW * 2 :]
         if len(recent) >= 3:
             per_rank[rank] = [ms for _, ms, _ in recent]
             node_of[rank] = recent[-1][2]
     slow: list[int] = []
+    worst = 0.0
     if len(per_rank) >= 2:
         medians = {r: statistics.median(v) for r, v in per_rank.items()}
         for rank, value in medians.items():
-            rest = [m for r, m in medians.items() if r != rank]
-            baseline = statistics.median(rest)
+            baseline = statistics.median([m for r, m in medians.items() if r != rank])
             if value >= STRAGGLER_RATIO * baseline and value - baseline >= STRAGGLER_MIN_MS:
                 slow.append(rank)
+                worst = max(worst, value / baseline if baseline > 0 else float("inf"))
         if len(slow) * 2 > len(per_rank):
             slow = []
+    return slow, node_of, worst
+
+
+def _stragglers(a: Analysis, *, timings_only: bool = False) -> Verdict | None:
+    # The demo's per-rank compute times; else whichever per-rank time field (step, data,
+    # forward...) singles ranks out the most: in a synchronous job every rank's whole step
+    # takes as long as the slowest one's, so only a part of it can show who is slow.
+    slow, node_of, _ = _slow_ranks(a.scan.timings)
+    if not a.scan.timings:
+        found = [_slow_ranks(by_rank) for by_rank in a.scan.field_times.values()]
+        slow, node_of, _ = max(found, key=lambda f: (bool(f[0]), f[2]), default=([], {}, 0.0))
     summary_nodes, summary_lines = _slow_in_summaries(a)
     if timings_only and not slow and not summary_nodes:
         return None

@@ -24,7 +24,7 @@ from activities.attribute.topology import (
     split_host_prefix,
 )
 from activities.detect.lines import parse_nccl_prefix, strip_prefixes
-from activities.detect.progress import ProgressParser, parse_rank_timing, parse_step_duration
+from activities.detect.progress import ProgressParser, parse_rank_timing, timing_fields
 from activities.detect.registry import PatternMatch, Registry
 from activities.detect.watcher import is_checkpoint_failure
 from workflows.contracts import AnomalyKind, Category, LogLine
@@ -80,6 +80,11 @@ NODE_LOCAL_SYSTEM = frozenset(
         "nfs_not_responding",
         "lustre_error",
         "kernel_hung_task",
+        # Both sides of a version mismatch report it; _version_drift names the odd node.
+        "nccl_version_mismatch",
+        # A port held on the rendezvous host (a leftover process): the next attempt should
+        # rendezvous elsewhere.
+        "address_in_use",
     }
 )
 _FRAME = re.compile(r'^\s*File "(?P<path>[^"]{1,500})", line \d+, in (?P<func>[\w<>.]+)')
@@ -105,6 +110,8 @@ _NORMALISE = re.compile(
 )
 STALE_AFTER = timedelta(hours=6)
 _SAVE_FUNC = re.compile(r"(?i)save|persist|serialize|dump_state")
+# `"rank": 2`, `rank=2`, `[rank 2/4 host=...]`, `rank 2 of 4`.
+_RANK_FIELD = re.compile(r"\brank\"?\s*(?:[=:]\s*\"?|\s+)(\d{1,6})\b")
 _TIMER_SUMMARY = re.compile(
     r"\b(?:median|med|avg|mean)[\s=:]+(?P<med>\d+(?:\.\d+)?)\s*(?P<med_unit>ms|s)\b.{0,80}?"
     r"\bmax[\s=:]+(?P<max>\d+(?:\.\d+)?)\s*(?P<max_unit>ms|s)?\s*"
@@ -179,6 +186,8 @@ class ElasticFailure:
     line: LogLine
     order: int
     root: bool
+    when: datetime | None = None
+    """The block's `time` field: with one agent per node, each names its own first failure."""
 
 
 @dataclass
@@ -198,8 +207,9 @@ class JobScan:
     """The output shows the step ended (srun verdicts, rc line, teardown)."""
     timings: dict[int, list[tuple[int, float, str]]] = field(default_factory=dict)
     """rank → [(step, ms, node)] from per-rank timing lines."""
-    step_times: dict[int, list[tuple[int, float, str]]] = field(default_factory=dict)
-    """The same from step times in any other format (used where `timings` has none)."""
+    field_times: dict[str, dict[int, list[tuple[int, float, str]]]] = field(default_factory=dict)
+    """Per time field (`step_time_s`, `data_time`, `dt`...): rank → [(step, ms, node)], from
+    lines in any other format (used where `timings` has none)."""
     slowest: list[tuple[str | None, int, float, LogLine]] = field(default_factory=list)
     """Cross-rank timer summaries: (node, slowest rank, its time over the median, line)."""
     last_advance: int | None = None
@@ -292,16 +302,17 @@ def scan_job(registry: Registry, lines: list[LogLine], topo: Topology) -> JobSca
         if "step_time_ms" in text and (timing := parse_rank_timing(text)):
             where = topo.hosts.canonical(timing.node) or timing.node
             scan.timings.setdefault(timing.rank, []).append((timing.step, timing.ms, where))
-        elif (
-            (who := rank if rank is not None else task) is not None
-            and "time" in body
-            and (ms := parse_step_duration(body)) is not None
-            and (on := topo.node_of(task, rank)) is not None
-        ):
-            # Any per-rank step time (`1: iter 40 | step_time 0.52s`): ranks that each report
-            # their own make stragglers visible whatever the trainer's format.
-            samples = scan.step_times.setdefault(who, [])
-            samples.append((iteration if iteration is not None else len(samples), ms, on))
+        elif ("time" in body or "dt" in body) and (fields := timing_fields(body)):
+            # Any per-rank times (`1: iter 40 | step_time 0.52s data_time 0.3s`, JSON lines
+            # with a "rank" key): ranks that each report their own make stragglers visible
+            # whatever the trainer's format.
+            said = _said_rank(body) if rank is None and task is None else None
+            who = rank if rank is not None else task if task is not None else said
+            on = topo.node_of(task, rank if rank is not None else said) if who is not None else None
+            if who is not None and on is not None:
+                for key, ms in fields.items():
+                    samples = scan.field_times.setdefault(key, {}).setdefault(who, [])
+                    samples.append((iteration if iteration is not None else len(samples), ms, on))
         if iteration is None and _COMPLETED.search(body):
             scan.completed_line = entry
         # tracebacks, per actor
@@ -330,16 +341,23 @@ def scan_job(registry: Registry, lines: list[LogLine], topo: Topology) -> JobSca
                     _elastic_failure(scan, elastic_fields, elastic_section, elastic_line or entry,
                                      order, topo)  # fmt: skip
                     elastic_fields = {}
+                    if fm.group(2).startswith("Signal "):
+                        # The agent's summary of a child's death (kept as an ElasticFailure,
+                        # with its time): not that child's own crash report.
+                        continue
             elif re.match(r"^\s*=+\s*$", body) and elastic_fields:
                 _elastic_failure(scan, elastic_fields, elastic_section, elastic_line or entry,
                                  order, topo)  # fmt: skip
                 elastic_fields = {}
-        matches = registry.scan(text)
-        if any(m.id in ENDED_IDS for m in matches):
+        known = registry.scan(text)
+        ended = any(m.id in ENDED_IDS for m in known)
+        if ended:
             scan.ended = True
-        matches = [m for m in matches if m.role in ("root", "cascade")]
+        matches = [m for m in known if m.role in ("root", "cascade")]
         exception_line = bool(_EXC_LINE.match(body)) and not body.startswith(" ")
-        if not matches and exception_line and in_traceback.get(actor):
+        if not matches and not ended and exception_line and in_traceback.get(actor):
+            # An exception no entry knows (a launcher's ChildFailedError reporting on its
+            # children is not a failure of its own).
             matches = [_generic_exception(body)]
         if matches:
             node = _line_node(text, task, rank, topo)
@@ -368,6 +386,11 @@ def scan_job(registry: Registry, lines: list[LogLine], topo: Topology) -> JobSca
     if elastic_section is not None and elastic_fields and elastic_line is not None:
         _elastic_failure(scan, elastic_fields, elastic_section, elastic_line, len(lines), topo)
     return scan
+
+
+def _said_rank(body: str) -> int | None:
+    m = _RANK_FIELD.search(body)
+    return int(m.group(1)) if m else None
 
 
 def _slowest_rank(body: str, topo: Topology) -> tuple[str | None, int, float] | None:
@@ -453,6 +476,10 @@ def _elastic_failure(
 ) -> None:
     rank_m = re.match(r"(\d+)", fields.get("rank", ""))
     code_m = re.match(r"(-?\d+)", fields.get("exitcode", ""))
+    try:
+        when = datetime.strptime(fields.get("time", ""), "%Y-%m-%d_%H:%M:%S")
+    except ValueError:
+        when = None
     scan.elastic.append(
         ElasticFailure(
             rank=int(rank_m.group(1)) if rank_m else None,
@@ -461,6 +488,7 @@ def _elastic_failure(
             line=entry,
             order=order,
             root=section == "root",
+            when=when,
         )
     )
 

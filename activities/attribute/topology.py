@@ -19,13 +19,14 @@ from workflows.contracts import LogLine
 SRUN_TASK = re.compile(
     r"srun: error: (?P<node>[\w.\-\[\],]+): tasks? (?P<tasks>[\d,\-]+): (?P<what>.+?)\s*$"
 )
+# `rank=1 ... node=node2`, `[rank 1/4 host=node2]`, JSON `"rank": 1, ..., "node": "node2"`.
 _RANK_NODE = re.compile(
-    r"\b(?:global_)?rank[=\s:]+(?P<rank>\d+)\b.{0,120}?"
-    r"\b(?:node|host|hostname|nodename)[=\s:]+(?P<node>[A-Za-z0-9][\w.-]*)"
+    r"\b(?:global_)?rank\"?[=\s:]+(?P<rank>\d+)\b.{0,120}?"
+    r"\b(?:node|host|hostname|nodename)\"?[=\s:]+\"?(?P<node>[A-Za-z0-9][\w.-]*)"
 )
 _NODE_RANK = re.compile(
-    r"\b(?:node|host|hostname|nodename)[=\s:]+(?P<node>[A-Za-z0-9][\w.-]*)\b.{0,120}?"
-    r"\b(?:global_)?rank[=\s:]+(?P<rank>\d+)\b"
+    r"\b(?:node|host|hostname|nodename)\"?[=\s:]+\"?(?P<node>[A-Za-z0-9][\w.-]*)\b.{0,120}?"
+    r"\b(?:global_)?rank\"?[=\s:]+(?P<rank>\d+)\b"
 )
 _STEPD = re.compile(r"^slurmstepd(?:-(?P<node>[\w.-]+))?: ")
 _ELASTIC_HOST = re.compile(r"^\s*host\s*:\s*(?P<node>[\w.-]+)\s*$")

@@ -70,6 +70,10 @@ _PER_IT = re.compile(
     r"(?i)(?<![\w.])(?P<value>\d{1,9}(?:\.\d{1,9})?)\s*(?P<unit>ms|s)/(?:it|iter|step)\b"
     r"(?P<key_unit>)"
 )
+_TIME_FIELD = re.compile(
+    r"(?i)(?<![\w])\"?(?P<key>dt|[a-z][a-z0-9_]*_?time(?:_(?:s|ms|sec))?|time_[a-z0-9_]+)\"?"
+    r"\s*[=:]\s*(?P<value>\d{1,9}(?:\.\d{1,9})?)(?:\s*(?P<unit>ms|s)\b)?(?![\d:.])"
+)
 _KEY_VALUE = re.compile(r"\b([A-Za-z_]\w{0,40})=([^\s,;|]{1,256})", _FLAGS)
 _NODE = re.compile(r"[A-Za-z0-9][\w.-]{0,252}", _FLAGS)
 _RANK_PREFIX = re.compile(r"\s*\[[Rr]ank ?(\d{1,7})\]", _FLAGS)
@@ -216,6 +220,26 @@ def parse_step_duration(text: str) -> float | None:
         return None
     ms = value if unit == "ms" else value * 1000.0
     return ms if math.isfinite(ms) and ms >= 0 else None
+
+
+def timing_fields(text: str) -> dict[str, float]:
+    """Every duration field on a line, in ms: `step_time_s: 0.50`, `data_time_s=0.35`,
+    `dt=554.0ms`, `fwd_bwd_time 12ms`, plus `parse_step_duration`'s spellings (as `step`).
+    A value without a unit is in seconds unless its key ends in `_ms`."""
+    out: dict[str, float] = {}
+    for m in _TIME_FIELD.finditer(text):
+        key = m.group("key").lower()
+        unit = (m.group("unit") or "").lower() or ("ms" if key.endswith("ms") else "s")
+        try:
+            value = float(m.group("value"))
+        except ValueError:
+            continue
+        ms = value if unit == "ms" else value * 1000.0
+        if math.isfinite(ms) and ms >= 0:
+            out.setdefault(key, ms)
+    if not out and (spelled := parse_step_duration(text)) is not None:
+        out["step"] = spelled
+    return out
 
 
 def parse_rank_timing(line: str) -> RankTiming | None:

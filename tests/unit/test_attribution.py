@@ -569,3 +569,108 @@ JobID           State DerivedExitCode ExitCode    Elapsed
         assert facts.job is not None and facts.job.state == "RUNNING"
         assert facts.job.node_list[0] == "gpu-dd01" and len(facts.job.node_list) == 8
         assert facts.run_time() == timedelta(days=1, hours=2, minutes=27, seconds=51)
+
+
+class TestRulesFromTheSecondBlindSets:
+    """Rules added after blind set 2 and the foreign-trainer runs (tests/corpus_blind)."""
+
+    def test_the_node_with_the_odd_nccl_version_is_named_not_the_application(self) -> None:
+        warn = "NCCL WARN Mismatched NCCL version detected : rank 0 version 22105 rank {r} version 21805"  # noqa: E501
+        text = "\n".join(
+            [f"n{n}: n{n}:100:200 [0] NCCL INFO NCCL version {'2.18.5' if n == 3 else '2.21.5'}"
+             for n in (1, 2, 3)]
+            + [f"n3: [rank{r}]: n3:100:20{r} [0] init.cc:563 " + warn.format(r=r) for r in (4, 5)]
+            + [f"n{r // 2 + 1}: [rank{r}]: torch.distributed.DistBackendError: NCCL error in: "
+               "ProcessGroupNCCL.cpp:1970, invalid usage" for r in range(6)]
+        )  # fmt: skip
+        a = run(text, obs=job(nodes=["n1", "n2", "n3"]))
+        assert a.category == Category.SYSTEM_SOFTWARE and a.culprit_nodes == ["n3"]
+        assert default_advice(a).kind == AdviceKind.REQUEUE_EXCLUDING
+
+    def test_the_earliest_torchelastic_root_cause_across_agents_wins(self) -> None:
+        block = """Root Cause (first observed failure):
+[0]:
+  time      : 2025-03-02_06:27:{s}
+  host      : {host}.cl.example.net
+  rank      : {rank} (local_rank: 0)
+  exitcode  : {code} (pid: 5501)
+  error_file: <N/A>
+  traceback : Signal {sig} received by PID 5501
+============================================================"""
+        text = "\n".join([
+            block.format(s=53, host="n1", rank=0, code=-6, sig="6 (SIGABRT)"),
+            block.format(s=51, host="n2", rank=1, code=-9, sig="9 (SIGKILL)"),
+            "srun: error: n1: task 0: Exited with exit code 1",
+            "srun: error: n2: task 1: Exited with exit code 1",
+        ])  # fmt: skip
+        a = run(text, obs=job(nodes=["n1", "n2"]))
+        assert a.culprit_nodes == ["n2"] and a.category == Category.UNKNOWN
+
+    @pytest.mark.parametrize(
+        ("exception", "stop"),
+        [
+            ("yaml.scanner.ScannerError: mapping values are not allowed here", True),
+            ("jinja2.exceptions.TemplateError: Conversation roles must alternate", True),
+            ("requests.exceptions.ConnectionError: HTTPSConnectionPool(host='hub')", False),
+            ("huggingface_hub.errors.HfHubHTTPError: 503 Server Error", False),
+        ],
+    )
+    def test_an_unknown_exception_on_every_rank_stops_unless_it_is_about_reaching_something(
+        self, exception: str, stop: bool
+    ) -> None:
+        text = (
+            "\n".join(
+                f"{t}: Traceback (most recent call last):\n"
+                f'{t}:   File "/app/train.py", line 3, in <module>\n'
+                f"{t}:     main()\n{t}: {exception}"
+                for t in (0, 1)
+            )
+            + "\nsrun: error: node1: task 0: Exited with exit code 1"
+        )
+        a = run(text, obs=job())
+        assert a.category == Category.APPLICATION and a.culprit_nodes == []
+        assert (default_advice(a).kind == AdviceKind.STOP) == stop
+
+    def test_a_launchers_child_failed_error_is_not_an_exception_of_its_own(self) -> None:
+        text = """Traceback (most recent call last):
+  File "/usr/local/bin/torchrun", line 8, in <module>
+    sys.exit(main())
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+Root Cause (first observed failure):
+[0]:
+  time      : 2025-03-02_06:27:51
+  host      : node2
+  rank      : 1 (local_rank: 0)
+  exitcode  : -9 (pid: 5512)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 5512
+============================================================
+srun: error: node2: task 1: Exited with exit code 1"""
+        a = run(text, obs=job())
+        assert a.category == Category.UNKNOWN and a.culprit_nodes == ["node2"]
+
+    def test_a_port_held_on_the_rendezvous_host_names_that_host(self) -> None:
+        text = """[W915 06:00:04.1 socket.cpp:752] [c10d] The server socket has failed to bind \
+to [::]:29500 (errno: 98 - Address already in use).
+torch.distributed.DistNetworkError: The server socket has failed to listen on any local network \
+address. port: 29500, code: -98, name: EADDRINUSE, message: address already in use
+srun: error: node1: task 0: Exited with exit code 1
+[W915 06:02:39.9 socket.cpp:697] [c10d] The client socket has failed to connect to \
+[node1]:29500 (errno: 111 - Connection refused).
+srun: error: node2: task 1: Exited with exit code 1"""
+        a = run(text, obs=job())
+        assert a.category == Category.SYSTEM_SOFTWARE and a.culprit_nodes == ["node1"]
+        assert default_advice(a).kind == AdviceKind.REQUEUE_EXCLUDING
+
+    def test_json_lines_with_a_slow_part_of_the_step_show_the_straggler(self) -> None:
+        starts = [
+            f'{{"ts": 1.0, "rank": {r}, "event": "start", "node": "node{r + 1}"}}' for r in (0, 1)
+        ]
+        steps = [
+            f'{{"ts": 2.0, "rank": {r}, "step": {i}, "step_time_s": 0.50, '
+            f'"data_time_s": {0.35 if r == 1 else 0.0002}}}'
+            for i in range(1, 8) for r in (0, 1)
+        ]  # fmt: skip
+        a = run("\n".join(starts + steps), obs=job("RUNNING"))
+        assert a.kind == AnomalyKind.STRAGGLER and a.culprit_nodes == ["node2"]
