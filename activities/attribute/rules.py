@@ -95,6 +95,8 @@ CONFIGURED_PATHS = frozenset({"file_not_found", "permission_denied"})
 SHARED_UNKNOWN = frozenset(
     {"checkpoint_save_failed", "dcp_checkpoint_exception", "resume_load_failed", "python_exception"}
 )
+# New iterations after an error that show training went on past it (a finished job's output).
+SURVIVED_ADVANCES = 2
 # A running job is hung when its progress lines stop for this many of their usual intervals
 # (and at least the floor): a collective timeout is 10 minutes by default.
 HANG_SILENCE_FACTOR = 10.0
@@ -181,13 +183,21 @@ class Analysis:
         self.offline = False
 
     def forget_survived(self) -> None:
-        """A running job trained on past these errors: they were handled, not its failure.
-        Hardware errors stay (a degraded GPU or link can still be why it stalls later). Only
-        when Slurm says it runs: output alone can show a rank's progress printed after a
-        peer's fatal error (buffering), and the job may be dead already."""
-        last = self.scan.last_advance
-        if self.state in RUNNING_STATES and last is not None:
-            self.events = [e for e in self.events if e.hardware or e.order > last]
+        """Errors training went on past were handled, not the job's failure: those before the
+        last advance when Slurm says the job still runs; otherwise those followed by at least
+        SURVIVED_ADVANCES new iterations (one more progress line can be output buffered
+        before a peer's fatal error). Hardware errors stay (a degraded GPU or link can still
+        be why it stalls or dies later)."""
+        advances = self.scan.advances
+        if not advances:
+            return
+        if self.state in RUNNING_STATES:
+            self.events = [e for e in self.events if e.hardware or e.order > advances[-1]]
+            return
+        if len(advances) < SURVIVED_ADVANCES:
+            return
+        cut = advances[-SURVIVED_ADVANCES]
+        self.events = [e for e in self.events if e.hardware or e.order > cut]
 
     # ------------------------------------------------------------------ facts
     @property

@@ -96,7 +96,12 @@ _STEP_TERMINATING = re.compile(
 )
 _COMPLETED = re.compile(
     r"(?i)\btraining (?:is )?(?:complete|completed|finished|done)\b|\bfinished training\b|"
-    r"\bsrun exited rc=0\b|\b(?:exit(?:ed)?|return) (?:code|status)[=: ]+0\b.{0,20}$"
+    r"^Training time \d+:\d\d:\d\d$|"  # torchvision's reference scripts
+    r"\bsrun exited rc=0\b|\b(?:exit(?:ed)?|return) (?:code|status)[=: ]+0\b.{0,20}$|"
+    # Lightning/NeMo `Trainer.fit` stopped: `max_epochs=16` reached.`; "reached max_steps=N";
+    # Megatron's "[after training is done]".
+    r"`?Trainer\.fit`? stopped\b|\bmax_(?:steps|epochs|iters?)`?\s*=\s*\d+`? reached\b|"
+    r"\breached max_(?:steps|epochs|iters?)\b|\[after training is done\]"
 )
 _SRUN_EXIT_RC = re.compile(r"\bsrun(?: exited)? rc=(?P<rc>\d+)")
 _RESTART = re.compile(r"\b(?:restart|restarts|restart_count|SLURM_RESTART_COUNT)[=: ]+(?P<n>\d+)\b")
@@ -212,8 +217,8 @@ class JobScan:
     lines in any other format (used where `timings` has none)."""
     slowest: list[tuple[str | None, int, float, LogLine]] = field(default_factory=list)
     """Cross-rank timer summaries: (node, slowest rank, its time over the median, line)."""
-    last_advance: int | None = None
-    """Order of the last line that took training to a new iteration."""
+    advances: list[int] = field(default_factory=list)
+    """Orders of the lines that took training to a new iteration."""
     progress_times: list[datetime] = field(default_factory=list)
     """Wall-clock times progress lines carry, in order (naive, as printed)."""
 
@@ -290,7 +295,7 @@ def scan_job(registry: Registry, lines: list[LogLine], topo: Topology) -> JobSca
             if scan.first_iteration is None:
                 scan.first_iteration = iteration
             if scan.max_iteration is None or iteration > scan.max_iteration:
-                scan.last_advance = order
+                scan.advances.append(order)
             scan.max_iteration = max(scan.max_iteration or -1, iteration)
             if (at := line_time(body.lstrip())) is not None:
                 scan.progress_times.append(at)

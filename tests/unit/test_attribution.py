@@ -674,3 +674,43 @@ srun: error: node2: task 1: Exited with exit code 1"""
         ]  # fmt: skip
         a = run("\n".join(starts + steps), obs=job("RUNNING"))
         assert a.kind == AnomalyKind.STRAGGLER and a.culprit_nodes == ["node2"]
+
+
+class TestWithoutSchedulerFacts:
+    """Bundles may come with the job's output only: the output must say enough."""
+
+    @pytest.mark.parametrize(
+        "last",
+        [
+            "`Trainer.fit` stopped: `max_epochs=16` reached.",
+            "[2024-04-30 00:47:50] reached max_steps=200000, saving final checkpoint",
+            "Training time 1:33:41",
+            "[after training is done] datetime: 2024-05-01 10:00:00",
+        ],
+    )
+    def test_frameworks_last_words_mean_completed(self, last: str) -> None:
+        teardown = (
+            "[rank1]:[W430 02:32:51.1 TCPStore.cpp:131] [c10d] recvValue failed on "
+            "SocketImpl(fd=44): Connection reset by peer"
+        )
+        a = run(f"{PROGRESS}\n{last}\n{teardown}")
+        assert a.kind == "none" and a.category == Category.NONE
+
+    def test_a_start_up_warning_training_went_on_past_is_not_the_failure(self) -> None:
+        refused = (
+            "8: [W socket.cpp:663] [c10d] The client socket has failed to connect to "
+            "[vm-gpu-0007]:29500 (errno: 111 - Connection refused)."
+        )
+        text = f"{refused}\n{PROGRESS}\nsrun: error: node2: task 1: Killed"
+        a = run(text, obs=job())
+        assert a.category == Category.UNKNOWN and a.culprit_nodes == ["node2"]
+
+    def test_one_progress_line_after_a_fatal_error_does_not_hide_it(self) -> None:
+        text = (
+            "0:  iteration        5/      30 | elapsed time per iteration (ms): 2.0 |\n"
+            "1: [rank1]: ValueError: bad batch shape at iteration 6\n"
+            "0:  iteration        6/      30 | elapsed time per iteration (ms): 2.0 |\n"
+            "srun: error: node2: task 1: Exited with exit code 1"
+        )
+        a = run(text, obs=job())
+        assert a.category == Category.APPLICATION
