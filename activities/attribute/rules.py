@@ -106,6 +106,7 @@ _TRANSIENT_EXCEPTION = re.compile(
     r"(?i)connect|timeout|timed ?out|network|http|ssl|socket|unavailable|temporar|resource|"
     r"busy|retry|oserror|ioerror|eoferror|interrupt|lock|quota|memory"
 )
+_RANK_LIST = re.compile(r"\d+")
 _NCCL_VERSION = re.compile(r"\bNCCL version (?P<major>\d+)\.(?P<minor>\d+)\.(?P<patch>\d+)")
 _VERSION_PAIR = re.compile(r"\brank (?P<rank>\d+) version (?P<code>\d{4,6})\b")
 # A program's environment missing a piece: the job's own, or one node's image.
@@ -766,7 +767,9 @@ def _from_primaries(
         on_line = [e for e in a.events if e.line == first.line]
         spread = len({n for e in same if (n := _event_node(a, e))}) >= 2
         deterministic = (
-            mid in DETERMINISTIC_APP or (mid in CONFIGURED_PATHS and everywhere and spread)
+            mid in DETERMINISTIC_APP
+            or (mid in CONFIGURED_PATHS and everywhere and spread)
+            or (mid == "python_user_exception" and not _transient(first))
         ) and not any(e.match.id in NONDETERMINISTIC_APP or "nan" in e.match.tags for e in on_line)
         if everywhere:
             confidence = 0.95 if deterministic else 0.75
@@ -796,9 +799,9 @@ def _from_primaries(
         # The same exception, same message, from every rank: the job's code, data or config
         # (stop-grade), unless its type is about reaching something shared (a hub, a
         # tracker, a store) that may be back on the next try.
-        transient = _TRANSIENT_EXCEPTION.search(first.message.split(":", 1)[0])
-        return Verdict(Category.APPLICATION, first.key, summary, 0.75 if transient else 0.85,
-                       ranks=ranks, evidence=evidence)  # fmt: skip
+        return Verdict(Category.APPLICATION, first.key, summary,
+                       0.75 if _transient(first) else 0.85, ranks=ranks,
+                       evidence=evidence)  # fmt: skip
     if first.actor is not None:
         explained = _explain_by_node(a, _actor_node(a, first.actor), node_app)
         if explained is not None:
@@ -811,6 +814,12 @@ def _from_primaries(
         category, first.key, summary, 0.6 if named else 0.5,
         culprits=nodes if named else [], ranks=ranks, evidence=evidence,
     )  # fmt: skip
+
+
+def _transient(e: Event) -> bool:
+    """An exception whose type is about reaching something shared (a hub, a tracker, a
+    store, a file system) may pass on the next try, whatever rank raised it."""
+    return bool(_TRANSIENT_EXCEPTION.search(e.message.split(":", 1)[0]))
 
 
 def _version_drift(a: Analysis) -> list[str]:
@@ -931,6 +940,12 @@ def _cascade_only(a: Analysis) -> Verdict | None:
         ranks = sorted(int(s[1:]) for s in silent if s[1:].isdigit())
     # The peers they lost, where the address names one of the job's nodes (NodeAddr).
     peers = {n for e in cascades if (n := _peer_node(a, e)) is not None and n in a.node_list}
+    # Ranks a reporter names as the ones that never arrived (monitored_barrier).
+    named = sorted({int(r) for e in cascades for r in _RANK_LIST.findall(
+        e.match.groups.get("peer_ranks") or "")})  # fmt: skip
+    if named:
+        ranks = named
+        culprits = sorted({n for r in named if (n := a.topo.node_of(None, r)) is not None})
     if peers and len(peers) < len(a.node_list):
         narrowed = sorted(peers & set(culprits)) if culprits else []
         culprits = narrowed or sorted(peers)

@@ -88,6 +88,9 @@ NODE_LOCAL_SYSTEM = frozenset(
     }
 )
 _FRAME = re.compile(r'^\s*File "(?P<path>[^"]{1,500})", line \d+, in (?P<func>[\w<>.]+)')
+_LIBRARY_PATH = re.compile(
+    r"/(?:site|dist)-packages/|/lib/python\d[\d.]*/|^<frozen |^<string>$|/usr/lib/"
+)
 _TRACEBACK = re.compile(r"\bTraceback \(most recent call last\):")
 _EXC_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?(?P<name>[A-Za-z_]\w*(?:Error|Exception))(?::|$)")
 _STEP_TERMINATING = re.compile(
@@ -268,6 +271,7 @@ def scan_job(registry: Registry, lines: list[LogLine], topo: Topology) -> JobSca
     in_traceback: dict[str | None, bool] = {}
     save_frames: dict[str | None, bool] = {}
     code_next: dict[str | None, bool] = {}
+    innermost: dict[str | None, str] = {}
     elastic_section: str | None = None
     elastic_fields: dict[str, str] = {}
     elastic_line: LogLine | None = None
@@ -307,7 +311,9 @@ def scan_job(registry: Registry, lines: list[LogLine], topo: Topology) -> JobSca
         if "step_time_ms" in text and (timing := parse_rank_timing(text)):
             where = topo.hosts.canonical(timing.node) or timing.node
             scan.timings.setdefault(timing.rank, []).append((timing.step, timing.ms, where))
-        elif ("time" in body or "dt" in body) and (fields := timing_fields(body)):
+        elif ("time" in body or "t_" in body or "ms" in body or "dt" in body) and (
+            fields := timing_fields(body)
+        ):
             # Any per-rank times (`1: iter 40 | step_time 0.52s data_time 0.3s`, JSON lines
             # with a "rank" key): ranks that each report their own make stragglers visible
             # whatever the trainer's format.
@@ -324,9 +330,11 @@ def scan_job(registry: Registry, lines: list[LogLine], topo: Topology) -> JobSca
         if "Traceback" in body and _TRACEBACK.search(body):
             in_traceback[actor] = True
             save_frames[actor] = False
+            innermost[actor] = ""
         elif in_traceback.get(actor) and (frame := _FRAME.match(body)):
             if _SAVE_FUNC.search(frame.group("func")) or "/checkpoint" in frame.group("path"):
                 save_frames[actor] = True
+            innermost[actor] = frame.group("path")
             code_next[actor] = True
             continue
         elif code_next.get(actor) and body[:1].isspace():
@@ -363,7 +371,7 @@ def scan_job(registry: Registry, lines: list[LogLine], topo: Topology) -> JobSca
         if not matches and not ended and exception_line and in_traceback.get(actor):
             # An exception no entry knows (a launcher's ChildFailedError reporting on its
             # children is not a failure of its own).
-            matches = [_generic_exception(body)]
+            matches = [_generic_exception(body, user_code=_users_code(innermost.get(actor)))]
         if matches:
             node = _line_node(text, task, rank, topo)
             if node is None and prefix_host is not None:
@@ -416,12 +424,18 @@ def _seconds(value: str, unit: str | None) -> float:
     return float(value) / 1000.0 if unit == "ms" else float(value)
 
 
-def _generic_exception(body: str) -> PatternMatch:
-    """An exception no registry entry knows, ending a traceback: a weak root of unknown cause."""
+def _users_code(path: str | None) -> bool:
+    """The frame that raised is the job's own code, not an installed library or Python's."""
+    return bool(path) and not _LIBRARY_PATH.search(path or "")
+
+
+def _generic_exception(body: str, *, user_code: bool = False) -> PatternMatch:
+    """An exception no registry entry knows, ending a traceback: a weak root, the
+    application's when the job's own code raised it, else of unknown cause."""
     return PatternMatch.model_construct(
-        id="python_exception",
+        id="python_user_exception" if user_code else "python_exception",
         kind=AnomalyKind.CRASH,
-        category=Category.UNKNOWN,
+        category=Category.APPLICATION if user_code else Category.UNKNOWN,
         role="root",
         severity="error",
         span=(0, len(body)),

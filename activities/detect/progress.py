@@ -71,7 +71,8 @@ _PER_IT = re.compile(
     r"(?P<key_unit>)"
 )
 _TIME_FIELD = re.compile(
-    r"(?i)(?<![\w])\"?(?P<key>dt|[a-z][a-z0-9_]*_?time(?:_(?:s|ms|sec))?|time_[a-z0-9_]+)\"?"
+    r"(?i)(?<![\w])\"?(?P<key>dt|t_[a-z][a-z0-9_]*|[a-z][a-z0-9_]*_?time(?:_(?:s|ms|sec))?|"
+    r"time_[a-z0-9_]+|[a-z][a-z0-9]*_ms)\"?"
     r"\s*[=:]\s*(?P<value>\d{1,9}(?:\.\d{1,9})?)(?:\s*(?P<unit>ms|s)\b)?(?![\d:.])"
 )
 _KEY_VALUE = re.compile(r"\b([A-Za-z_]\w{0,40})=([^\s,;|]{1,256})", _FLAGS)

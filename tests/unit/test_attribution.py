@@ -714,3 +714,63 @@ class TestWithoutSchedulerFacts:
         )
         a = run(text, obs=job())
         assert a.category == Category.APPLICATION
+
+
+class TestRulesFromTheForeignTrainerRuns:
+    """Rules added after set 4 (a second foreign trainer's real runs, tests/corpus_blind)."""
+
+    def test_monitored_barrier_names_the_rank_that_never_arrived(self) -> None:
+        text = """[2026-11-29 21:38:33] startup rank=0/4 node=node1
+[2026-11-29 21:38:33] startup rank=3/4 node=node2
+[rank0]:[E1129 21:39:03.3 ProcessGroupGloo.cpp:2901] [Rank 0]: Rank 3 failed to pass \
+monitoredBarrier in 20000 ms
+[rank0]: RuntimeError: [Rank 0]: Ranks 3 failed to pass monitoredBarrier in 20000 ms
+[rank1]: RuntimeError: Rank 1 successfully reached monitoredBarrier, but received errors while \
+waiting for send/recv from rank 0. Please check rank 0 logs for faulty rank."""
+        a = run(text, obs=job())
+        assert a.kind == AnomalyKind.HANG and a.culprit_nodes == ["node2"]
+        assert a.culprit_ranks == [3]
+
+    @pytest.mark.parametrize(("tasks", "stop"), [((1,), False), ((0, 1), True)])
+    def test_an_exception_the_jobs_own_code_raised_is_the_application(
+        self, tasks: tuple[int, ...], stop: bool
+    ) -> None:
+        text = (
+            "\n".join(
+                f"{t}: [rank{t}]: Traceback (most recent call last):\n"
+                f'{t}: [rank{t}]:   File "/home/u/proj/train.py", line 131, in main\n'
+                f'{t}: [rank{t}]:     raise RuntimeError(f"shard index {{i}} out of range")\n'
+                f"{t}: [rank{t}]: RuntimeError: shard index 8793 out of range for dataset of 4096"
+                for t in tasks
+            )
+            + "\nsrun: error: node2: task 1: Exited with exit code 1"
+        )
+        a = run(text, obs=job())
+        assert a.category == Category.APPLICATION and a.culprit_nodes == []
+        assert (default_advice(a).kind == AdviceKind.STOP) == stop
+
+    def test_an_exception_raised_inside_a_library_stays_of_unknown_cause(self) -> None:
+        text = """1: [rank1]: Traceback (most recent call last):
+1: [rank1]:   File "/opt/venv/lib/python3.11/site-packages/somelib/io.py", line 9, in read
+1: [rank1]:     raise RuntimeError("unexpected state 7")
+1: [rank1]: RuntimeError: unexpected state 7
+srun: error: node2: task 1: Exited with exit code 1"""
+        a = run(text, obs=job())
+        assert a.category == Category.UNKNOWN
+
+    def test_a_checkpoint_path_torch_cannot_open_is_the_jobs_configuration(self) -> None:
+        text = f"""{PROGRESS}
+0: [rank0]: RuntimeError: [enforce fail at inline_container.cc:747] . open file failed with \
+strerror: Permission denied
+srun: error: node1: task 0: Exited with exit code 1"""
+        a = run(text, obs=job())
+        assert a.category == Category.APPLICATION
+
+    def test_forward_time_fields_show_the_straggler_the_whole_step_hides(self) -> None:
+        text = "\n".join(
+            f"{r}: [2026-11-29 21:37:2{i}] R{r} it={i} loss=2.3 "
+            f"t_fwd={308.0 if r == 1 else 9.0}ms t_bwd={8.0 if r == 1 else 305.0}ms"
+            for i in range(1, 7) for r in range(3)
+        )  # fmt: skip
+        a = run(text, obs=job("RUNNING", nodes=["node1", "node2", "node3"]))
+        assert a.kind == AnomalyKind.STRAGGLER and a.culprit_nodes == ["node2"]
