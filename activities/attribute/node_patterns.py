@@ -94,14 +94,28 @@ _ENTRIES: list[dict[str, Any]] = [
     },
     {
         "id": "node_health_check_failed",
-        "regex": r"(?i)\bnhc\b.{0,40}\bhealth check failed\b|\bHealth check failed:",
+        # NHC names its checks: check_hw_* are the hardware; any other check_* (file
+        # systems, processes, daemons such as nv-hostengine) is software.
+        "regex": r"(?i)\bhealth check failed:\s+(?=\S)(?!check_(?!hw_))",
         "kind": "crash",
         "category": "hardware_host",
         "role": "root",
         "severity": "error",
-        "description": "the node health check (NHC / HealthCheckProgram) failed",
+        "description": "the node health check (NHC / HealthCheckProgram) failed a hardware check",
         "examples": [
             "ERROR:  nhc:  Health check failed:  check_hw_ib:  No IB port mlx5_0:1 ACTIVE"
+        ],
+    },
+    {
+        "id": "node_health_check_software",
+        "regex": r"(?i)\bhealth check failed:\s+check_(?!hw_)\w+",
+        "kind": "crash",
+        "category": "system_software",
+        "role": "root",
+        "severity": "error",
+        "description": "the node health check failed a software check (mount, process, daemon)",
+        "examples": [
+            "nhc[91]: Health check failed:  check_dcgm_hostengine:  nv-hostengine not responding"
         ],
     },
 ]

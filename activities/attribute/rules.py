@@ -106,6 +106,10 @@ _TRANSIENT_EXCEPTION = re.compile(
     r"(?i)connect|timeout|timed ?out|network|http|ssl|socket|unavailable|temporar|resource|"
     r"busy|retry|oserror|ioerror|eoferror|interrupt|lock|quota|memory"
 )
+_SOFTWARE_REASON = re.compile(
+    r"hostengine|daemon|service|not running|version|mount|filesystem|file system|munge|"
+    r"slurmd|upgrade|package|check_(?:fs|ps|file)_"
+)
 _RANK_LIST = re.compile(r"\d+")
 _NCCL_VERSION = re.compile(r"\bNCCL version (?P<major>\d+)\.(?P<minor>\d+)\.(?P<patch>\d+)")
 _VERSION_PAIR = re.compile(r"\brank (?P<rank>\d+) version (?P<code>\d{4,6})\b")
@@ -425,6 +429,8 @@ def _drain_findings(a: Analysis) -> list[Finding]:
 
 def _hardware_reason(reason: str) -> Category | None:
     text = reason.lower()
+    if _SOFTWARE_REASON.search(text):
+        return None  # a daemon, a mount, a package: the node's software (or an operator's)
     if re.search(r"\bxid\b|\becc\b|\bgpu|nvlink|nvswitch|fallen off|dcgm|row remap", text):
         return Category.HARDWARE_GPU
     if re.search(r"infiniband|\bib\b|\bhca\b|mlx\d|link (?:down|flap)|\bnic\b|port down", text):
@@ -636,6 +642,18 @@ def _root_failure(a: Analysis) -> Verdict | None:
     ]  # fmt: skip
     if silent:
         x = silent[0]
+        explained = _explain_by_node(a, x.node, node_app)
+        if explained is not None:
+            return explained
+        local = [e for e in node_app if e.node == x.node and e.category == Category.SYSTEM_SOFTWARE]
+        if local:
+            # Its node's own logs say what broke there (a daemon, a mount, the kernel).
+            return Verdict(
+                Category.SYSTEM_SOFTWARE, local[0].key,
+                f"{local[0].match.id} on {x.node}; task {x.task} exited with code {x.code}",
+                0.7, culprits=[x.node] if x.node else [], ranks=[x.task],
+                evidence=[local[0].line, x.line],
+            )  # fmt: skip
         return Verdict(
             Category.UNKNOWN, f"exit|{x.code}", f"task {x.task} on {x.node} exited with code "
             f"{x.code} first, without an error message", 0.5,
@@ -1094,8 +1112,11 @@ def _any_time(text: str) -> datetime | None:
 def _running_fine(a: Analysis) -> Verdict | None:
     """A running job whose output shows training advancing up to when Slurm was asked."""
     measured = _progress_silence(a)
-    if measured is None or measured[0] > measured[1]:
+    if measured is None or measured[0] > measured[1] or _stragglers(a) is not None:
         return None
+    last = a.scan.advances[-1] if a.scan.advances else -1
+    if any(e.serious and (e.root or e.cascade) and e.order > last for e in a.events):
+        return None  # something failed after the last progress line
     return Verdict(
         Category.NONE, "none",
         f"job running, training at iteration {a.scan.max_iteration} "
@@ -1183,6 +1204,7 @@ def analyse(
         _healthy(a)
         or _owner_cancel(a, outcome)
         or _node_failure(a, outcome)
+        or (_running_fine(a) if a.offline and a.running and not live_straggler else None)
         or _hardware(a)
         or (_stragglers(a) if live_straggler else None)
         or _root_failure(a)

@@ -37,8 +37,16 @@ _CTLD_NODE_FAILED = re.compile(
 )
 _CANCELLED_BY = re.compile(r"\bCANCELLED(?:\+)? by (?P<who>\w+)")
 _KILL_RPC = re.compile(r"\bREQUEST_KILL_JOB(?:\S*)? JobId=(?P<job>\d+) uid (?P<uid>\d+)")
-_SQUEUE_HEADER = re.compile(r"^JOBID\s+PARTITION\s+NAME\s+USER\s+ST\s+TIME\s+NODES\b")
+# squeue's table, default or `-o` with the usual headers in any order (JOBID first).
+_SQUEUE_HEADER = re.compile(r"^JOBID\s.*\b(?:ST|STATE)\b.*\bTIME\b")
+# `date -Is` / `date` printed next to the records: when they were taken.
+_DATE_LINE = re.compile(
+    r"^(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?$"
+)
 _SQUEUE_STATES = {"R": "RUNNING", "PD": "PENDING", "CG": "COMPLETING", "S": "SUSPENDED"}
+_NAMED_UID = re.compile(
+    r"\bUserId=(?P<n1>[\w.-]+)\((?P<u1>\d+)\)|\buid=(?P<u2>\d+)\((?P<n2>[\w.-]+)\)"
+)
 _UID = re.compile(r"^(?P<name>[^(]*)\((?P<uid>\d+)\)$")
 
 
@@ -77,6 +85,13 @@ class SchedulerFacts:
         m = _UID.match(raw)
         if m:
             return m.group("name"), m.group("uid")
+        if raw:
+            # A name alone (sacct's User): its uid where the pasted text says it
+            # (`UserId=alice(1001)` in a partial record, `uid=1001(alice)` from `id`).
+            for entry in self.lines:
+                u = _NAMED_UID.search(entry.text) if raw in entry.text else None
+                if u is not None and raw in (u.group("n1"), u.group("n2")):
+                    return raw, u.group("u1") or u.group("u2")
         return raw, ""
 
     def boot_time(self, node: str) -> datetime | None:
@@ -88,7 +103,11 @@ class SchedulerFacts:
         return parse_duration(self.job_fields.get("RunTime") or self.elapsed or "")
 
     def observed_at(self) -> datetime | None:
-        """When the scheduler's record was taken: StartTime + RunTime, where both are known."""
+        """When the scheduler's record was taken: a `date` printed with it, else StartTime +
+        RunTime, where both are known."""
+        stamps = [m["iso"] for e in self.lines if (m := _DATE_LINE.match(e.text.strip()))]
+        if stamps:
+            return datetime.fromisoformat(stamps[-1])
         start = self.job.start_time if self.job is not None else None
         run = self.run_time()
         if start is None or run is None:
@@ -144,6 +163,10 @@ def _sacct(text: str, header: list[str] | None) -> dict[str, str] | None:
     else:
         # Fixed width: match by position only for the columns we need (JobID first).
         row["JobID"] = cells[0]
+        # Columns left of State line up with the header (State may read "CANCELLED by 0").
+        if "User" in header and "State" in header and header.index("User") < header.index("State"):
+            at = header.index("User")
+            row["User"] = cells[at] if at < len(cells) else ""
         joined = " ".join(cells)
         m = re.search(
             r"\b(COMPLETED|FAILED|CANCELLED(?: by \w+)?|TIMEOUT|NODE_FAIL|PREEMPTED|"
@@ -168,15 +191,16 @@ def _squeue_row(facts: SchedulerFacts, row: dict[str, str]) -> None:
     """squeue's default table: the job's state and how long it has run."""
     if row.get("TIME"):
         facts.elapsed = row["TIME"]
-    if facts.job is None and row.get("ST") in _SQUEUE_STATES:
+    state = _SQUEUE_STATES.get(row.get("ST", ""), row.get("STATE", ""))
+    if facts.job is None and state in _SQUEUE_STATES.values():
         try:
             nodes = expand_hostlist(row.get("NODELIST(REASON)", "").strip("()"))
         except ParseError:
             nodes = []
         facts.job = JobObservation(
             job_id=int(row["JOBID"].split("_")[0]),
-            state=_SQUEUE_STATES[row["ST"]],
-            node_list=nodes if row["ST"] != "PD" else [],
+            state=state,
+            node_list=nodes if state != "PENDING" else [],
             user=row.get("USER", ""),
         )
         facts.job_fields = {"JobId": row["JOBID"], "JobState": facts.job.state}
@@ -258,7 +282,7 @@ def parse_scheduler(lines: list[LogLine]) -> SchedulerFacts:
                 facts.failed_nodes.setdefault(name, entry)
     if facts.job is None and sacct_rows:
         facts.job, facts.job_fields = _job_from_sacct(sacct_rows)
-    elif sacct_rows and facts.cancelled_by is None:
+    if sacct_rows and facts.cancelled_by is None:
         for row in sacct_rows:
             if m := _CANCELLED_BY.search(row.get("State", "")):
                 facts.cancelled_by = m.group("who")
@@ -316,6 +340,12 @@ def owner_cancelled(facts: SchedulerFacts) -> bool | None:
     name, uid = facts.owner
     if who in (name, uid) and who:
         return True
+    if who in ("0", "root"):
+        # Root cancelling a job that is not root's own (or whose owner is unknown) is an
+        # operator. (On the test cluster jobs run as root: their owner is known.)
+        return False
     if not name and not uid:
         return None
+    if (who.isdigit() and not uid) or (not who.isdigit() and not name):
+        return None  # a uid against a name (or the reverse): cannot tell
     return False

@@ -80,6 +80,7 @@ NODE_LOCAL_SYSTEM = frozenset(
         "nfs_not_responding",
         "lustre_error",
         "kernel_hung_task",
+        "kernel_soft_lockup",
         # Both sides of a version mismatch report it; _version_drift names the odd node.
         "nccl_version_mismatch",
         # A port held on the rendezvous host (a leftover process): the next attempt should

@@ -774,3 +774,60 @@ srun: error: node1: task 0: Exited with exit code 1"""
         )  # fmt: skip
         a = run(text, obs=job("RUNNING", nodes=["node1", "node2", "node3"]))
         assert a.kind == AnomalyKind.STRAGGLER and a.culprit_nodes == ["node2"]
+
+
+class TestRulesFromTheFifthBlindSet:
+    """Rules added after set 5 (tests/corpus_blind/s5-*)."""
+
+    def test_a_link_flap_training_went_on_past_leaves_a_running_job_healthy(self) -> None:
+        text = "\n".join(
+            [f"0: [2026-12-14 15:{m:02d}:00] step {m * 10} loss 2.30" for m in range(0, 12)]
+            + ["19: g2:771044:772101 [3] transport/net_ib.cc:97 NCCL WARN NET/IB : mlx5_3:1 "
+               "Got async event : port error",
+               "19: g2:771044:772101 [3] transport/net_ib.cc:97 NCCL WARN NET/IB : mlx5_3:1 "
+               "Got async event : port active"]
+            + [f"0: [2026-12-14 15:{m:02d}:00] step {m * 10} loss 2.29" for m in range(12, 21)]
+        )  # fmt: skip
+        sched = """$ date -Is
+2026-12-14T15:21:58+00:00
+     JOBID PARTITION   NAME   USER ST    TIME  TIME_LIMIT NODES NODELIST(REASON)
+   1772940  ai2-h100   olmo dgroen  R 0:21:47  2-00:00:00     2 g[1-2]"""
+        a = run(text, scheduler=sched)
+        assert a.kind == "none" and a.culprit_nodes == []
+
+    def test_a_failed_software_health_check_is_not_hardware(self) -> None:
+        journal = "Mar 20 02:01:09 node2 nhc[91]: Health check failed:  check_dcgm_hostengine:  " \
+            "nv-hostengine not responding"  # fmt: skip
+        text = "srun: error: node2: task 1: Exited with exit code 3"
+        a = run(text, obs=job(), node_logs={"node2": journal})
+        assert a.category == Category.SYSTEM_SOFTWARE and a.culprit_nodes == ["node2"]
+
+    def test_a_failed_hardware_health_check_is(self) -> None:
+        journal = "ERROR:  nhc:  Health check failed:  check_hw_ib:  No IB port mlx5_0:1 ACTIVE"
+        text = "srun: error: node2: task 1: Exited with exit code 3"
+        a = run(text, obs=job(), node_logs={"node2": journal})
+        assert a.category == Category.HARDWARE_HOST and a.culprit_nodes == ["node2"]
+
+    def test_a_soft_lockup_without_a_hardware_error_is_the_nodes_software(self) -> None:
+        console = "[2025-02-18 11:20:14] watchdog: BUG: soft lockup - CPU#71 stuck for 26s! [w:1]"
+        text = "srun: error: node2: tasks 1: Killed"
+        a = run(text, obs=job(), node_logs={"node2": console})
+        assert a.category == Category.SYSTEM_SOFTWARE and a.culprit_nodes == ["node2"]
+
+    @pytest.mark.parametrize(
+        ("sacct_user", "by", "owner"),
+        [("bchen", "0", False), ("mkowal", "52011", True), ("root", "0", True)],
+    )
+    def test_who_cancelled_from_sacct_names_and_uids(
+        self, sacct_user: str, by: str, owner: bool
+    ) -> None:
+        facts = parse_scheduler(
+            lines(f"""
+JobID             User      State ExitCode    Elapsed        NodeList
+------------ --------- ---------- -------- ---------- ---------------
+77            {sacct_user}  CANCELLED by {by}      0:0   06:30:58 n[1-2]
+$ id {sacct_user}
+uid={52011 if sacct_user == "mkowal" else 0 if sacct_user == "root" else 63011}({sacct_user})
+""")
+        )
+        assert owner_cancelled(facts) is owner
