@@ -26,35 +26,35 @@ budget.
 
 from __future__ import annotations
 
-import hashlib
-import itertools
 import re
-import statistics
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
+from activities.attribute.analysis import (
+    Analysis,
+    Kind,
+    Verdict,
+    actor_node,
+    event_node,
+    fingerprint,
+)
 from activities.attribute.evidence import Bundle
-from activities.attribute.metrics import Finding, findings
+from activities.attribute.liveness import running_fine
+from activities.attribute.metrics import Finding
 from activities.attribute.scheduler import (
-    SchedulerFacts,
     node_failed,
-    owner_cancelled,
     parse_scheduler,
 )
 from activities.attribute.signals import (
     DETERMINISTIC_APP,
     NODE_LOCAL_SYSTEM,
     Event,
-    JobScan,
     TaskExit,
     normalise,
-    scan_job,
-    scan_node_logs,
-    split_attempt,
 )
-from activities.attribute.topology import Topology, learn_topology, split_host_prefix
+from activities.attribute.stragglers import stragglers
+from activities.attribute.topology import split_host_prefix
 from activities.detect.lines import parse_nccl_prefix, strip_prefixes
 from activities.detect.registry import Registry
 from workflows.contracts import (
@@ -68,12 +68,7 @@ from workflows.contracts import (
     NodeObservation,
 )
 
-Kind = AnomalyKind | Literal["none"]
 MAX_EVIDENCE = 20
-STRAGGLER_RATIO = 1.5
-STRAGGLER_WINDOW = 10
-STRAGGLER_MIN_MS = 10.0  # below this, per-rank differences are timer noise
-RUNNING_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED"})
 # Job-log "hardware" symptoms that software can produce too: on every node at once they are
 # not a node's fault.
 AMBIGUOUS_HARDWARE = frozenset(
@@ -95,13 +90,6 @@ CONFIGURED_PATHS = frozenset({"file_not_found", "permission_denied"})
 SHARED_UNKNOWN = frozenset(
     {"checkpoint_save_failed", "dcp_checkpoint_exception", "resume_load_failed", "python_exception"}
 )
-# New iterations after an error that show training went on past it (a finished job's output).
-SURVIVED_ADVANCES = 2
-# A running job is hung when its progress lines stop for this many of their usual intervals
-# (and at least the floor): a collective timeout is 10 minutes by default.
-HANG_SILENCE_FACTOR = 10.0
-HANG_SILENCE_FLOOR_SECONDS = 600.0
-_STAMP = re.compile(r"\b\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d\b")
 _TRANSIENT_EXCEPTION = re.compile(
     r"(?i)connect|timeout|timed ?out|network|http|ssl|socket|unavailable|temporar|resource|"
     r"busy|retry|oserror|ioerror|eoferror|interrupt|lock|quota|memory"
@@ -121,196 +109,13 @@ _ENVIRONMENT = re.compile(
 )
 # How far below a generic wrapper exception its real cause may be printed (one traceback).
 WRAPPED_CAUSE_LINES = 40
-_TOTAL = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|")
-_KILL_REASON = re.compile(r"CANCELLED AT \S+ DUE TO (?P<why>[A-Z][A-Z ]+?)(?:,| \*\*\*)")
-
-
-def fingerprint(category: Category, key: str) -> str:
-    digest = hashlib.sha256(f"{category.value}|{key}".encode()).hexdigest()[:12]
-    return f"{category.value}:{digest}"
-
-
-@dataclass
-class Verdict:
-    """What a stage concluded (turned into an Attribution at the end)."""
-
-    category: Category
-    key: str
-    summary: str
-    confidence: float
-    culprits: list[str] = field(default_factory=list)
-    ranks: list[int] = field(default_factory=list)
-    gpus: list[str] = field(default_factory=list)
-    evidence: list[LogLine] = field(default_factory=list)
-    kind: Kind | None = None
-    outcome: str | None = None
-
-
-class Analysis:
-    """All facts about one attempt, gathered once; the stages read them."""
-
-    def __init__(
-        self,
-        registry: Registry,
-        lines: list[LogLine],
-        facts: SchedulerFacts,
-        node_list: list[str],
-        node_logs: Mapping[str, list[LogLine]],
-        metrics: list[LogLine],
-    ) -> None:
-        self.registry = registry
-        self.facts = facts
-        job = facts.job
-        self.job = job
-        self.node_list = list(node_list) or (list(job.node_list) if job else [])
-        restarts = job.restarts if job is not None else None
-        self.lines = split_attempt(lines, restarts)
-        self.topo: Topology = learn_topology(
-            self.lines,
-            self.node_list,
-            num_tasks=facts.num_tasks,
-            aliases=facts.host_aliases(),
-        )
-        self.scan: JobScan = scan_job(registry, self.lines, self.topo)
-        boot = {n: t for n in facts.node_fields if (t := facts.boot_time(n)) is not None}
-        window = (job.start_time, job.end_time) if job is not None else (None, None)
-        self.node_events = scan_node_logs(
-            registry, node_logs, self.topo.hosts, window=window, boot=boot
-        )
-        self.metric_findings = [
-            Finding(h, f.category, f.severity, f.what, f.line, f.gpu)
-            for f in findings(metrics)
-            if (h := self.topo.hosts.canonical(f.host)) is not None
-        ]
-        self.state = job.state if job is not None else None
-        self.events = self.scan.events
-        self.kill_order = self._kill_order()
-        self.offline = False
-
-    def forget_survived(self) -> None:
-        """Errors training went on past were handled, not the job's failure: those before the
-        last advance when Slurm says the job still runs; otherwise those followed by at least
-        SURVIVED_ADVANCES new iterations (one more progress line can be output buffered
-        before a peer's fatal error). Hardware errors stay (a degraded GPU or link can still
-        be why it stalls or dies later)."""
-        advances = self.scan.advances
-        if not advances:
-            return
-        if self.state in RUNNING_STATES:
-            self.events = [e for e in self.events if e.hardware or e.order > advances[-1]]
-            return
-        if len(advances) < SURVIVED_ADVANCES:
-            return
-        cut = advances[-SURVIVED_ADVANCES]
-        self.events = [e for e in self.events if e.hardware or e.order > cut]
-
-    # ------------------------------------------------------------------ facts
-    @property
-    def running(self) -> bool:
-        if self.state is not None:
-            return self.state in RUNNING_STATES or self.state == "PENDING"
-        return not self.scan.ended and self._completion() is None
-
-    @property
-    def terminal(self) -> bool:
-        return self.state is not None and not self.running
-
-    def _completion(self) -> LogLine | None:
-        if self.scan.completed_line is not None:
-            return self.scan.completed_line
-        for entry in reversed(self.lines[-50:]):
-            m = _TOTAL.search(entry.text)
-            if m:
-                return entry if int(m.group(1)) >= int(m.group(2)) > 0 else None
-        return None
-
-    def completed(self) -> bool:
-        job = self.job
-        if job is not None and job.state not in RUNNING_STATES:
-            return job.state == "COMPLETED" and job.exit_code == 0 and job.exit_signal == 0
-        failing = [x for x in self.scan.exit_order if x.status != "exit" or x.code]
-        if failing or (self.scan.srun_rc not in (None, 0)):
-            return False
-        fatal = [e for e in self.events if e.root and e.match.severity == "fatal"]
-        done = self._completion()
-        if done is None:
-            return self.scan.srun_rc == 0 and not fatal
-        return not [e for e in fatal if e.order > self.lines.index(done)]
-
-    def _kill_order(self) -> int | None:
-        """Where the scheduler started killing the job (time limit, preemption, cancel)."""
-        for e in self.events:
-            if e.match.id in (
-                "slurm_cancelled_time_limit",
-                "slurm_cancelled_preemption",
-                "slurm_cancelled_other",
-                "slurm_job_cancelled",
-            ):
-                return e.order
-        return None
-
-    def actors(self) -> set[str]:
-        out = set(self.topo.actors())
-        out |= {e.actor for e in self.events if e.actor}
-        out |= set(self.scan.exits)
-        world = self.topo.world_size()
-        if world and out and all(a.startswith("t") for a in out):
-            out |= {f"t{i}" for i in range(world)}
-        return out
-
-    def node_of_actor(self, actor: str) -> str | None:
-        if actor in self.scan.exits and self.scan.exits[actor].node:
-            return self.scan.exits[actor].node
-        if actor.startswith("h"):
-            return self.topo.hosts.canonical(actor[1:])
-        number = int(actor[1:])
-        if actor.startswith("t"):
-            return self.topo.node_of(number, None)
-        return self.topo.node_of(None, number)
-
-    def first_events(self) -> dict[str, Event]:
-        first: dict[str, Event] = {}
-        for e in self.events:
-            if e.actor is not None and e.serious and (e.root or e.cascade):
-                first.setdefault(e.actor, e)
-        return first
-
-    def victims(self) -> set[str]:
-        """Actors whose first error is a cascade: they reacted to somebody else's failure."""
-        return {a for a, e in self.first_events().items() if e.cascade}
-
-    def in_job(self, node: str | None) -> bool:
-        return node is not None and (not self.node_list or node in self.node_list)
-
-    def scheduler_outcome(self) -> str | None:
-        why = None
-        for e in self.events:
-            if m := _KILL_REASON.search(e.line.text):
-                reason = m.group("why").strip()
-                if reason != "JOB REQUEUE":
-                    why = reason
-        state = self.state or ""
-        if state == "TIMEOUT" or why == "TIME LIMIT":
-            return "timeout"
-        if state == "PREEMPTED" or why == "PREEMPTION":
-            return "preempted"
-        if state in ("NODE_FAIL", "BOOT_FAIL") or (why or "").startswith("NODE FAIL"):
-            return "node_fail"
-        if state == "DEADLINE":
-            return "timeout"
-        cancelled = state == "CANCELLED" or (
-            not state and any(e.match.id == "slurm_job_cancelled" for e in self.events)
-        )
-        if cancelled:
-            return "admin_cancelled" if owner_cancelled(self.facts) is False else "owner_cancelled"
-        return None
 
 
 # ---------------------------------------------------------------------------- the stages
 def _healthy(a: Analysis) -> Verdict | None:
     if not a.completed():
         return None
-    slow = _stragglers(a, timings_only=True)
+    slow = stragglers(a, timings_only=True)
     if slow is not None and slow.culprits:
         return slow  # it finished, but one node held everybody back
     done = a._completion()
@@ -481,7 +286,7 @@ def _hardware(a: Analysis) -> Verdict | None:
             or any(e.match.id not in AMBIGUOUS_HARDWARE for e in by_node.get(n, []))
         ]  # fmt: skip
     ordered = sorted(events, key=lambda e: (e.origin != "job", e.order))
-    placed = [e for e in ordered if _event_node(a, e) in nodes]
+    placed = [e for e in ordered if event_node(a, e) in nodes]
     ordered = placed + [e for e in ordered if e not in placed] if placed else ordered
     first_cat = ordered[0].category if ordered else fatal_metrics[0].category
     head = ordered[0] if ordered else None
@@ -542,7 +347,7 @@ def _blamed_peers(a: Analysis, events: list[Event]) -> dict[int, str]:
         if e.category != Category.HARDWARE_NETWORK or e.origin != "job":
             continue
         peer = _peer_node(a, e)
-        reporter = _event_node(a, e)
+        reporter = event_node(a, e)
         if peer is None or reporter is None or peer == reporter:
             continue
         named.setdefault(peer, set()).add(reporter)
@@ -550,7 +355,7 @@ def _blamed_peers(a: Analysis, events: list[Event]) -> dict[int, str]:
     if not named:
         return {}
     self_reported = {
-        _event_node(a, e)
+        event_node(a, e)
         for e in events
         if e.category == Category.HARDWARE_NETWORK and id(e) not in naming
     }
@@ -633,7 +438,7 @@ def _root_failure(a: Analysis) -> Verdict | None:
     # A task that exited without a word, where nothing else on its node spoke either (srun's
     # task numbers and the log's rank prefixes name the same processes differently).
     spoke = {e.actor for e in a.events} | {
-        n for e in a.events if (n := _event_node(a, e)) is not None
+        n for e in a.events if (n := event_node(a, e)) is not None
     }
     silent = [
         x for x in a.scan.exit_order
@@ -738,7 +543,7 @@ def _from_primaries(
         # No labels or rank prefixes: the same error printed once per process, by every one.
         unlabeled = [e for e in same if e.actor is None and e.origin == "job"]
         everywhere = len({e.line.line_no for e in unlabeled}) >= world and not others
-    nodes = sorted({n for e in same if (n := _event_node(a, e)) is not None})
+    nodes = sorted({n for e in same if (n := event_node(a, e)) is not None})
     if not nodes and not everywhere and first.actor is None:
         # An unlabelled crash report: srun's verdict says whose process died of a signal.
         dead = {x.node for x in deaths if x.node} or {
@@ -783,7 +588,7 @@ def _from_primaries(
             )  # fmt: skip
     if category == Category.APPLICATION:
         on_line = [e for e in a.events if e.line == first.line]
-        spread = len({n for e in same if (n := _event_node(a, e))}) >= 2
+        spread = len({n for e in same if (n := event_node(a, e))}) >= 2
         deterministic = (
             mid in DETERMINISTIC_APP
             or (mid in CONFIGURED_PATHS and everywhere and spread)
@@ -821,7 +626,7 @@ def _from_primaries(
                        0.75 if _transient(first) else 0.85, ranks=ranks,
                        evidence=evidence)  # fmt: skip
     if first.actor is not None:
-        explained = _explain_by_node(a, _actor_node(a, first.actor), node_app)
+        explained = _explain_by_node(a, actor_node(a, first.actor), node_app)
         if explained is not None:
             explained.evidence += evidence
             explained.ranks = ranks
@@ -882,7 +687,7 @@ def _drifted_node(a: Analysis, first: Event, primaries: list[Event]) -> str | No
     if not _environment_error(first):
         return None
     failing = [e for e in primaries if _environment_error(e)]
-    nodes = {_event_node(a, e) for e in failing}
+    nodes = {event_node(a, e) for e in failing}
     if len(nodes) != 1 or None in nodes:
         return None
     node = next(iter(nodes))
@@ -910,15 +715,6 @@ def _specific_cause(first: Event, primaries: list[Event]) -> Event:
         if e.category != Category.UNKNOWN:
             return e
     return first
-
-
-def _actor_node(a: Analysis, actor: str | None) -> str | None:
-    return a.node_of_actor(actor) if actor else None
-
-
-def _event_node(a: Analysis, e: Event) -> str | None:
-    """Where an event happened: its own host, else its rank's or task's node."""
-    return e.node or _actor_node(a, e.actor)
 
 
 def _rank(e: Event) -> int | None:
@@ -980,154 +776,9 @@ def _cascade_only(a: Analysis) -> Verdict | None:
     )  # fmt: skip
 
 
-Samples = dict[int, list[tuple[int, float, str]]]
-
-
-def _slow_ranks(samples: Samples) -> tuple[list[int], dict[int, str], float]:
-    """Ranks whose recent median is STRAGGLER_RATIO x the others' (a minority), their nodes,
-    and how far behind the slowest one is."""
-    per_rank: dict[int, list[float]] = {}
-    node_of: dict[int, str] = {}
-    for rank, taken in samples.items():
-        recent = sorted(taken)[-STRAGGLER_WINDOW * 2 :]
-        if len(recent) >= 3:
-            per_rank[rank] = [ms for _, ms, _ in recent]
-            node_of[rank] = recent[-1][2]
-    slow: list[int] = []
-    worst = 0.0
-    if len(per_rank) >= 2:
-        medians = {r: statistics.median(v) for r, v in per_rank.items()}
-        for rank, value in medians.items():
-            baseline = statistics.median([m for r, m in medians.items() if r != rank])
-            if value >= STRAGGLER_RATIO * baseline and value - baseline >= STRAGGLER_MIN_MS:
-                slow.append(rank)
-                worst = max(worst, value / baseline if baseline > 0 else float("inf"))
-        if len(slow) * 2 > len(per_rank):
-            slow = []
-    return slow, node_of, worst
-
-
-def _stragglers(a: Analysis, *, timings_only: bool = False) -> Verdict | None:
-    # The demo's per-rank compute times; else whichever per-rank time field (step, data,
-    # forward...) singles ranks out the most: in a synchronous job every rank's whole step
-    # takes as long as the slowest one's, so only a part of it can show who is slow.
-    slow, node_of, _ = _slow_ranks(a.scan.timings)
-    if not a.scan.timings:
-        found = [_slow_ranks(by_rank) for by_rank in a.scan.field_times.values()]
-        slow, node_of, _ = max(found, key=lambda f: (bool(f[0]), f[2]), default=([], {}, 0.0))
-    summary_nodes, summary_lines = _slow_in_summaries(a)
-    if timings_only and not slow and not summary_nodes:
-        return None
-    report = [e for e in a.events if e.match.id == "straggler_report"]
-    degraded = [f for f in a.metric_findings if f.severity == "degraded" and a.in_job(f.host)]
-    warn = [
-        e for e in a.node_events
-        if e.match.kind == AnomalyKind.STRAGGLER and e.root and a.in_job(e.node)
-    ]  # fmt: skip
-    if not slow and not report and not degraded and not warn and not summary_nodes:
-        return None
-    nodes = {node_of[r] for r in slow if node_of.get(r)} | summary_nodes
-    for e in report:
-        named = {n for n in a.node_list if re.search(rf"\b{re.escape(n)}\b", e.line.text)}
-        if not named:
-            # NVRx: "Calculated score (rank, score): [(5, 0.61)]", or "rank 5" / "Rank 5".
-            pairs = re.findall(r"\((\d+),\s*[01]?\.\d+\)|\b[Rr]ank[ =:]+(\d+)\b", e.line.text)
-            for pair in pairs:
-                rank = int(pair[0] or pair[1])
-                node = a.topo.node_of(rank, rank)
-                if node is not None:
-                    named.add(node)
-                    slow.append(rank)
-        nodes |= named
-    if not nodes:
-        nodes = {f.host for f in degraded} | {e.node for e in warn if e.node}
-    culprits = sorted(n for n in nodes if a.in_job(n))
-    explained = [f for f in degraded if f.host in culprits]
-    explained_logs = [e for e in warn if e.node in culprits]
-    category = Category.UNKNOWN
-    confidence = 0.6
-    evidence: list[LogLine] = []
-    if explained:
-        category, confidence = explained[0].category, 0.8
-        evidence += [f.line for f in explained]
-    elif explained_logs:
-        category, confidence = explained_logs[0].category, 0.75
-        evidence += [e.line for e in explained_logs]
-    for rank in slow:
-        evidence += [e for e in a.lines if "time" in e.text and _said_by(e.text, rank)][-2:]
-    evidence += [e.line for e in report] + summary_lines
-    where = ", ".join(culprits) or "unknown nodes"
-    slow = sorted(set(slow))
-    which = f" (rank{'s' if len(slow) > 1 else ''} {', '.join(map(str, slow))})" if slow else ""
-    return Verdict(
-        category, "straggler", f"straggler on {where}{which}", confidence,
-        culprits=culprits, ranks=sorted(slow), evidence=evidence, kind=AnomalyKind.STRAGGLER,
-    )  # fmt: skip
-
-
-def _said_by(text: str, rank: int) -> bool:
-    pre = strip_prefixes(text)
-    return rank in (pre.rank, pre.task)
-
-
-def _slow_in_summaries(a: Analysis) -> tuple[set[str], list[LogLine]]:
-    """The node cross-rank timer summaries keep naming as the slowest, far behind the median.
-
-    One slow report is noise (a checkpoint, a GC pause); the same node slowest by
-    STRAGGLER_RATIO in most of the last reports, at least three times, is a straggler.
-    """
-    recent = a.scan.slowest[-STRAGGLER_WINDOW:]
-    slow = [(node, line) for node, _, ratio, line in recent if ratio >= STRAGGLER_RATIO and node]
-    counts: dict[str, int] = {}
-    for node, _ in slow:
-        counts[node] = counts.get(node, 0) + 1
-    nodes = {n for n, c in counts.items() if c >= 3 and c * 2 > len(recent)}
-    return nodes, [line for node, line in slow if node in nodes][-2:]
-
-
-def _progress_silence(a: Analysis) -> tuple[float, float] | None:
-    """(seconds from the last progress line to the scheduler's observation, the silence that
-    would be a hang) where the log's progress lines carry times and the scheduler's record says
-    when it was taken (StartTime + RunTime; squeue's TIME from the log's first time stamp)."""
-    times = a.scan.progress_times
-    if len(times) < 2:
-        return None
-    observed = a.facts.observed_at()
-    if observed is None and (run := a.facts.run_time()) is not None:
-        first = next((t for e in a.lines[:200] if (t := _any_time(e.text))), None)
-        observed = first + run if first is not None else None
-    if observed is None:
-        return None
-    gaps = [(b - a_).total_seconds() for a_, b in itertools.pairwise(times) if b > a_]
-    typical = statistics.median(gaps) if gaps else 0.0
-    silence = (observed - times[-1]).total_seconds()
-    return silence, max(HANG_SILENCE_FACTOR * typical, HANG_SILENCE_FLOOR_SECONDS)
-
-
-def _any_time(text: str) -> datetime | None:
-    m = _STAMP.search(text)
-    return datetime.fromisoformat(m.group().replace("T", " ")) if m else None
-
-
-def _running_fine(a: Analysis) -> Verdict | None:
-    """A running job whose output shows training advancing up to when Slurm was asked."""
-    measured = _progress_silence(a)
-    if measured is None or measured[0] > measured[1] or _stragglers(a) is not None:
-        return None
-    last = a.scan.advances[-1] if a.scan.advances else -1
-    if any(e.serious and (e.root or e.cascade) and e.order > last for e in a.events):
-        return None  # something failed after the last progress line
-    return Verdict(
-        Category.NONE, "none",
-        f"job running, training at iteration {a.scan.max_iteration} "
-        f"{max(measured[0], 0.0):.0f}s before the scheduler's record", 0.8,
-        evidence=a.lines[-2:], kind="none",
-    )  # fmt: skip
-
-
 def _nothing(a: Analysis) -> Verdict:
     if a.running:
-        if a.offline and (fine := _running_fine(a)) is not None:
+        if a.offline and (fine := running_fine(a)) is not None:
             return fine
         return Verdict(
             Category.UNKNOWN, "hang", "no training progress and no error in the output"
@@ -1204,13 +855,13 @@ def analyse(
         _healthy(a)
         or _owner_cancel(a, outcome)
         or _node_failure(a, outcome)
-        or (_running_fine(a) if a.offline and a.running and not live_straggler else None)
+        or (running_fine(a) if a.offline and a.running and not live_straggler else None)
         or _hardware(a)
-        or (_stragglers(a) if live_straggler else None)
+        or (stragglers(a) if live_straggler else None)
         or _root_failure(a)
         or _scheduler(a, outcome)
         or _cascade_only(a)
-        or (_stragglers(a) if a.running else None)
+        or (stragglers(a) if a.running else None)
         or _nothing(a)
     )
     if (
