@@ -528,9 +528,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if iteration > last_saved:
         _checkpoint(ckpt_dir, iteration, model, opt, plan, d, armed, args.ckpt_keep)
+    dist.barrier()
     if d.rank == 0:
         say(f"{PREFIX} training complete iteration={iteration}")
-    dist.barrier()
+    dist.destroy_process_group()
     return 0
 
 
@@ -562,9 +563,4 @@ if __name__ == "__main__":
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(1)
-    # Leave at once, without destroy_process_group or interpreter teardown: once the last
-    # barrier is passed, a peer that exits first can make gloo's socket loop abort this rank
-    # (SIGABRT, exit -6) while it tears down, turning a finished run into a failed one.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    sys.exit(code)
