@@ -1,6 +1,7 @@
 """The HTTP gateway: jobs, attempts, anomalies, advice, approvals, modes and the audit trail.
 
-`create_app(config)` builds the FastAPI application; `api.server.serve` runs it under uvicorn
+`create_app(config)` builds the FastAPI application; `resurgo.api.server.serve` runs it under
+uvicorn
 (`resurgo api`). OpenAPI 3.1 is served at `/openapi.json`. Every `/v1` route needs a bearer token:
 reads need `viewer`, approvals and mode changes need `operator`. `/healthz`, `/readyz` and
 `/metrics` are open (they carry no job data).
@@ -25,9 +26,8 @@ from prometheus_client import (
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.audit.store import MAX_LIMIT, AuditStore, AuditStoreUnavailable, store_url_from_env
-from api.auth import INSECURE_PRINCIPAL, Principal, Role, TokenRegistry
-from api.models import (
+from resurgo.api.auth import INSECURE_PRINCIPAL, Principal, Role, TokenRegistry
+from resurgo.api.models import (
     AdvicePage,
     AuditPage,
     DecisionRequest,
@@ -42,8 +42,9 @@ from api.models import (
     RejectRequest,
     TimelinePage,
 )
-from api.service import ApiProblem, Gateway, JobFilter, TemporalConnection, as_utc
-from worker.config import ResurgoConfig
+from resurgo.api.service import ApiProblem, Gateway, JobFilter, TemporalConnection, as_utc
+from resurgo.audit.store import MAX_LIMIT, AuditStore, AuditStoreUnavailable, store_url_from_env
+from resurgo.config import ResurgoConfig
 
 log = logging.getLogger("resurgo.api")
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from worker.config import ApiSettings, ApiToken, ConfigError
+from resurgo.config import ApiSettings, ApiToken, ConfigError
 
 __all__ = [
     "INSECURE_PRINCIPAL",

@@ -15,9 +15,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from activities.audit.store import StoredAuditEvent
-from api.models import AdviceView, AttemptView, JobRef, ReconciliationView
-from workflows.contracts import (
+from resurgo.api.models import AdviceView, AttemptView, JobRef, ReconciliationView
+from resurgo.audit.store import StoredAuditEvent
+from resurgo.contracts import (
     Advice,
     AdviceKind,
     Anomaly,

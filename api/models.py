@@ -1,7 +1,7 @@
 """The HTTP API's request and response bodies.
 
 Workflow payloads (advice, anomalies, attributions, decisions, status) are the contract models of
-`workflows.contracts` themselves, so the API shows exactly what the workflow recorded.
+`resurgo.contracts` themselves, so the API shows exactly what the workflow recorded.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from activities.audit.store import StoredAuditEvent
-from workflows.contracts import (
+from resurgo.audit.store import StoredAuditEvent
+from resurgo.contracts import (
     Advice,
     Anomaly,
     ApprovalAck,

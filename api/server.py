@@ -8,9 +8,9 @@ import socket
 
 import uvicorn
 
-from api.app import create_app
-from api.auth import TokenRegistry
-from worker.config import ConfigError, ResurgoConfig
+from resurgo.api.app import create_app
+from resurgo.api.auth import TokenRegistry
+from resurgo.config import ConfigError, ResurgoConfig
 
 log = logging.getLogger("resurgo.api")
 

@@ -33,16 +33,9 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.audit.store import (
-    MAX_JOBS_LIMIT,
-    AuditStore,
-    AuditStoreUnavailable,
-    JobSummary,
-    StoredAuditEvent,
-)
-from api.auth import Principal
-from api.history import Folded, fold_events, job_ref, submit_time_of
-from api.models import (
+from resurgo.api.auth import Principal
+from resurgo.api.history import Folded, fold_events, job_ref, submit_time_of
+from resurgo.api.models import (
     AdviceItem,
     AdvicePage,
     AdviceView,
@@ -57,11 +50,18 @@ from api.models import (
     ReadinessCheck,
     TimelinePage,
 )
-from worker.config import TemporalSettings
-from worker.temporal_client import TemporalUnavailable, connect
-from workflows import search_attributes as sa
-from workflows.contracts import ApprovalDecision, JobStatus, Mode, ModeChange, RecoveryOutcome
-from workflows.job_recovery import JobRecoveryWorkflow
+from resurgo.audit.store import (
+    MAX_JOBS_LIMIT,
+    AuditStore,
+    AuditStoreUnavailable,
+    JobSummary,
+    StoredAuditEvent,
+)
+from resurgo.config import TemporalSettings
+from resurgo.contracts import ApprovalDecision, JobStatus, Mode, ModeChange, RecoveryOutcome
+from resurgo.workflows import search_attributes as sa
+from resurgo.workflows.client import TemporalUnavailable, connect
+from resurgo.workflows.job_recovery import JobRecoveryWorkflow
 
 log = logging.getLogger("resurgo.api")
 

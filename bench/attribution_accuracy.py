@@ -25,8 +25,8 @@ sys.path.insert(0, str(REPO))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from activities.attribute.accuracy import Score, corpus_dirs, score  # noqa: E402
-from activities.attribute.offline import BundleError, analyse_bundle  # noqa: E402
+from resurgo.attribute.accuracy import Score, corpus_dirs, score  # noqa: E402
+from resurgo.attribute.offline import BundleError, analyse_bundle  # noqa: E402
 
 
 def attribute(bundle: Path) -> dict[str, Any]:

@@ -35,9 +35,9 @@ from rich.table import Table
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from activities.audit.store import AuditStore, StoredAuditEvent  # noqa: E402
-from worker.devserver import start_dev_server  # noqa: E402
-from worker.localstack import LocalStack, wait_for, write_config  # noqa: E402
+from resurgo.audit.store import AuditStore, StoredAuditEvent  # noqa: E402
+from resurgo.devstack.devserver import start_dev_server  # noqa: E402
+from resurgo.devstack.localstack import LocalStack, wait_for, write_config  # noqa: E402
 
 HANG_TIMEOUT = 5.0
 PROGRESS = re.compile(r"iteration\s+\d+/")

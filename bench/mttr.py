@@ -36,11 +36,11 @@ from rich.table import Table
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from activities.audit.store import AuditStore  # noqa: E402
-from activities.slurm.parsers import parse_job  # noqa: E402
-from worker.devserver import start_dev_server  # noqa: E402
-from worker.localstack import LocalStack, wait_for, write_config  # noqa: E402
-from workflows.contracts import JobObservation  # noqa: E402
+from resurgo.audit.store import AuditStore  # noqa: E402
+from resurgo.contracts import JobObservation  # noqa: E402
+from resurgo.devstack.devserver import start_dev_server  # noqa: E402
+from resurgo.devstack.localstack import LocalStack, wait_for, write_config  # noqa: E402
+from resurgo.slurm.parsers import parse_job  # noqa: E402
 
 JOB = REPO / "tests" / "e2e" / "jobs" / "light_ecc.sbatch"
 FAULT = re.compile("uncorrectable ECC")

@@ -47,8 +47,8 @@ from temporalio.client import Client
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from worker.devserver import start_dev_server  # noqa: E402
-from worker.localstack import LocalStack, wait_for, write_config  # noqa: E402
+from resurgo.devstack.devserver import start_dev_server  # noqa: E402
+from resurgo.devstack.localstack import LocalStack, wait_for, write_config  # noqa: E402
 
 CLUSTER = "scale"
 CTLD_PORT, BASE_PORT, NODES = 6857, 17501, 4

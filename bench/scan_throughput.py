@@ -37,8 +37,8 @@ from rich.table import Table
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from activities.detect.lines import split_srun_label  # noqa: E402
-from activities.detect.registry import PatternMatch, Registry  # noqa: E402
+from resurgo.detect.lines import split_srun_label  # noqa: E402
+from resurgo.detect.registry import PatternMatch, Registry  # noqa: E402
 
 Results = list[tuple[int, list[PatternMatch]]]
 

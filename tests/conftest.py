@@ -11,8 +11,8 @@ import pytest
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from worker.devserver import temporal_binary
-from workflows.search_attributes import ALL_KEYS
+from resurgo.devstack.devserver import temporal_binary
+from resurgo.workflows.search_attributes import ALL_KEYS
 
 REPO = Path(__file__).resolve().parent.parent
 SUGGEST_CAN = 300

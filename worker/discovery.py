@@ -22,14 +22,14 @@ from temporalio.common import (
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
-from activities.slurm.client import SlurmClient
-from activities.slurm.errors import SchedulerError
-from activities.slurm.parsers import DiscoveredJob
-from worker.config import ClusterSettings, ConfigError, ResurgoConfig
-from workflows import search_attributes as sa
-from workflows.contracts import CORE_TASK_QUEUE, TERMINAL_STATES, JobKey, RecoveryInput
-from workflows.directive import parse_directive
-from workflows.job_recovery import JobRecoveryWorkflow
+from resurgo.config import ClusterSettings, ConfigError, ResurgoConfig
+from resurgo.contracts import CORE_TASK_QUEUE, TERMINAL_STATES, JobKey, RecoveryInput
+from resurgo.policy.directive import parse_directive
+from resurgo.slurm.client import SlurmClient
+from resurgo.slurm.errors import SchedulerError
+from resurgo.slurm.parsers import DiscoveredJob
+from resurgo.workflows import search_attributes as sa
+from resurgo.workflows.job_recovery import JobRecoveryWorkflow
 
 log = logging.getLogger("resurgo.discovery")
 

@@ -12,16 +12,16 @@ from datetime import timedelta
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities.audit.activities import AuditActivities
-from activities.audit.store import AuditStore, store_url_from_env
-from activities.cluster import ClusterActivities
-from activities.slurm.client import SlurmClient
-from activities.slurm.runner import CommandRunner, LocalRunner
-from worker.config import ClusterSettings, ConfigError, ResurgoConfig
-from worker.discovery import Discovery
-from worker.telemetry import AuditMetrics, setup_telemetry
-from workflows.contracts import CORE_TASK_QUEUE, controller_task_queue
-from workflows.job_recovery import JobRecoveryWorkflow
+from resurgo.activities.audit import AuditActivities
+from resurgo.activities.controller import ClusterActivities
+from resurgo.audit.store import AuditStore, store_url_from_env
+from resurgo.config import ClusterSettings, ConfigError, ResurgoConfig
+from resurgo.contracts import CORE_TASK_QUEUE, controller_task_queue
+from resurgo.slurm.client import SlurmClient
+from resurgo.slurm.runner import CommandRunner, LocalRunner
+from resurgo.worker.discovery import Discovery
+from resurgo.worker.telemetry import AuditMetrics, setup_telemetry
+from resurgo.workflows.job_recovery import JobRecoveryWorkflow
 
 log = logging.getLogger("resurgo")
 
@@ -49,7 +49,7 @@ def make_runner(settings: ClusterSettings) -> CommandRunner:
         return LocalRunner(settings.slurm_conf)
     if settings.ssh is None:
         raise ConfigError('mode = "ssh" needs an [clusters.<name>.ssh] table (host, keys, ...)')
-    from activities.slurm.ssh import SshRunner, SshTarget
+    from resurgo.slurm.ssh import SshRunner, SshTarget
 
     ssh = settings.ssh
     target = SshTarget(

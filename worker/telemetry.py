@@ -8,15 +8,16 @@ service_name = "resurgo"
 
 - **Off** (the default): no SDK provider is installed, so every tracer and instrument in the code
   is the OpenTelemetry API's no-op and nothing is exported.
-- **Traces**: `worker.temporal_client.connect` registers temporalio's `TracingInterceptor` on the
+- **Traces**: `resurgo.workflows.client.connect` registers temporalio's `TracingInterceptor` on the
   client (workers built from it inherit it), so a recovery is one trace: `StartWorkflow` (the
   controller's discovery) → `RunWorkflow` → `StartActivity`/`RunActivity` → `slurm <cmd> <sub>`
-  spans around every Slurm command (`activities.slurm.runner`/`ssh`). The context rides along
+  spans around every Slurm command (`resurgo.slurm.runner`/`ssh`). The context rides along
   continue-as-new, so a long-lived job stays one trace.
 - **Metrics**: the audit events (every anomaly, attribution, advice, action and reconciliation
   passes through `record_audit`) are counted here by `AuditMetrics`; the controller's activities
   record watch results, attribution and scheduler-step durations and Slurm command durations
-  (`activities.cluster`, `activities.slurm.runner`). Attributes are low-cardinality only: never
+  (`resurgo.activities.controller`, `resurgo.slurm.runner`). Attributes are low-cardinality
+only: never
   job ids, node names, paths or command arguments.
 """
 
@@ -39,8 +40,8 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter
 
-from worker.config import ConfigError, TelemetrySettings
-from workflows.contracts import AuditEvent
+from resurgo.config import ConfigError, TelemetrySettings
+from resurgo.contracts import AuditEvent
 
 log = logging.getLogger("resurgo.telemetry")
 

@@ -33,9 +33,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from activities.slurm.actions import parse_hold_comment
-from activities.slurm.client import SlurmClient
-from activities.slurm.errors import (
+from resurgo.contracts import JobObservation
+from resurgo.slurm.actions import parse_hold_comment
+from resurgo.slurm.client import SlurmClient
+from resurgo.slurm.errors import (
     CommandFailed,
     CommandTimeout,
     JobGone,
@@ -43,7 +44,6 @@ from activities.slurm.errors import (
     SchedulerError,
     SchedulerUnavailable,
 )
-from workflows.contracts import JobObservation
 
 log = logging.getLogger("resurgo.watchdog")
 

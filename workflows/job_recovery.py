@@ -1,6 +1,6 @@
 """JobRecoveryWorkflow: one long-running workflow per monitored Slurm job.
 
-Orchestration only. Every decision is a pure call into `workflows.policy`; every read of the
+Orchestration only. Every decision is a pure call into `resurgo.policy.decide`; every read of the
 world is an activity. Scheduler steps run on the cluster's own task queue (`slurm.<cluster>`),
 audit writes on the core queue. Each step's idempotency key is recorded in the state, so a replay
 or a retried activity never repeats an action.
@@ -17,9 +17,7 @@ from temporalio.exceptions import ActivityError, TimeoutType
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 with workflow.unsafe.imports_passed_through():
-    from workflows import policy
-    from workflows import search_attributes as sa
-    from workflows.contracts import (
+    from resurgo.contracts import (
         ActionRequest,
         ActionResult,
         ActionStep,
@@ -47,6 +45,8 @@ with workflow.unsafe.imports_passed_through():
         WatchResult,
         controller_task_queue,
     )
+    from resurgo.policy import decide as policy
+    from resurgo.workflows import search_attributes as sa
 
 NON_RETRYABLE = ["JobGone", "PreconditionFailed", "ActionsNotAllowed", "ParseError"]
 AUDIT_RETRY = RetryPolicy(

@@ -67,9 +67,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(shlex.join(cmd))
         return 0
 
-    from activities.audit.store import AuditStore, store_url_from_env
-    from activities.audit.timeline import render_timeline
-    from worker.demo import console, follow
+    from resurgo.audit.store import AuditStore, store_url_from_env
+    from resurgo.audit.timeline import render_timeline
+    from resurgo.devstack.demo import console, follow
 
     Path(args.workdir).mkdir(parents=True, exist_ok=True)
     wait_for_slurm(120)

@@ -6,7 +6,8 @@ listening on all interfaces so other containers and the host can reach the front
     python infra/docker/devserver.py [--ip 0.0.0.0] [--port 7233] [--ui-port 8233]
         [--metrics-port 9233] [--db-file /var/lib/resurgo/temporal/temporal.db] [--dry-run]
 
-`--db-file ""` keeps the state in memory. The command is built by worker.devserver (the code
+`--db-file ""` keeps the state in memory. The command is built by resurgo.devstack.devserver
+(the code
 behind `resurgo dev-server`), so flags and search attributes never drift from it.
 """
 
@@ -19,7 +20,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from worker.devserver import dev_server_command
+from resurgo.devstack.devserver import dev_server_command
 
 
 def build(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:

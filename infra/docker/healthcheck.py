@@ -101,7 +101,7 @@ def check_pollers(
     task_queue: str, address: str | None, namespace: str | None, max_age: float, timeout: float
 ) -> str:
     if not address or not namespace:
-        from worker.config import load_config
+        from resurgo.config import load_config
 
         cfg = load_config()
         address = address or cfg.temporal.address

@@ -15,10 +15,14 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/resurgo/venv
 WORKDIR /src
 COPY pyproject.toml README.md ./
+# resurgo/ links the other folders in (one import root, resurgo.*); COPY keeps the links.
+COPY resurgo ./resurgo
 COPY workflows ./workflows
 COPY activities ./activities
 COPY worker ./worker
 COPY api ./api
+COPY cli ./cli
+COPY devstack ./devstack
 RUN /opt/resurgo/venv/bin/pip install --upgrade pip \
     && /opt/resurgo/venv/bin/pip install . \
     && /opt/resurgo/venv/bin/resurgo --help >/dev/null \

@@ -45,16 +45,20 @@ RUN bash /opt/resurgo/infra/slurm/install.sh \
 # Resurgo (for the demo submitter and the audit follow-up) and CPU PyTorch for the trainer.
 WORKDIR /opt/resurgo
 COPY pyproject.toml README.md ./
+# resurgo/ links the other folders in (one import root, resurgo.*); COPY keeps the links.
+COPY resurgo ./resurgo
 COPY workflows ./workflows
 COPY activities ./activities
 COPY worker ./worker
 COPY api ./api
+COPY cli ./cli
+COPY devstack ./devstack
 RUN python3 -m venv .venv \
     && .venv/bin/pip install --upgrade pip \
     && .venv/bin/pip install "torch==${TORCH_VERSION}" --index-url "${TORCH_INDEX_URL}" \
     && .venv/bin/pip install . \
     && rm -rf build ./*.egg-info \
-    && .venv/bin/python -c "import torch, worker.cli; print('torch', torch.__version__)"
+    && .venv/bin/python -c "import torch, resurgo.cli.main; print('torch', torch.__version__)"
 
 COPY infra/demo ./infra/demo
 COPY infra/docker/slurm-entrypoint.sh infra/docker/entrypoint.sh infra/docker/demo_trainer.py infra/docker/healthcheck.py ./infra/docker/

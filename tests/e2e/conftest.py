@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from activities.audit.store import AuditStore, StoredAuditEvent
-from activities.slurm.parsers import parse_job
+from resurgo.audit.store import AuditStore, StoredAuditEvent
+from resurgo.contracts import JobObservation
+from resurgo.devstack.localstack import REPO, LocalStack, wait_for, write_config
+from resurgo.slurm.parsers import parse_job
 from tests.mariadb import ensure_mariadb, fresh_database
-from worker.localstack import REPO, LocalStack, wait_for, write_config
-from workflows.contracts import JobObservation
 
 SBATCH = REPO / "infra" / "demo" / "train.sbatch"
 

@@ -21,10 +21,10 @@ from typing import Any
 import httpx
 import pytest
 
-from api.auth import hash_token, new_token
-from api.server import free_port
+from resurgo.api.auth import hash_token, new_token
+from resurgo.api.server import free_port
+from resurgo.devstack.localstack import REPO, wait_for
 from tests.e2e.conftest import Deployment
-from worker.localstack import REPO, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slurm, pytest.mark.timeout(420)]
 
@@ -49,7 +49,7 @@ class ApiProcess:
 
     def cli(self, *args: str, role: str = "operator") -> subprocess.CompletedProcess[str]:
         env = {**os.environ, "RESURGO_API_URL": self.url, "RESURGO_API_TOKEN": self.tokens[role]}
-        return subprocess.run([sys.executable, "-m", "worker.cli", *args], cwd=REPO, env=env,
+        return subprocess.run([sys.executable, "-m", "resurgo.cli.main", *args], cwd=REPO, env=env,
                               capture_output=True, text=True, timeout=120)  # fmt: skip
 
 
@@ -69,7 +69,7 @@ def api_for(tmp_path: Path) -> Iterator[Callable[[Deployment], ApiProcess]]:
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "ab") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "worker.cli", "api", "--config", str(dep.stack.config),
+                [sys.executable, "-m", "resurgo.cli.main", "api", "--config", str(dep.stack.config),
                  "--port", str(port), "--tokens-file", str(tokens_file)],
                 cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip

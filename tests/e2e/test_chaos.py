@@ -20,8 +20,8 @@ from collections.abc import Callable
 
 import pytest
 
+from resurgo.devstack.localstack import REPO, wait_for
 from tests.e2e.conftest import Deployment
-from worker.localstack import REPO, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slurm, pytest.mark.timeout(1500)]
 

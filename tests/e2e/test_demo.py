@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from worker.devserver import port_open
-from worker.localstack import REPO
+from resurgo.devstack.devserver import port_open
+from resurgo.devstack.localstack import REPO
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slurm, pytest.mark.timeout(900)]
 
@@ -18,7 +18,8 @@ def test_demo_recovers_and_exits_zero(tmp_path: Path, slurm_conf: str) -> None:
     if port_open(7233):
         pytest.skip("a Temporal server already listens on 7233 (the demo's embedded default)")
     done = subprocess.run(
-        [sys.executable, "-m", "worker.cli", "demo", "--workdir", str(tmp_path), "--no-keep-ui"],
+        [sys.executable, "-m", "resurgo.cli.main", "demo", "--workdir", str(tmp_path),
+         "--no-keep-ui"],
         cwd=REPO, capture_output=True, text=True, timeout=840,
     )  # fmt: skip
     out = done.stdout

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from activities.audit.store import AuditStore
-from activities.slurm.parsers import parse_job
+from resurgo.audit.store import AuditStore
+from resurgo.devstack.devserver import port_open, start_dev_server
+from resurgo.devstack.localstack import REPO, LocalStack, wait_for, write_config
+from resurgo.slurm.parsers import parse_job
 from tests.e2e.conftest import Deployment
 from tests.e2e.test_chaos import submit as submit_light
-from worker.devserver import port_open, start_dev_server
-from worker.localstack import REPO, LocalStack, wait_for, write_config
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slurm, pytest.mark.timeout(600)]
 LIGHT = REPO / "tests" / "e2e" / "jobs" / "light_ecc.sbatch"
@@ -186,8 +186,8 @@ def test_reused_job_id_is_a_new_job() -> None:
     """Identity: Restarts never decrease for one job and SubmitTime changes only with them."""
     from datetime import UTC, datetime
 
-    from activities.detect.watch import replaced
-    from workflows.contracts import JobKey, WatchRequest
+    from resurgo.contracts import JobKey, WatchRequest
+    from resurgo.detect.watch_loop import replaced
 
     t0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
     key = JobKey(cluster="c", job_id=5, submit_time=t0)

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
+from resurgo.devstack.localstack import REPO, wait_for
+from resurgo.workflows import search_attributes as sa
 from tests.e2e.conftest import Deployment
-from worker.localstack import REPO, wait_for
-from workflows import search_attributes as sa
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slurm, pytest.mark.timeout(420)]
 
@@ -115,7 +115,7 @@ def test_observe_mode_leaves_slurm_untouched(deploy: Callable[..., Deployment]) 
     strict = dep.workdir / "strict.toml"
     strict.write_text("[policies.strict]\nbudget_per_fingerprint = 0\n")
     out = subprocess.run(
-        [sys.executable, "-m", "worker.cli", "policy", "replay", "--policy", str(strict),
+        [sys.executable, "-m", "resurgo.cli.main", "policy", "replay", "--policy", str(strict),
          "--config", str(dep.stack.config), "--json"],
         cwd=REPO, capture_output=True, text=True, timeout=120,
     )  # fmt: skip

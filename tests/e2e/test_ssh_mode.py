@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from activities.audit.store import AuditStore
+from resurgo.audit.store import AuditStore
+from resurgo.devstack.localstack import LocalStack
 from tests.e2e.conftest import Deployment
 from tests.e2e.test_recovery import HAPPY_PATH, in_order
 from tests.sshd import SshServer, running_sshd
-from worker.localstack import LocalStack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slurm, pytest.mark.timeout(420)]
 

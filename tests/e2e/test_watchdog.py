@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from activities.slurm.actions import hold_comment
-from activities.slurm.parsers import parse_job
+from resurgo.contracts import JobObservation
+from resurgo.devstack.localstack import REPO, wait_for
+from resurgo.slurm.actions import hold_comment
+from resurgo.slurm.parsers import parse_job
 from tests.sshd import SshServer, running_sshd
-from worker.localstack import REPO, wait_for
-from workflows.contracts import JobObservation
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slurm, pytest.mark.timeout(240)]
 
@@ -98,7 +98,7 @@ def write_config(path: Path, name: str, slurm_conf: str, ssh: SshServer | None =
 
 def watchdog_argv(config: Path, name: str, record: Path, *extra: str) -> list[str]:
     return [
-        sys.executable, "-m", "worker.cli", "watchdog", "--config", str(config),
+        sys.executable, "-m", "resurgo.cli.main", "watchdog", "--config", str(config),
         "--cluster", name, "--record", str(record), *extra,
     ]  # fmt: skip
 

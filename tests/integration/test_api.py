@@ -21,10 +21,13 @@ from fastapi import FastAPI
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from activities.audit.store import AuditStore
-from api.app import create_app
-from api.auth import hash_token, new_token
-from api.service import Cursors
+from resurgo.api.app import create_app
+from resurgo.api.auth import hash_token, new_token
+from resurgo.api.service import Cursors
+from resurgo.audit.store import AuditStore
+from resurgo.config import ApiSettings, ApiToken, AuditSettings, ResurgoConfig, TemporalSettings
+from resurgo.contracts import AuditEvent, Directive, Mode
+from resurgo.workflows.job_recovery import JobRecoveryWorkflow
 from tests.integration.test_api_support import (
     JobStarter,
     ScriptedCluster,
@@ -32,9 +35,6 @@ from tests.integration.test_api_support import (
     terminate_running,
 )
 from tests.mariadb import ensure_mariadb, fresh_database
-from worker.config import ApiSettings, ApiToken, AuditSettings, ResurgoConfig, TemporalSettings
-from workflows.contracts import AuditEvent, Directive, Mode
-from workflows.job_recovery import JobRecoveryWorkflow
 
 pytestmark = pytest.mark.timeout(120)
 

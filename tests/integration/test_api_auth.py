@@ -12,10 +12,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from api.auth import Role, TokenRegistry, hash_token, load_tokens_file, new_token
-from api.server import build, free_port, is_loopback
-from worker.config import ApiSettings, ApiToken, ConfigError, ResurgoConfig, load_config
-from worker.localstack import REPO, wait_for
+from resurgo.api.auth import Role, TokenRegistry, hash_token, load_tokens_file, new_token
+from resurgo.api.server import build, free_port, is_loopback
+from resurgo.config import ApiSettings, ApiToken, ConfigError, ResurgoConfig, load_config
+from resurgo.devstack.localstack import REPO, wait_for
 
 
 def test_registry_matches_only_the_exact_token() -> None:
@@ -82,7 +82,16 @@ def test_insecure_demo_mode_warns_loudly(tmp_path: Path) -> None:
     config.write_text(
         f'[temporal]\naddress = "127.0.0.1:9"\n[audit]\nurl = "sqlite:///{tmp_path / "audit.db"}"\n'
     )
-    base = [sys.executable, "-m", "worker.cli", "api", "--config", str(config), "--port", str(port)]
+    base = [
+        sys.executable,
+        "-m",
+        "resurgo.cli.main",
+        "api",
+        "--config",
+        str(config),
+        "--port",
+        str(port),
+    ]
     refused = subprocess.run(base, cwd=REPO, capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2 and "no API tokens configured" in refused.stderr
     log = tmp_path / "api.log"

@@ -15,10 +15,12 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 from typer.testing import CliRunner, Result
 
-from activities.audit.store import AuditStore
-from api.app import create_app
-from api.auth import hash_token
-from api.server import free_port
+from resurgo.api.app import create_app
+from resurgo.api.auth import hash_token
+from resurgo.api.server import free_port
+from resurgo.audit.store import AuditStore
+from resurgo.cli.main import app as cli
+from resurgo.contracts import Directive, Mode
 from tests.integration.test_api import APPROVAL, api_config, eventually, make_tokens
 from tests.integration.test_api_support import (
     JobStarter,
@@ -27,8 +29,6 @@ from tests.integration.test_api_support import (
     serve_in_loop,
     terminate_running,
 )
-from worker.cli import app as cli
-from workflows.contracts import Directive, Mode
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from activities.audit.store import AuditStore
-from api.app import create_app
+from resurgo.api.app import create_app
+from resurgo.audit.store import AuditStore
+from resurgo.contracts import Directive, Mode
 from tests.integration.test_api import APPROVAL, api_config, make_tokens
 from tests.integration.test_api_support import recovery_workers, serve_in_loop, terminate_running
-from workflows.contracts import Directive, Mode
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -23,10 +23,9 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
-from activities.audit.activities import AuditActivities
-from activities.audit.store import AuditStore
-from workflows import search_attributes as sa
-from workflows.contracts import (
+from resurgo.activities.audit import AuditActivities
+from resurgo.audit.store import AuditStore
+from resurgo.contracts import (
     ActionRequest,
     ActionResult,
     Anomaly,
@@ -47,7 +46,8 @@ from workflows.contracts import (
     WatchResult,
     controller_task_queue,
 )
-from workflows.job_recovery import JobRecoveryWorkflow
+from resurgo.workflows import search_attributes as sa
+from resurgo.workflows.job_recovery import JobRecoveryWorkflow
 
 SUBMIT = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
@@ -178,7 +178,7 @@ async def serve_in_loop(app: Any) -> AsyncIterator[str]:
     can share the test's Temporal client); yields the base URL."""
     import uvicorn
 
-    from api.server import free_port
+    from resurgo.api.server import free_port
 
     port = free_port()
     server = uvicorn.Server(

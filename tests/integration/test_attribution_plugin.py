@@ -18,13 +18,13 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from activities.attribute.plugin import (
+from resurgo.attribute.plugin import (
     PluginConfig,
     PluginRequest,
     enrich,
     request_for,
 )
-from workflows.contracts import AnomalyKind, Attribution, Category, JobObservation, LogLine
+from resurgo.contracts import AnomalyKind, Attribution, Category, JobObservation, LogLine
 
 Handler = Callable[[dict[str, Any], int], tuple[int, bytes, float]]
 """(request body, call number) → (status, response body, delay seconds)."""
@@ -193,7 +193,7 @@ async def test_client_errors_and_unreachable_plugins() -> None:
 
 
 def test_cli_consults_the_plugin(serve: Callable[[Handler], Plugin], tmp_path: Path) -> None:
-    from worker.cli import app
+    from resurgo.cli.main import app
 
     (tmp_path / "job.log").write_text(
         "0: step 1\nsrun: error: node2: task 1: Killed\n"
@@ -213,7 +213,7 @@ def test_cli_consults_the_plugin(serve: Callable[[Handler], Plugin], tmp_path: P
 async def test_live_hook_is_a_no_op_without_configuration(
     serve: Callable[[Handler], Plugin], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from activities.attribute.plugin import ENV_URL, enrich_live
+    from resurgo.attribute.plugin import ENV_URL, enrich_live
 
     monkeypatch.delenv(ENV_URL, raising=False)
     kw: dict[str, Any] = {

@@ -16,8 +16,8 @@ from sqlalchemy import inspect
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.audit.activities import AuditActivities
-from activities.audit.store import (
+from resurgo.activities.audit import AuditActivities
+from resurgo.audit.store import (
     MAX_DATA_BYTES,
     MAX_LIMIT,
     MAX_SUMMARY_BYTES,
@@ -26,7 +26,7 @@ from activities.audit.store import (
     StoredAuditEvent,
     store_url_from_env,
 )
-from workflows.contracts import AuditEvent
+from resurgo.contracts import AuditEvent
 
 try:
     from tests.mariadb import ensure_mariadb, fresh_database

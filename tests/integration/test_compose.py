@@ -22,8 +22,8 @@ import pytest
 import typer.main
 import yaml
 
-from worker.cli import app
-from worker.config import load_config
+from resurgo.cli.main import app
+from resurgo.config import load_config
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yml"
@@ -283,8 +283,8 @@ def test_api_command_is_the_agreed_one() -> None:
     assert tokens.startswith("/run/secrets/")
     mounted = {s["source"] if isinstance(s, dict) else s for s in api["secrets"]}
     assert tokens.rsplit("/", 1)[-1] in mounted
-    from api.auth import TokenRegistry
-    from worker.config import ApiSettings
+    from resurgo.api.auth import TokenRegistry
+    from resurgo.config import ApiSettings
 
     secret_file = REPO / model()["secrets"][tokens.rsplit("/", 1)[-1]]["file"]
     assert len(TokenRegistry.from_settings(ApiSettings(), str(secret_file))) >= 1

@@ -27,9 +27,9 @@ import typer.main
 from sqlalchemy.engine import make_url
 from typer.testing import CliRunner
 
-from worker.cli import app
-from worker.config import load_config
-from workflows.search_attributes import dev_server_flags
+from resurgo.cli.main import app
+from resurgo.config import load_config
+from resurgo.workflows.search_attributes import dev_server_flags
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKER = REPO / "infra" / "docker"

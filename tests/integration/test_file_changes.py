@@ -1,4 +1,4 @@
-"""Watches wake on their output file's changes (activities/detect/file_changes.py), on real
+"""Watches wake on their output file's changes (resurgo/detect/file_changes.py), on real
 files through the local runner."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import os
 import time
 from pathlib import Path
 
-from activities.detect.file_changes import FileChanges
-from activities.slurm.runner import LocalRunner
+from resurgo.detect.file_changes import FileChanges
+from resurgo.slurm.runner import LocalRunner
 
 
 async def timed_wait(changes: FileChanges, path: Path, timeout: float) -> float:

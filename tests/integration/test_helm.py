@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from worker.config import ResurgoConfig
+from resurgo.config import ResurgoConfig
 
 helm = pytest.importorskip(
     "helm_python", reason="helm-python-sdk (Helm's engine for Python) is not installed"
@@ -338,7 +338,7 @@ def test_ssh_mode_mounts_the_key_secret(rendered: dict[str, list[dict[str, Any]]
 
 
 def test_production_guide_registers_every_search_attribute() -> None:
-    from workflows.search_attributes import ALL_KEYS
+    from resurgo.workflows.search_attributes import ALL_KEYS
 
     guide = (REPO / "docs" / "production.md").read_text()
     types = {"KEYWORD": "Keyword", "INT": "Int", "BOOL": "Bool"}

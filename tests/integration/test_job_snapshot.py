@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from activities.slurm.client import SlurmClient
-from activities.slurm.runner import LocalRunner
-from activities.slurm.snapshot import JobSnapshot
+from resurgo.slurm.client import SlurmClient
+from resurgo.slurm.runner import LocalRunner
+from resurgo.slurm.snapshot import JobSnapshot
 
 pytestmark = [pytest.mark.timeout(120)]
 

@@ -23,25 +23,9 @@ import pytest
 from temporalio import activity
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
-from activities.cluster import ClusterActivities
-from activities.detect.registry import Registry
-from activities.detect.remote_tail import RemoteLogs, remote_logs
-from activities.detect.sources import (
-    LabelMapping,
-    PrometheusSource,
-    SignalsSettings,
-    TimeCursor,
-    load_cursor,
-)
-from activities.detect.sources.base import datetime_to_ns, format_rfc3339_ns
-from activities.detect.sources.prometheus import XID_METRIC
-from activities.detect.watch import WatchCheckpoint, watch_attempt
-from activities.slurm.client import SlurmClient
-from activities.slurm.runner import LocalRunner
 from infra.prometheus.harness import PrometheusStack, free_port
-from tests.fixture_http import ReplayServer, Route
-from tests.integration.test_workflow import ACTION, FakeCluster, Harness
-from workflows.contracts import (
+from resurgo.activities.controller import ClusterActivities
+from resurgo.contracts import (
     Anomaly,
     AnomalyKind,
     AttributeRequest,
@@ -55,6 +39,22 @@ from workflows.contracts import (
     WatchRequest,
     WatchResult,
 )
+from resurgo.detect.registry import Registry
+from resurgo.detect.remote_tail import RemoteLogs, remote_logs
+from resurgo.detect.watch_loop import WatchCheckpoint, watch_attempt
+from resurgo.slurm.client import SlurmClient
+from resurgo.slurm.runner import LocalRunner
+from resurgo.sources import (
+    LabelMapping,
+    PrometheusSource,
+    SignalsSettings,
+    TimeCursor,
+    load_cursor,
+)
+from resurgo.sources.base import datetime_to_ns, format_rfc3339_ns
+from resurgo.sources.prometheus import XID_METRIC
+from tests.fixture_http import ReplayServer, Route
+from tests.integration.test_workflow import ACTION, FakeCluster, Harness
 
 JOB = 4242
 SUBMIT = datetime(2026, 3, 1, 11, 0, tzinfo=UTC)

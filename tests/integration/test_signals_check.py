@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from activities.detect.sources import SignalsSettings
-from activities.detect.sources.base import format_rfc3339_ns, parse_rfc3339_ns
 from infra.prometheus.harness import PrometheusStack, free_port
+from resurgo.cli.main import app
+from resurgo.sources import SignalsSettings
+from resurgo.sources.base import format_rfc3339_ns, parse_rfc3339_ns
 from tests.fixture_http import ReplayServer, Route, fixture
 from tests.integration.test_sources import LOKI, VLOGS
-from worker.cli import app
 
 JOB_LOG = """\
 0: node1:2210:2289 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>

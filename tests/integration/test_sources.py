@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from activities.detect.sources import (
+from infra.prometheus.harness import PrometheusStack, free_port
+from resurgo.sources import (
     LabelMapping,
     LokiSource,
     PrometheusSource,
@@ -29,8 +30,7 @@ from activities.detect.sources import (
     dump_cursor,
     load_cursor,
 )
-from activities.detect.sources.prometheus import XID_METRIC
-from infra.prometheus.harness import PrometheusStack, free_port
+from resurgo.sources.prometheus import XID_METRIC
 from tests.fixture_http import Route, fixture
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

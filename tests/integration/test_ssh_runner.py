@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from activities.slurm.client import SlurmClient
-from activities.slurm.errors import CommandTimeout, SchedulerUnavailable
-from activities.slurm.ssh import SshHostKeyRejected, SshRunner, SshTarget
+from resurgo.slurm.client import SlurmClient
+from resurgo.slurm.errors import CommandTimeout, SchedulerUnavailable
+from resurgo.slurm.ssh import SshHostKeyRejected, SshRunner, SshTarget
 from tests.sshd import SshServer, running_sshd
 
 pytestmark = [pytest.mark.timeout(120)]

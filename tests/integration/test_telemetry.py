@@ -19,17 +19,17 @@ from opentelemetry.trace import StatusCode
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
-from activities.audit.activities import AuditActivities
-from activities.audit.store import AuditStore
-from activities.cluster import ClusterActivities
-from activities.slurm.errors import SchedulerUnavailable
-from activities.slurm.runner import LocalRunner
-from activities.slurm.ssh import SshRunner, SshTarget
+from resurgo.activities.audit import AuditActivities
+from resurgo.activities.controller import ClusterActivities
+from resurgo.audit.store import AuditStore
+from resurgo.config import TelemetrySettings, TemporalSettings, load_config
+from resurgo.contracts import ActionRequest, ActionStep, AuditEvent, ClusterGates, JobKey
+from resurgo.slurm.errors import SchedulerUnavailable
+from resurgo.slurm.runner import LocalRunner
+from resurgo.slurm.ssh import SshRunner, SshTarget
+from resurgo.worker import telemetry as tel
+from resurgo.workflows.client import connect
 from tests.integration.test_workflow import ACTION, NOW, FakeCluster, Harness
-from worker import telemetry as tel
-from worker.config import TelemetrySettings, TemporalSettings, load_config
-from worker.temporal_client import connect
-from workflows.contracts import ActionRequest, ActionStep, AuditEvent, ClusterGates, JobKey
 
 pytestmark = [pytest.mark.timeout(60)]
 

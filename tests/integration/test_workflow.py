@@ -20,7 +20,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
 
-from workflows.contracts import (
+from resurgo.contracts import (
     ActionRequest,
     ActionResult,
     AnomalyKind,
@@ -43,9 +43,9 @@ from workflows.contracts import (
     WatchResult,
     controller_task_queue,
 )
-from workflows.contracts import Anomaly as AnomalyModel
-from workflows.contracts import ClusterGates as Gates
-from workflows.job_recovery import JobRecoveryWorkflow
+from resurgo.contracts import Anomaly as AnomalyModel
+from resurgo.contracts import ClusterGates as Gates
+from resurgo.workflows.job_recovery import JobRecoveryWorkflow
 
 HISTORIES = Path(__file__).resolve().parent.parent / "replay" / "histories"
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

@@ -19,6 +19,9 @@ import sys
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
+from resurgo.contracts import ApprovalDecision, Directive, Mode
+from resurgo.devstack.devserver import temporal_binary
+from resurgo.workflows.search_attributes import ALL_KEYS
 from tests.integration.test_workflow import (
     ACTION,
     APPROVAL,
@@ -29,9 +32,6 @@ from tests.integration.test_workflow import (
     Harness,
     JobRecoveryWorkflow,
 )
-from worker.devserver import temporal_binary
-from workflows.contracts import ApprovalDecision, Directive, Mode
-from workflows.search_attributes import ALL_KEYS
 
 DIRECTIVES = {
     "action_recovery": ACTION,

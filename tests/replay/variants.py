@@ -10,8 +10,8 @@ from datetime import timedelta
 
 from temporalio import workflow
 
-from workflows.contracts import RecoveryInput, RecoveryOutcome
-from workflows.job_recovery import JobRecoveryWorkflow
+from resurgo.contracts import RecoveryInput, RecoveryOutcome
+from resurgo.workflows.job_recovery import JobRecoveryWorkflow
 
 
 @workflow.defn(name="JobRecoveryWorkflow")

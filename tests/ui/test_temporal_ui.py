@@ -20,12 +20,12 @@ import pytest
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from activities.audit.store import AuditStore
-from api.server import free_port
+from resurgo.api.server import free_port
+from resurgo.audit.store import AuditStore
+from resurgo.contracts import Directive, Mode
+from resurgo.devstack.devserver import start_dev_server
+from resurgo.workflows import search_attributes as sa
 from tests.integration.test_api_support import recovery_workers
-from worker.devserver import start_dev_server
-from workflows import search_attributes as sa
-from workflows.contracts import Directive, Mode
 
 pytestmark = pytest.mark.timeout(900)  # generous only for installing Chromium on a fresh machine
 

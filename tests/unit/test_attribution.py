@@ -11,14 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from activities.attribute.evidence import BundleError, load_bundle, read_lines
-from activities.attribute.metrics import findings
-from activities.attribute.offline import analyse_bundle, default_advice
-from activities.attribute.rules import attribute, fingerprint
-from activities.attribute.scheduler import owner_cancelled, parse_scheduler
-from activities.attribute.topology import learn_topology
-from activities.detect.registry import Registry
-from workflows.contracts import (
+from resurgo.attribute.bundle import BundleError, load_bundle, read_lines
+from resurgo.attribute.metrics import findings
+from resurgo.attribute.offline import analyse_bundle, default_advice
+from resurgo.attribute.rules import attribute, fingerprint
+from resurgo.attribute.scheduler import owner_cancelled, parse_scheduler
+from resurgo.attribute.topology import learn_topology
+from resurgo.contracts import (
     AdviceKind,
     Anomaly,
     AnomalyKind,
@@ -27,6 +26,7 @@ from workflows.contracts import (
     LogLine,
     NodeObservation,
 )
+from resurgo.detect.registry import Registry
 
 REGISTRY = Registry.default()
 NODES2 = ["node1", "node2"]

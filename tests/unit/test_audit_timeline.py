@@ -8,8 +8,8 @@ from typing import Any
 
 from rich.console import Console
 
-from activities.audit.store import StoredAuditEvent
-from activities.audit.timeline import format_time, render_timeline, timeline_json
+from resurgo.audit.store import StoredAuditEvent
+from resurgo.audit.timeline import format_time, render_timeline, timeline_json
 
 T0 = datetime(2025, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
 

@@ -13,14 +13,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from activities.slurm import breaker
-from activities.slurm.actions import SlurmActions
-from activities.slurm.breaker import BreakerSettings, Remediation
-from activities.slurm.client import SlurmClient
-from activities.slurm.errors import PreconditionFailed
-from activities.slurm.parsers import SQUEUE_SEP, parse_job, parse_node
-from activities.slurm.runner import CommandResult
-from workflows.contracts import ActionRequest, ActionStep, JobKey, JobObservation
+from resurgo.contracts import ActionRequest, ActionStep, JobKey, JobObservation
+from resurgo.slurm import breaker
+from resurgo.slurm.actions import SlurmActions
+from resurgo.slurm.breaker import BreakerSettings, Remediation
+from resurgo.slurm.client import SlurmClient
+from resurgo.slurm.errors import PreconditionFailed
+from resurgo.slurm.parsers import SQUEUE_SEP, parse_job, parse_node
+from resurgo.slurm.runner import CommandResult
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
 JOB = (FIXTURES / "scontrol_show_job_held_excluded.txt").read_text().splitlines()[0]

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from workflows.contracts import Mode
-from workflows.directive import parse_directive
+from resurgo.contracts import Mode
+from resurgo.policy.directive import parse_directive
 
 
 class TestParseDirective:

@@ -1,4 +1,4 @@
-"""Parsing the shared job listing (activities/slurm/snapshot.py) from captured real records."""
+"""Parsing the shared job listing (resurgo/slurm/snapshot.py) from captured real records."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from activities.slurm.parsers import parse_job
-from activities.slurm.snapshot import ListingTampered, parse_listing, parse_texts
-from workflows.contracts import JobObservation
+from resurgo.contracts import JobObservation
+from resurgo.slurm.parsers import parse_job
+from resurgo.slurm.snapshot import ListingTampered, parse_listing, parse_texts
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "slurm"
 RUNNING = (FIXTURES / "scontrol_show_job_running.txt").read_text().strip().splitlines()[0]

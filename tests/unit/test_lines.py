@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from activities.detect.lines import (
+from resurgo.detect.lines import (
     MAX_LINE_BYTES,
     decode_line,
     host_of,

@@ -7,12 +7,12 @@ import random
 from datetime import UTC, datetime
 from pathlib import Path
 
-from activities.detect.logtail import MAX_LINE_BYTES, read_new_lines, read_until_eof
-from activities.detect.progress import ProgressParser
-from activities.detect.registry import Registry
-from activities.detect.watcher import AttemptWatcher
-from activities.slurm.runner import LocalRunner
-from workflows.contracts import LogCursor
+from resurgo.contracts import LogCursor
+from resurgo.detect.attempt_state import AttemptWatcher
+from resurgo.detect.logtail import MAX_LINE_BYTES, read_new_lines, read_until_eof
+from resurgo.detect.progress import ProgressParser
+from resurgo.detect.registry import Registry
+from resurgo.slurm.runner import LocalRunner
 
 ERROR = b"1: RuntimeError: CUDA error: uncorrectable ECC error encountered\n"
 

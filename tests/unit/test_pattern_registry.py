@@ -14,18 +14,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from activities.detect.lines import decode_line
-from activities.detect.registry import (
+from resurgo.contracts import Category
+from resurgo.detect.lines import decode_line
+from resurgo.detect.registry import (
     PatternMatch,
     Registry,
     RegistryError,
     needs_folding,
     required_literals,
 )
-from workflows.contracts import Category
 
 DATA: dict[str, Any] = json.loads(
-    resources.files("activities.detect").joinpath("patterns.json").read_text("utf-8")
+    resources.files("resurgo.detect").joinpath("patterns.json").read_text("utf-8")
 )
 ENTRIES: list[dict[str, Any]] = DATA["patterns"]
 EXAMPLES = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workflows.contracts import (
+from resurgo.contracts import (
     AdviceKind,
     AnomalyKind,
     AttemptRecord,
@@ -16,7 +16,7 @@ from workflows.contracts import (
     PolicyConfig,
     RecoveryState,
 )
-from workflows.policy import (
+from resurgo.policy.decide import (
     advice_steps,
     apply_advice,
     decide,

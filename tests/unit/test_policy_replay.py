@@ -14,10 +14,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from activities.audit.store import AuditStore
-from worker.cli import app
-from worker.policy_replay import PolicyFileError, load_policy, parse_since, replay
-from workflows.contracts import (
+from resurgo.audit.store import AuditStore
+from resurgo.cli.main import app
+from resurgo.contracts import (
     AdviceKind,
     AnomalyKind,
     AttemptRecord,
@@ -29,7 +28,8 @@ from workflows.contracts import (
     PolicyConfig,
     RecoveryState,
 )
-from workflows.policy import apply_advice, decide
+from resurgo.policy.decide import apply_advice, decide
+from resurgo.policy.replay import PolicyFileError, load_policy, parse_since, replay
 
 T0 = datetime(2026, 11, 20, 8, 0, tzinfo=UTC)
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from activities.detect.progress import (
+from resurgo.detect.progress import (
     ProgressParser,
     RankTiming,
     compile_progress_pattern,

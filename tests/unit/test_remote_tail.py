@@ -10,10 +10,11 @@ from datetime import UTC, datetime
 
 import pytest
 
-from activities.attribute.live_metrics import exposition_line
-from activities.attribute.metrics import findings
-from activities.cluster import kept_training
-from activities.detect.remote_tail import (
+from resurgo.activities.controller import kept_training
+from resurgo.attribute.live_metrics import exposition_line
+from resurgo.attribute.metrics import findings
+from resurgo.contracts import Anomaly, AnomalyKind, Category, LogLine
+from resurgo.detect.remote_tail import (
     CLOCK_SLACK,
     RecentLines,
     RemoteLogs,
@@ -21,7 +22,7 @@ from activities.detect.remote_tail import (
     attribution_line,
     floor_cursor,
 )
-from activities.detect.sources import (
+from resurgo.sources import (
     FileSourceCursor,
     LabelMapping,
     LogRecord,
@@ -30,8 +31,7 @@ from activities.detect.sources import (
     TimeCursor,
     dump_cursor,
 )
-from activities.detect.sources.base import datetime_to_ns
-from workflows.contracts import Anomaly, AnomalyKind, Category, LogLine
+from resurgo.sources.base import datetime_to_ns
 
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 T0 = datetime_to_ns(START)

@@ -15,15 +15,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from activities.detect import registry as registry_module
-from activities.detect.progress import ProgressParser
-from activities.detect.registry import PatternMatch, Registry, RegistryError
-from activities.detect.scanner import ENGINE_ENV, hyperscan_available
-from activities.detect.watcher import AttemptWatcher
-from workflows.contracts import StragglerThresholds
+from resurgo.contracts import StragglerThresholds
+from resurgo.detect import registry as registry_module
+from resurgo.detect.attempt_state import AttemptWatcher
+from resurgo.detect.progress import ProgressParser
+from resurgo.detect.registry import PatternMatch, Registry, RegistryError
+from resurgo.detect.scanner import ENGINE_ENV, hyperscan_available
 
 DATA: dict[str, Any] = json.loads(
-    resources.files("activities.detect").joinpath("patterns.json").read_text("utf-8")
+    resources.files("resurgo.detect").joinpath("patterns.json").read_text("utf-8")
 )
 EXAMPLES: list[str] = [ex for e in DATA["patterns"] for ex in e["examples"]]
 NEAR_MISSES: list[str] = [nm for e in DATA["patterns"] for nm in e["near_misses"]]

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from activities.slurm.errors import ParseError
-from activities.slurm.parsers import (
+from resurgo.slurm.errors import ParseError
+from resurgo.slurm.parsers import (
     SQUEUE_SEP,
     expand_hostlist,
     parse_job,

@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from activities.detect.sources import (
+from resurgo.cli.signals_check import config_snippet, parse_label_overrides
+from resurgo.sources import (
     FileLogSource,
     FileSourceCursor,
     LabelMapping,
@@ -35,24 +36,23 @@ from activities.detect.sources import (
     propose_label,
     rank_candidates,
 )
-from activities.detect.sources.base import (
+from resurgo.sources.base import (
     LogRecord,
     datetime_to_ns,
     format_rfc3339_ns,
     ns_to_datetime,
     parse_rfc3339_ns,
 )
-from activities.detect.sources.labels import parse_stream_labels, quote_string
-from activities.detect.sources.loki import parse_query_range, parse_string_list
-from activities.detect.sources.paging import TimeEntry, paged_stream
-from activities.detect.sources.prometheus import (
+from resurgo.sources.labels import parse_stream_labels, quote_string
+from resurgo.sources.loki import parse_query_range, parse_string_list
+from resurgo.sources.paging import TimeEntry, paged_stream
+from resurgo.sources.prometheus import (
     parse_instant,
     parse_label_sets,
     parse_names,
     parse_range,
 )
-from activities.detect.sources.victorialogs import parse_query_lines, parse_values
-from worker.signals_check import config_snippet, parse_label_overrides
+from resurgo.sources.victorialogs import parse_query_lines, parse_values
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 LOKI = FIXTURES / "loki"

@@ -7,10 +7,10 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from activities.detect.progress import ProgressParser
-from activities.detect.registry import Registry
-from activities.detect.watcher import AttemptWatcher
-from workflows.contracts import AnomalyKind, StragglerThresholds
+from resurgo.contracts import AnomalyKind, StragglerThresholds
+from resurgo.detect.attempt_state import AttemptWatcher
+from resurgo.detect.progress import ProgressParser
+from resurgo.detect.registry import Registry
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 REGISTRY = Registry.load()

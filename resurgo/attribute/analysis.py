@@ -1,0 +1,224 @@
+"""One attempt's facts for attribution, and what a stage concludes from them.
+
+`Analysis` gathers everything once (the attempt's lines, who ran where, the events the pattern
+registry found, srun's verdicts, node logs, metrics, Slurm's facts); the stages in `rules`,
+`stragglers` and `liveness` read it and return a `Verdict`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from resurgo.attribute.log_events import (
+    Event,
+    JobScan,
+    scan_job,
+    scan_node_logs,
+    split_attempt,
+)
+from resurgo.attribute.metrics import Finding, findings
+from resurgo.attribute.scheduler import SchedulerFacts, owner_cancelled
+from resurgo.attribute.topology import Topology, learn_topology
+from resurgo.contracts import AnomalyKind, Category, LogLine
+from resurgo.detect.registry import Registry
+
+Kind = AnomalyKind | Literal["none"]
+RUNNING_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED"})
+# New iterations after an error that show training went on past it (a finished job's output).
+SURVIVED_ADVANCES = 2
+_TOTAL = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|")
+_KILL_REASON = re.compile(r"CANCELLED AT \S+ DUE TO (?P<why>[A-Z][A-Z ]+?)(?:,| \*\*\*)")
+
+
+def fingerprint(category: Category, key: str) -> str:
+    digest = hashlib.sha256(f"{category.value}|{key}".encode()).hexdigest()[:12]
+    return f"{category.value}:{digest}"
+
+
+@dataclass
+class Verdict:
+    """What a stage concluded (turned into an Attribution at the end)."""
+
+    category: Category
+    key: str
+    summary: str
+    confidence: float
+    culprits: list[str] = field(default_factory=list)
+    ranks: list[int] = field(default_factory=list)
+    gpus: list[str] = field(default_factory=list)
+    evidence: list[LogLine] = field(default_factory=list)
+    kind: Kind | None = None
+    outcome: str | None = None
+
+
+class Analysis:
+    """All facts about one attempt, gathered once; the stages read them."""
+
+    def __init__(
+        self,
+        registry: Registry,
+        lines: list[LogLine],
+        facts: SchedulerFacts,
+        node_list: list[str],
+        node_logs: Mapping[str, list[LogLine]],
+        metrics: list[LogLine],
+    ) -> None:
+        self.registry = registry
+        self.facts = facts
+        job = facts.job
+        self.job = job
+        self.node_list = list(node_list) or (list(job.node_list) if job else [])
+        restarts = job.restarts if job is not None else None
+        self.lines = split_attempt(lines, restarts)
+        self.topo: Topology = learn_topology(
+            self.lines,
+            self.node_list,
+            num_tasks=facts.num_tasks,
+            aliases=facts.host_aliases(),
+        )
+        self.scan: JobScan = scan_job(registry, self.lines, self.topo)
+        boot = {n: t for n in facts.node_fields if (t := facts.boot_time(n)) is not None}
+        window = (job.start_time, job.end_time) if job is not None else (None, None)
+        self.node_events = scan_node_logs(
+            registry, node_logs, self.topo.hosts, window=window, boot=boot
+        )
+        self.metric_findings = [
+            Finding(h, f.category, f.severity, f.what, f.line, f.gpu)
+            for f in findings(metrics)
+            if (h := self.topo.hosts.canonical(f.host)) is not None
+        ]
+        self.state = job.state if job is not None else None
+        self.events = self.scan.events
+        self.kill_order = self._kill_order()
+        self.offline = False
+
+    def forget_survived(self) -> None:
+        """Errors training went on past were handled, not the job's failure: those before the
+        last advance when Slurm says the job still runs; otherwise those followed by at least
+        SURVIVED_ADVANCES new iterations (one more progress line can be output buffered
+        before a peer's fatal error). Hardware errors stay (a degraded GPU or link can still
+        be why it stalls or dies later)."""
+        advances = self.scan.advances
+        if not advances:
+            return
+        if self.state in RUNNING_STATES:
+            self.events = [e for e in self.events if e.hardware or e.order > advances[-1]]
+            return
+        if len(advances) < SURVIVED_ADVANCES:
+            return
+        cut = advances[-SURVIVED_ADVANCES]
+        self.events = [e for e in self.events if e.hardware or e.order > cut]
+
+    # ------------------------------------------------------------------ facts
+    @property
+    def running(self) -> bool:
+        if self.state is not None:
+            return self.state in RUNNING_STATES or self.state == "PENDING"
+        return not self.scan.ended and self._completion() is None
+
+    @property
+    def terminal(self) -> bool:
+        return self.state is not None and not self.running
+
+    def _completion(self) -> LogLine | None:
+        if self.scan.completed_line is not None:
+            return self.scan.completed_line
+        for entry in reversed(self.lines[-50:]):
+            m = _TOTAL.search(entry.text)
+            if m:
+                return entry if int(m.group(1)) >= int(m.group(2)) > 0 else None
+        return None
+
+    def completed(self) -> bool:
+        job = self.job
+        if job is not None and job.state not in RUNNING_STATES:
+            return job.state == "COMPLETED" and job.exit_code == 0 and job.exit_signal == 0
+        failing = [x for x in self.scan.exit_order if x.status != "exit" or x.code]
+        if failing or (self.scan.srun_rc not in (None, 0)):
+            return False
+        fatal = [e for e in self.events if e.root and e.match.severity == "fatal"]
+        done = self._completion()
+        if done is None:
+            return self.scan.srun_rc == 0 and not fatal
+        return not [e for e in fatal if e.order > self.lines.index(done)]
+
+    def _kill_order(self) -> int | None:
+        """Where the scheduler started killing the job (time limit, preemption, cancel)."""
+        for e in self.events:
+            if e.match.id in (
+                "slurm_cancelled_time_limit",
+                "slurm_cancelled_preemption",
+                "slurm_cancelled_other",
+                "slurm_job_cancelled",
+            ):
+                return e.order
+        return None
+
+    def actors(self) -> set[str]:
+        out = set(self.topo.actors())
+        out |= {e.actor for e in self.events if e.actor}
+        out |= set(self.scan.exits)
+        world = self.topo.world_size()
+        if world and out and all(a.startswith("t") for a in out):
+            out |= {f"t{i}" for i in range(world)}
+        return out
+
+    def node_of_actor(self, actor: str) -> str | None:
+        if actor in self.scan.exits and self.scan.exits[actor].node:
+            return self.scan.exits[actor].node
+        if actor.startswith("h"):
+            return self.topo.hosts.canonical(actor[1:])
+        number = int(actor[1:])
+        if actor.startswith("t"):
+            return self.topo.node_of(number, None)
+        return self.topo.node_of(None, number)
+
+    def first_events(self) -> dict[str, Event]:
+        first: dict[str, Event] = {}
+        for e in self.events:
+            if e.actor is not None and e.serious and (e.root or e.cascade):
+                first.setdefault(e.actor, e)
+        return first
+
+    def victims(self) -> set[str]:
+        """Actors whose first error is a cascade: they reacted to somebody else's failure."""
+        return {a for a, e in self.first_events().items() if e.cascade}
+
+    def in_job(self, node: str | None) -> bool:
+        return node is not None and (not self.node_list or node in self.node_list)
+
+    def scheduler_outcome(self) -> str | None:
+        why = None
+        for e in self.events:
+            if m := _KILL_REASON.search(e.line.text):
+                reason = m.group("why").strip()
+                if reason != "JOB REQUEUE":
+                    why = reason
+        state = self.state or ""
+        if state == "TIMEOUT" or why == "TIME LIMIT":
+            return "timeout"
+        if state == "PREEMPTED" or why == "PREEMPTION":
+            return "preempted"
+        if state in ("NODE_FAIL", "BOOT_FAIL") or (why or "").startswith("NODE FAIL"):
+            return "node_fail"
+        if state == "DEADLINE":
+            return "timeout"
+        cancelled = state == "CANCELLED" or (
+            not state and any(e.match.id == "slurm_job_cancelled" for e in self.events)
+        )
+        if cancelled:
+            return "admin_cancelled" if owner_cancelled(self.facts) is False else "owner_cancelled"
+        return None
+
+
+def actor_node(a: Analysis, actor: str | None) -> str | None:
+    return a.node_of_actor(actor) if actor else None
+
+
+def event_node(a: Analysis, e: Event) -> str | None:
+    """Where an event happened: its own host, else its rank's or task's node."""
+    return e.node or actor_node(a, e.actor)

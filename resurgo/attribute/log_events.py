@@ -1,0 +1,574 @@
+"""From raw lines to attributable events: who said what, on which node, in which order.
+
+`scan_job` walks the job's output once: every registry match becomes an `Event` tagged with its
+actor (srun task, else rank), node and position; srun's per-task verdicts become `TaskExit`s;
+Python tracebacks are followed per actor so an error raised while saving a checkpoint is known
+as such; the torchelastic `Root Cause` block and progress/completion markers are recorded.
+`scan_node_logs` does the same for node-side files (kernel logs, journal, slurmd), per host.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from resurgo.attribute.bundle import line_time
+from resurgo.attribute.node_patterns import node_registry
+from resurgo.attribute.topology import (
+    SRUN_TASK,
+    HostMap,
+    Topology,
+    expand_tasks,
+    split_host_prefix,
+)
+from resurgo.contracts import AnomalyKind, Category, LogLine
+from resurgo.detect.attempt_state import is_checkpoint_failure
+from resurgo.detect.lines import parse_nccl_prefix, strip_prefixes
+from resurgo.detect.progress import ProgressParser, parse_rank_timing, timing_fields
+from resurgo.detect.registry import PatternMatch, Registry
+
+# Registry roots that are facts about the scheduler, handled from Slurm's own state.
+SCHEDULER_IDS = frozenset(
+    {
+        "slurm_cancelled_time_limit",
+        "slurm_cancelled_node_failure",
+        "slurm_cancelled_preemption",
+        "slurm_cancelled_other",
+        "slurm_job_cancelled",
+        "srun_node_failure",
+        "srun_task_signal",  # re-derived from the srun task line itself
+    }
+)
+# Cascades that are Slurm/launcher teardown notices, not a rank's own failure.
+TEARDOWN_IDS = frozenset(
+    {
+        "slurm_step_cancelled",
+        "srun_job_step_aborted",
+        "torchelastic_signal_exception",
+        "torchelastic_closing_signal",
+    }
+)
+# Lines that say the launcher saw the job's processes end.
+ENDED_IDS = frozenset(
+    {"torchelastic_child_failed", "torchelastic_worker_failed", "torchelastic_root_cause_header"}
+)
+# Application errors that reproduce wherever the job runs (a retry cannot help).
+DETERMINISTIC_APP = frozenset(
+    {
+        "python_app_exception",
+        "application_shape_mismatch",
+        "nccl_invalid_usage",
+        "cuda_invalid_device",
+        "cuda_device_side_assert",
+    }
+)
+# System-software failures that live on one node (driver, device, mount, image, launch).
+NODE_LOCAL_SYSTEM = frozenset(
+    {
+        "cuda_driver_insufficient",
+        "cuda_device_busy",
+        "cuda_system_not_ready",
+        "illegal_instruction",
+        "container_start_failed",
+        "slurm_task_launch_failed",
+        "slurm_prolog_failed",
+        "fs_stale_handle",
+        "fs_read_only",
+        "dataloader_shm_bus_error",
+        "nfs_not_responding",
+        "lustre_error",
+        "kernel_hung_task",
+        "kernel_soft_lockup",
+        # Both sides of a version mismatch report it; _version_drift names the odd node.
+        "nccl_version_mismatch",
+        # A port held on the rendezvous host (a leftover process): the next attempt should
+        # rendezvous elsewhere.
+        "address_in_use",
+    }
+)
+_FRAME = re.compile(r'^\s*File "(?P<path>[^"]{1,500})", line \d+, in (?P<func>[\w<>.]+)')
+_LIBRARY_PATH = re.compile(
+    r"/(?:site|dist)-packages/|/lib/python\d[\d.]*/|^<frozen |^<string>$|/usr/lib/"
+)
+_TRACEBACK = re.compile(r"\bTraceback \(most recent call last\):")
+_EXC_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?(?P<name>[A-Za-z_]\w*(?:Error|Exception))(?::|$)")
+_STEP_TERMINATING = re.compile(
+    r"srun: (?:launch/slurm: _step_signal: Terminating StepId|Job step aborted|"
+    r"forcing job termination|Force Terminated)|\*\*\* (?:STEP|JOB) \S+ ON \S+ CANCELLED AT"
+)
+_COMPLETED = re.compile(
+    r"(?i)\btraining (?:is )?(?:complete|completed|finished|done)\b|\bfinished training\b|"
+    r"^Training time \d+:\d\d:\d\d$|"  # torchvision's reference scripts
+    r"\bsrun exited rc=0\b|\b(?:exit(?:ed)?|return) (?:code|status)[=: ]+0\b.{0,20}$|"
+    # Lightning/NeMo `Trainer.fit` stopped: `max_epochs=16` reached.`; "reached max_steps=N";
+    # Megatron's "[after training is done]".
+    r"`?Trainer\.fit`? stopped\b|\bmax_(?:steps|epochs|iters?)`?\s*=\s*\d+`? reached\b|"
+    r"\breached max_(?:steps|epochs|iters?)\b|\[after training is done\]"
+)
+_SRUN_EXIT_RC = re.compile(r"\bsrun(?: exited)? rc=(?P<rc>\d+)")
+_RESTART = re.compile(r"\b(?:restart|restarts|restart_count|SLURM_RESTART_COUNT)[=: ]+(?P<n>\d+)\b")
+_REQUEUE = re.compile(r"CANCELLED AT \S+ DUE TO JOB REQUEUE")
+_RESUMED = re.compile(
+    r"(?i)(?:resum\w*|loaded checkpoint|restor\w*)\b.{0,80}?\b(?:iteration|iter|step)[\s=:]+(\d+)"
+)
+_NORMALISE = re.compile(
+    r"0x[0-9a-fA-F]+|\b\d+(?:\.\d+)*\b|(?:/[\w.@+-]+)+/?|\[[\w.:]+\]:\d+|<\d+>|"
+    r"\b[0-9a-fA-F]{8}-[0-9a-fA-F-]{27,}\b"
+)
+STALE_AFTER = timedelta(hours=6)
+_SAVE_FUNC = re.compile(r"(?i)save|persist|serialize|dump_state")
+# `"rank": 2`, `rank=2`, `[rank 2/4 host=...]`, `rank 2 of 4`.
+_RANK_FIELD = re.compile(r"\brank\"?\s*(?:[=:]\s*\"?|\s+)(\d{1,6})\b")
+_TIMER_SUMMARY = re.compile(
+    r"\b(?:median|med|avg|mean)[\s=:]+(?P<med>\d+(?:\.\d+)?)\s*(?P<med_unit>ms|s)\b.{0,80}?"
+    r"\bmax[\s=:]+(?P<max>\d+(?:\.\d+)?)\s*(?P<max_unit>ms|s)?\s*"
+    r"\((?:global )?rank[\s=:]+(?P<rank>\d+)(?:\s+on\s+(?P<host>[A-Za-z][\w.-]*))?\)",
+    re.IGNORECASE,
+)
+_CORRECTED = re.compile(r"(?i)(?<!un)corrected\b")
+
+
+@dataclass
+class Event:
+    line: LogLine
+    order: int
+    origin: str  # "job" | "node" | "metrics" | "scheduler"
+    actor: str | None
+    task: int | None
+    rank: int | None
+    node: str | None
+    match: PatternMatch
+    message: str
+    key: str
+    in_save: bool = False
+    when: datetime | None = None
+
+    @property
+    def category(self) -> Category:
+        return self.match.category
+
+    @property
+    def hardware(self) -> bool:
+        return self.match.category.value.startswith("hardware")
+
+    @property
+    def root(self) -> bool:
+        return self.match.role == "root" and self.match.id not in SCHEDULER_IDS
+
+    @property
+    def cascade(self) -> bool:
+        return self.match.role == "cascade" and self.match.id not in TEARDOWN_IDS
+
+    @property
+    def serious(self) -> bool:
+        return self.match.severity in ("fatal", "error")
+
+    @property
+    def checkpoint_save(self) -> bool:
+        return (
+            self.in_save
+            or is_checkpoint_failure(self.match.id)
+            or "checkpoint_save" in self.match.tags
+        )
+
+
+@dataclass
+class TaskExit:
+    actor: str
+    task: int
+    node: str | None
+    status: str  # "exit" | "signal" | "killed" | "terminated" | "oom"
+    code: int | None
+    what: str
+    line: LogLine
+    order: int
+    after_termination: bool
+
+
+@dataclass
+class ElasticFailure:
+    rank: int | None
+    node: str | None
+    exitcode: int | None
+    line: LogLine
+    order: int
+    root: bool
+    when: datetime | None = None
+    """The block's `time` field: with one agent per node, each names its own first failure."""
+
+
+@dataclass
+class JobScan:
+    events: list[Event] = field(default_factory=list)
+    exits: dict[str, TaskExit] = field(default_factory=dict)
+    exit_order: list[TaskExit] = field(default_factory=list)
+    elastic: list[ElasticFailure] = field(default_factory=list)
+    terminated_at: int | None = None
+    """Order of the first line showing srun/Slurm tearing the step down."""
+    first_iteration: int | None = None
+    max_iteration: int | None = None
+    resumed_from: int | None = None
+    completed_line: LogLine | None = None
+    srun_rc: int | None = None
+    ended: bool = False
+    """The output shows the step ended (srun verdicts, rc line, teardown)."""
+    timings: dict[int, list[tuple[int, float, str]]] = field(default_factory=dict)
+    """rank → [(step, ms, node)] from per-rank timing lines."""
+    field_times: dict[str, dict[int, list[tuple[int, float, str]]]] = field(default_factory=dict)
+    """Per time field (`step_time_s`, `data_time`, `dt`...): rank → [(step, ms, node)], from
+    lines in any other format (used where `timings` has none)."""
+    slowest: list[tuple[str | None, int, float, LogLine]] = field(default_factory=list)
+    """Cross-rank timer summaries: (node, slowest rank, its time over the median, line)."""
+    advances: list[int] = field(default_factory=list)
+    """Orders of the lines that took training to a new iteration."""
+    progress_times: list[datetime] = field(default_factory=list)
+    """Wall-clock times progress lines carry, in order (naive, as printed)."""
+
+
+def normalise(text: str, hosts: Iterable[str] = ()) -> str:
+    """Message text without numbers, paths, addresses or host names (for comparison)."""
+    out = text
+    nccl = parse_nccl_prefix(out)
+    if nccl is not None:
+        out = nccl.rest
+    for host in sorted(set(hosts), key=len, reverse=True):
+        if host:
+            out = out.replace(host, "<node>")
+    return _NORMALISE.sub("#", out).strip()[:240]
+
+
+def actor_of(task: int | None, rank: int | None, host: str | None = None) -> str | None:
+    if task is not None:
+        return f"t{task}"
+    if rank is not None:
+        return f"r{rank}"
+    if host is not None:
+        return f"h{host}"
+    return None
+
+
+def split_attempt(lines: list[LogLine], restarts: int | None) -> list[LogLine]:
+    """The lines of the last attempt when one output file holds several (append mode)."""
+    start = 0
+    for index, entry in enumerate(lines):
+        if _REQUEUE.search(entry.text):
+            start = index + 1
+    marks = [(i, int(m.group("n"))) for i, e in enumerate(lines) if (m := _RESTART.search(e.text))]
+    if marks:
+        target = restarts if restarts is not None else max(n for _, n in marks)
+        if target > 0:
+            firsts = [i for i, n in marks if n == target]
+            if firsts:
+                start = max(start, firsts[0])
+    return lines[start:] if start else lines
+
+
+def scan_job(registry: Registry, lines: list[LogLine], topo: Topology) -> JobScan:
+    scan = JobScan()
+    hosts = list(topo.hosts.nodes)
+    progress = ProgressParser()
+    in_traceback: dict[str | None, bool] = {}
+    save_frames: dict[str | None, bool] = {}
+    code_next: dict[str | None, bool] = {}
+    innermost: dict[str | None, str] = {}
+    elastic_section: str | None = None
+    elastic_fields: dict[str, str] = {}
+    elastic_line: LogLine | None = None
+    for order, entry in enumerate(lines):
+        prefix_host, text = split_host_prefix(entry.text, topo.host_prefixes)
+        pre = strip_prefixes(text)
+        task, rank, body = pre.task, pre.rank, pre.body
+        if task is None and rank is not None and topo.rank_is_task:
+            task = rank
+        actor = actor_of(task, rank, prefix_host)
+        # srun's verdict on tasks
+        if "srun: error" in body and (m := SRUN_TASK.search(body)):
+            scan.ended = True
+            _task_exit(scan, m, entry, order, topo)
+            continue
+        if ("srun:" in body or "CANCELLED" in body) and _STEP_TERMINATING.search(body):
+            scan.ended = True
+            if scan.terminated_at is None:
+                scan.terminated_at = order
+        if "rc=" in body and (m := _SRUN_EXIT_RC.search(body)):
+            scan.ended = True
+            scan.srun_rc = int(m.group("rc"))
+        iteration = progress.parse(text)
+        if iteration is not None:
+            if scan.first_iteration is None:
+                scan.first_iteration = iteration
+            if scan.max_iteration is None or iteration > scan.max_iteration:
+                scan.advances.append(order)
+            scan.max_iteration = max(scan.max_iteration or -1, iteration)
+            if (at := line_time(body.lstrip())) is not None:
+                scan.progress_times.append(at)
+        maybe_resumed = "esum" in body or "estor" in body or "oaded" in body
+        if scan.resumed_from is None and maybe_resumed and (r := _RESUMED.search(body)):
+            scan.resumed_from = int(r.group(1))
+        if "rank" in body and (slow := _slowest_rank(body, topo)) is not None:
+            scan.slowest.append((*slow, entry))
+        if "step_time_ms" in text and (timing := parse_rank_timing(text)):
+            where = topo.hosts.canonical(timing.node) or timing.node
+            scan.timings.setdefault(timing.rank, []).append((timing.step, timing.ms, where))
+        elif ("time" in body or "t_" in body or "ms" in body or "dt" in body) and (
+            fields := timing_fields(body)
+        ):
+            # Any per-rank times (`1: iter 40 | step_time 0.52s data_time 0.3s`, JSON lines
+            # with a "rank" key): ranks that each report their own make stragglers visible
+            # whatever the trainer's format.
+            said = _said_rank(body) if rank is None and task is None else None
+            who = rank if rank is not None else task if task is not None else said
+            on = topo.node_of(task, rank if rank is not None else said) if who is not None else None
+            if who is not None and on is not None:
+                for key, ms in fields.items():
+                    samples = scan.field_times.setdefault(key, {}).setdefault(who, [])
+                    samples.append((iteration if iteration is not None else len(samples), ms, on))
+        if iteration is None and _COMPLETED.search(body):
+            scan.completed_line = entry
+        # tracebacks, per actor
+        if "Traceback" in body and _TRACEBACK.search(body):
+            in_traceback[actor] = True
+            save_frames[actor] = False
+            innermost[actor] = ""
+        elif in_traceback.get(actor) and (frame := _FRAME.match(body)):
+            if _SAVE_FUNC.search(frame.group("func")) or "/checkpoint" in frame.group("path"):
+                save_frames[actor] = True
+            innermost[actor] = frame.group("path")
+            code_next[actor] = True
+            continue
+        elif code_next.get(actor) and body[:1].isspace():
+            continue  # the source line a traceback frame shows is code, not an error message
+        code_next[actor] = False
+        # torchelastic blocks
+        if "Root Cause (first observed failure)" in body:
+            elastic_section, elastic_fields, elastic_line = "root", {}, entry
+        elif "Failures:" in body and re.match(r"^\s*Failures:\s*$", body):
+            elastic_section, elastic_fields, elastic_line = "other", {}, entry
+        elif elastic_section is not None:
+            if fm := re.match(
+                r"^\s*(time|host|rank|exitcode|error_file|traceback)\s*:\s*(.*)$", body
+            ):
+                elastic_fields[fm.group(1)] = fm.group(2).strip()
+                if fm.group(1) == "traceback":
+                    _elastic_failure(scan, elastic_fields, elastic_section, elastic_line or entry,
+                                     order, topo)  # fmt: skip
+                    elastic_fields = {}
+                    if fm.group(2).startswith("Signal "):
+                        # The agent's summary of a child's death (kept as an ElasticFailure,
+                        # with its time): not that child's own crash report.
+                        continue
+            elif re.match(r"^\s*=+\s*$", body) and elastic_fields:
+                _elastic_failure(scan, elastic_fields, elastic_section, elastic_line or entry,
+                                 order, topo)  # fmt: skip
+                elastic_fields = {}
+        known = registry.scan(text)
+        ended = any(m.id in ENDED_IDS for m in known)
+        if ended:
+            scan.ended = True
+        matches = [m for m in known if m.role in ("root", "cascade")]
+        exception_line = bool(_EXC_LINE.match(body)) and not body.startswith(" ")
+        if not matches and not ended and exception_line and in_traceback.get(actor):
+            # An exception no entry knows (a launcher's ChildFailedError reporting on its
+            # children is not a failure of its own).
+            matches = [_generic_exception(body, user_code=_users_code(innermost.get(actor)))]
+        if matches:
+            node = _line_node(text, task, rank, topo)
+            if node is None and prefix_host is not None:
+                node = topo.hosts.canonical(prefix_host)
+            for match in matches:
+                if _CORRECTED.search(body) and match.category.value.startswith("hardware"):
+                    continue
+                scan.events.append(
+                    Event(
+                        line=entry,
+                        order=order,
+                        origin="job",
+                        actor=actor,
+                        task=task,
+                        rank=rank,
+                        node=node,
+                        match=match,
+                        message=body.strip()[:300],
+                        key=f"{match.id}|{normalise(body, hosts)}",
+                        in_save=bool(save_frames.get(actor)) and bool(in_traceback.get(actor)),
+                    )
+                )
+        if exception_line:
+            in_traceback[actor] = False
+    if elastic_section is not None and elastic_fields and elastic_line is not None:
+        _elastic_failure(scan, elastic_fields, elastic_section, elastic_line, len(lines), topo)
+    return scan
+
+
+def _said_rank(body: str) -> int | None:
+    m = _RANK_FIELD.search(body)
+    return int(m.group(1)) if m else None
+
+
+def _slowest_rank(body: str, topo: Topology) -> tuple[str | None, int, float] | None:
+    """A timer summary across ranks: `median 0.92s max 1.68s (rank 34 on gpu-x05)`."""
+    m = _TIMER_SUMMARY.search(body)
+    if m is None:
+        return None
+    median = _seconds(m["med"], m["med_unit"])
+    slowest = _seconds(m["max"], m["max_unit"] or m["med_unit"])
+    if median <= 0:
+        return None
+    rank = int(m["rank"])
+    node = topo.hosts.canonical(m["host"]) if m["host"] else topo.node_of(None, rank)
+    return node, rank, slowest / median
+
+
+def _seconds(value: str, unit: str | None) -> float:
+    return float(value) / 1000.0 if unit == "ms" else float(value)
+
+
+def _users_code(path: str | None) -> bool:
+    """The frame that raised is the job's own code, not an installed library or Python's."""
+    return bool(path) and not _LIBRARY_PATH.search(path or "")
+
+
+def _generic_exception(body: str, *, user_code: bool = False) -> PatternMatch:
+    """An exception no registry entry knows, ending a traceback: a weak root, the
+    application's when the job's own code raised it, else of unknown cause."""
+    return PatternMatch.model_construct(
+        id="python_user_exception" if user_code else "python_exception",
+        kind=AnomalyKind.CRASH,
+        category=Category.APPLICATION if user_code else Category.UNKNOWN,
+        role="root",
+        severity="error",
+        span=(0, len(body)),
+        groups={},
+        tags=(),
+    )
+
+
+def _line_node(text: str, task: int | None, rank: int | None, topo: Topology) -> str | None:
+    nccl = parse_nccl_prefix(text)
+    if nccl is not None:
+        node = topo.hosts.canonical(nccl.host)
+        if node:
+            return node
+    m = re.search(r"\bslurmstepd-(?P<node>[\w.-]+):", text)
+    if m:
+        node = topo.hosts.canonical(m.group("node"))
+        if node:
+            return node
+    return topo.node_of(task, rank)
+
+
+def _task_exit(scan: JobScan, m: re.Match[str], entry: LogLine, order: int, topo: Topology) -> None:
+    what = m.group("what").strip()
+    node = topo.hosts.canonical(m.group("node")) or m.group("node")
+    code: int | None = None
+    if ec := re.match(r"Exited with exit code (\d+)", what):
+        code = int(ec.group(1))
+        status = "exit"
+        if code in (137, 143):  # killed by SIGKILL / SIGTERM inside a shell
+            status = "killed" if code == 137 else "terminated"
+        elif code > 128:
+            status = "signal"
+    elif what.startswith("Terminated"):
+        status = "terminated"
+    elif what.startswith("Killed"):
+        status = "killed"
+    elif re.match(r"(?i)out of memory|oom", what):
+        status = "oom"
+    else:
+        status = "signal"
+    after = scan.terminated_at is not None and order > scan.terminated_at
+    for task in expand_tasks(m.group("tasks")):
+        actor = f"t{task}"
+        item = TaskExit(actor, task, node, status, code, what, entry, order, after)
+        scan.exit_order.append(item)
+        scan.exits.setdefault(actor, item)
+
+
+def _elastic_failure(
+    scan: JobScan,
+    fields: dict[str, str],
+    section: str,
+    entry: LogLine,
+    order: int,
+    topo: Topology,
+) -> None:
+    rank_m = re.match(r"(\d+)", fields.get("rank", ""))
+    code_m = re.match(r"(-?\d+)", fields.get("exitcode", ""))
+    try:
+        when = datetime.strptime(fields.get("time", ""), "%Y-%m-%d_%H:%M:%S")
+    except ValueError:
+        when = None
+    scan.elastic.append(
+        ElasticFailure(
+            rank=int(rank_m.group(1)) if rank_m else None,
+            node=topo.hosts.canonical(fields.get("host")),
+            exitcode=int(code_m.group(1)) if code_m else None,
+            line=entry,
+            order=order,
+            root=section == "root",
+            when=when,
+        )
+    )
+
+
+def scan_node_logs(
+    registry: Registry,
+    node_logs: Mapping[str, list[LogLine]],
+    hosts: HostMap,
+    *,
+    window: tuple[datetime | None, datetime | None] = (None, None),
+    boot: Mapping[str, datetime] | None = None,
+) -> list[Event]:
+    """Root events from node-side files, attributed to the node the file belongs to.
+
+    Lines clearly older than the job (more than `STALE_AFTER` before it started, within the same
+    couple of months) are left out; lines without a usable timestamp are kept.
+    """
+    start, _end = window
+    out: list[Event] = []
+    base = 1_000_000
+    for index, (host, lines) in enumerate(sorted(node_logs.items())):
+        node = hosts.canonical(host)
+        if node is None:
+            continue
+        year = start.year if start else None
+        for entry in lines:
+            found = registry.scan(entry.text)
+            if not any(m.role == "root" for m in found):
+                found += node_registry().scan(entry.text)
+            matches = [m for m in found if m.role in ("root", "cascade")]
+            if not matches:
+                continue
+            when = line_time(entry.text, year=year, boot=(boot or {}).get(node))
+            if when is not None and start is not None:
+                s = start.replace(tzinfo=None)
+                if STALE_AFTER < s - when < timedelta(days=60):
+                    continue  # from well before this job started (an old, unrelated fault)
+            if _CORRECTED.search(entry.text):
+                continue
+            body = strip_prefixes(entry.text).body
+            for match in matches:
+                out.append(
+                    Event(
+                        line=entry,
+                        order=base * (index + 1) + entry.line_no,
+                        origin="node",
+                        actor=None,
+                        task=None,
+                        rank=None,
+                        node=node,
+                        match=match,
+                        message=body.strip()[:300],
+                        key=f"{match.id}|{normalise(body, [host, node])}",
+                        when=when,
+                    )
+                )
+    return out
+
+
+def kind_of(events: Iterable[Event]) -> AnomalyKind:
+    """Hang if the decisive events are timeouts, else crash."""
+    kinds = {e.match.kind for e in events}
+    return AnomalyKind.HANG if kinds == {AnomalyKind.HANG} else AnomalyKind.CRASH

@@ -1,0 +1,138 @@
+"""GPU/node metrics (Prometheus text exposition) as attribution evidence.
+
+Recognised series (DCGM exporter and node_exporter names): XID errors, volatile double-bit ECC,
+row-remap failures, uncorrectable NVLink errors, clock-throttle reasons, SM clocks and
+temperatures, InfiniBand port state. Each sample is attributed to a host through its `Hostname`,
+`hostname`, `host`, `node`, `nodename` or `instance` label. Findings are facts about one host:
+`fatal` ones name it as a culprit, `degraded` ones explain a straggler.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+
+from resurgo.contracts import Category, LogLine
+
+_SAMPLE = re.compile(
+    r"^(?P<name>[A-Za-z_:][\w:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)(?:\s+\d+)?\s*$"
+)
+_LABEL = re.compile(r'(?P<key>[A-Za-z_]\w*)\s*=\s*"(?P<value>(?:[^"\\]|\\.)*)"')
+HOST_LABELS = ("Hostname", "hostname", "host", "node", "nodename", "instance", "exported_instance")
+
+# Xids that mean the GPU (not the program) failed; see the failure taxonomy, B.19.
+FATAL_XIDS = frozenset({48, 61, 62, 64, 74, 79, 94, 95, 119, 120, 140, *range(144, 151)})
+# Clock-throttle reason bits that mean hardware trouble (HW slowdown, thermal, power brake).
+_THROTTLE_BITS = 0x8 | 0x20 | 0x40 | 0x80
+
+
+@dataclass(frozen=True)
+class Sample:
+    name: str
+    labels: dict[str, str]
+    value: float
+    line: LogLine
+
+    @property
+    def host(self) -> str | None:
+        for key in HOST_LABELS:
+            value = self.labels.get(key)
+            if value:
+                if key in ("instance", "exported_instance"):
+                    value = re.sub(r":\d+$", "", value)
+                return value
+        return None
+
+    @property
+    def gpu(self) -> str | None:
+        gpu = self.labels.get("gpu") or self.labels.get("GPU_I_ID")
+        return f"gpu{gpu}" if gpu is not None and gpu.isdigit() else gpu
+
+
+@dataclass(frozen=True)
+class Finding:
+    host: str
+    category: Category
+    severity: str  # "fatal" | "degraded"
+    what: str
+    line: LogLine
+    gpu: str | None = None
+
+
+def parse_samples(lines: list[LogLine]) -> list[Sample]:
+    out: list[Sample] = []
+    for entry in lines:
+        text = entry.text.strip()
+        if not text or text.startswith("#"):
+            continue
+        m = _SAMPLE.match(text)
+        if m is None:
+            continue
+        try:
+            value = float(m.group("value"))
+        except ValueError:
+            continue
+        if math.isnan(value):
+            continue
+        labels = {lm.group("key"): lm.group("value") for lm in _LABEL.finditer(m["labels"] or "")}
+        out.append(Sample(m.group("name"), labels, value, entry))
+    return out
+
+
+def findings(lines: list[LogLine]) -> list[Finding]:
+    """Host-level facts from the samples (the latest sample per series decides)."""
+    samples = parse_samples(lines)
+    latest: dict[tuple[str, tuple[tuple[str, str], ...]], Sample] = {}
+    peak: dict[tuple[str, tuple[tuple[str, str], ...]], Sample] = {}
+    for s in samples:
+        key = (s.name, tuple(sorted(s.labels.items())))
+        latest[key] = s
+        if key not in peak or s.value > peak[key].value:
+            peak[key] = s
+    out: list[Finding] = []
+    clocks: dict[str, list[float]] = defaultdict(list)
+    clock_line: dict[str, Sample] = {}
+    for key, s in latest.items():
+        host = s.host
+        if host is None:
+            continue
+        name = s.name.upper()
+        top = peak[key]
+        if name.endswith("XID_ERRORS") and top.value > 0:
+            xid = int(top.value)
+            if xid in FATAL_XIDS:
+                out.append(Finding(host, Category.HARDWARE_GPU, "fatal", f"Xid {xid}", top.line,
+                                   s.gpu))  # fmt: skip
+        elif (
+            re.search(r"ECC_DBE_VOL|ROW_REMAP_FAILURE|UNCORRECTABLE_REMAPPED_ROWS", name)
+            or ("NVLINK" in name and "UNCORRECT" in name)
+            or name.endswith("NVLINK_RECOVERY_ERROR")
+        ):
+            if top.value > 0:
+                out.append(Finding(host, Category.HARDWARE_GPU, "fatal", s.name, top.line, s.gpu))
+        elif name.endswith(("CLOCK_THROTTLE_REASONS", "CLOCKS_EVENT_REASONS")):
+            if int(top.value) & _THROTTLE_BITS:
+                out.append(
+                    Finding(host, Category.HARDWARE_GPU, "degraded", "clock throttled", top.line,
+                            s.gpu)
+                )  # fmt: skip
+        elif name.endswith("GPU_TEMP") and top.value >= 90:
+            out.append(Finding(host, Category.HARDWARE_GPU, "degraded", "GPU temperature",
+                               top.line, s.gpu))  # fmt: skip
+        elif name.endswith("SM_CLOCK"):
+            clocks[host].append(s.value)
+            clock_line.setdefault(host, s)
+        elif name in ("NODE_INFINIBAND_STATE_ID", "INFINIBAND_PORT_STATE") and s.value != 4:
+            out.append(Finding(host, Category.HARDWARE_NETWORK, "fatal", "IB port not ACTIVE",
+                               s.line))  # fmt: skip
+    if len(clocks) >= 2:
+        per_host = {h: sum(v) / len(v) for h, v in clocks.items()}
+        ordered = sorted(per_host.values())
+        median = ordered[len(ordered) // 2]
+        for host, value in per_host.items():
+            if median > 0 and value < 0.75 * median:
+                out.append(Finding(host, Category.HARDWARE_GPU, "degraded", "low SM clock",
+                                   clock_line[host].line))  # fmt: skip
+    return out

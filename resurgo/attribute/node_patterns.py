@@ -1,0 +1,128 @@
+"""Node-side signatures the job-log registry does not carry (BMC event logs, EDAC, APEI, link
+state), in the registry's own format so they are validated the same way (examples must match,
+near misses must not). Used only on node-side files (`sel_`, `dmesg_`, `journal_`, ...).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from resurgo.detect.registry import Registry
+
+_ENTRIES: list[dict[str, Any]] = [
+    {
+        "id": "sel_uncorrectable",
+        "regex": (
+            r"(?i)\|\s*(?:Memory|Processor|Critical Interrupt|Power Supply|Power Unit|System "
+            r"Event|Add-in Card|Drive Slot[^|]*)(?:\s+#0x[0-9a-f]+)?\s*\|\s*(?:Uncorrectable ECC"
+            r"|Uncorrectable machine check exception|IERR|Thermal Trip|Bus (?:Fatal|Uncorrectable)"
+            r" Error|PCI SERR|Failure detected|Power Supply AC lost|Drive Fault)[^|]*"
+            r"(?:\|\s*Asserted)"
+        ),
+        "kind": "crash",
+        "category": "hardware_host",
+        "role": "root",
+        "severity": "fatal",
+        "description": "IPMI SEL: an uncorrectable hardware event was asserted by the BMC",
+        "examples": [
+            "   1 | 11/20/2026 | 08:12:01 | Memory #0x87 | Uncorrectable ECC | Asserted",
+            "  2c | 11/20/2026 | 08:12:03 | Critical Interrupt #0x19 | Bus Fatal Error | Asserted",
+            "  31 | 11/20/2026 | 09:01:44 | Processor #0x04 | IERR | Asserted",
+        ],
+        "near_misses": [
+            "   1 | 11/20/2026 | 08:12:01 | Memory #0x87 | Correctable ECC | Asserted",
+            "   2 | 11/20/2026 | 08:12:09 | Memory #0x87 | Uncorrectable ECC | Deasserted",
+        ],
+    },
+    {
+        "id": "edac_uncorrected",
+        "regex": r"\bEDAC \w+: \d+ UE\b|\bEDAC\b.{0,80}\bUncorrected error\b",
+        "kind": "crash",
+        "category": "hardware_host",
+        "role": "root",
+        "severity": "fatal",
+        "description": "EDAC reports an uncorrected memory error",
+        "examples": [
+            "EDAC MC0: 1 UE memory read error on CPU_SrcID#0_Ha#0_Chan#1_DIMM#0",
+            "EDAC skx MC1: HANDLING MCE MEMORY ERROR ... Uncorrected error",
+        ],
+        "near_misses": ["EDAC MC0: 1 CE memory read error on CPU_SrcID#0_Ha#0_Chan#1_DIMM#0"],
+    },
+    {
+        "id": "apei_fatal",
+        "regex": r"\[Hardware Error\]: (?:event severity: fatal|.{0,80}\bUncorrected\b)",
+        "kind": "crash",
+        "category": "hardware_host",
+        "role": "root",
+        "severity": "fatal",
+        "description": "APEI/GHES: a fatal or uncorrected platform hardware error",
+        "examples": ["{1}[Hardware Error]: event severity: fatal"],
+        "near_misses": ["{1}[Hardware Error]: event severity: corrected"],
+    },
+    {
+        "id": "link_down_upper",
+        "regex": (
+            r"(?i)\bmlx5_core\b.{0,100}?\blink down\b|\bPort:? \d+ Link DOWN\b"
+            r"|\bPort module event\b.{0,60}\bCable unplugged\b|\bib\d+: (?:link (?:is )?down|"
+            r"lost carrier)\b"
+        ),
+        "kind": "crash",
+        "category": "hardware_network",
+        "role": "root",
+        "severity": "error",
+        "description": "a NIC/HCA port went down on the host",
+        "examples": [
+            "mlx5_core 0000:4b:00.0 mlx5_2: Port: 1 Link DOWN",
+            "mlx5_core 0000:4b:00.0: mlx5_port_module_event:1158:(pid 0): Port module event: "
+            "module 0, Cable unplugged",
+        ],
+        "near_misses": ["mlx5_core 0000:4b:00.0 mlx5_2: Port: 1 Link ACTIVE"],
+    },
+    {
+        "id": "gpu_lost",
+        "regex": r"(?i)\bGPU is lost\b|\bGPU requires reset\b|\bfallen off the bus\b",
+        "kind": "crash",
+        "category": "hardware_gpu",
+        "role": "root",
+        "severity": "fatal",
+        "description": "nvidia-smi/NVML: the GPU is lost or needs a reset",
+        "examples": [
+            "Unable to determine the device handle for GPU0000:3B:00.0: GPU is lost.",
+            "GPU 00000000:3B:00.0: GPU requires reset",
+        ],
+    },
+    {
+        "id": "node_health_check_failed",
+        # NHC names its checks: check_hw_* are the hardware; any other check_* (file
+        # systems, processes, daemons such as nv-hostengine) is software.
+        "regex": r"(?i)\bhealth check failed:\s+(?=\S)(?!check_(?!hw_))",
+        "kind": "crash",
+        "category": "hardware_host",
+        "role": "root",
+        "severity": "error",
+        "description": "the node health check (NHC / HealthCheckProgram) failed a hardware check",
+        "examples": [
+            "ERROR:  nhc:  Health check failed:  check_hw_ib:  No IB port mlx5_0:1 ACTIVE"
+        ],
+    },
+    {
+        "id": "node_health_check_software",
+        "regex": r"(?i)\bhealth check failed:\s+check_(?!hw_)\w+",
+        "kind": "crash",
+        "category": "system_software",
+        "role": "root",
+        "severity": "error",
+        "description": "the node health check failed a software check (mount, process, daemon)",
+        "examples": [
+            "nhc[91]: Health check failed:  check_dcgm_hostengine:  nv-hostengine not responding"
+        ],
+    },
+]
+
+
+@functools.lru_cache(maxsize=1)
+def node_registry() -> Registry:
+    return Registry.from_data(
+        {"version": 1, "patterns": _ENTRIES}, source="resurgo.attribute/node_patterns"
+    )

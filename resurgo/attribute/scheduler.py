@@ -1,0 +1,351 @@
+"""Slurm facts for attribution: job and node records, sacct/sinfo rows, slurmctld lines.
+
+Accepts whatever an operator pasted into `scheduler.txt` (or what the controller observed):
+`scontrol show job`/`node` records in one-line (`-o`) or multi-line form, `sacct` tables
+(fixed-width or `-P`), `sinfo -R` (default or `%N|%t|%H|%E`), slurmctld log lines. Unknown lines
+are kept as text for the pattern registry. Pure; never raises on any input.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from resurgo.contracts import JobObservation, LogLine, NodeObservation
+from resurgo.slurm.errors import ParseError
+from resurgo.slurm.parsers import (
+    expand_hostlist,
+    parse_duration,
+    parse_job,
+    parse_node,
+    parse_time,
+    split_record,
+)
+
+# Node states that mean the node itself failed (as opposed to an operator's drain).
+FAILED_NODE_STATES = ("DOWN", "FAIL", "NOT_RESPONDING", "NO_RESPOND", "POWERED_DOWN", "REBOOT")
+
+_CTLD_NODE_FAILED = re.compile(
+    r"(?:\bNodes? (?P<a>[\w.\[\],-]+) not responding\b(?!.*\bnow responding)"
+    r"|\bfailure of node (?P<b>[\w.-]+)"
+    r"|\bon failed node (?P<c>[\w.-]+)"
+    r"|\bsrun: error: Node failure on (?P<d>[\w.\[\],-]+)"
+    r"|\bnode (?P<e>[\w.-]+) (?:set to|is) DOWN\b"
+    r"|\bsetting node (?P<f>[\w.-]+) DOWN\b)",
+    re.IGNORECASE,
+)
+_CANCELLED_BY = re.compile(r"\bCANCELLED(?:\+)? by (?P<who>\w+)")
+_KILL_RPC = re.compile(r"\bREQUEST_KILL_JOB(?:\S*)? JobId=(?P<job>\d+) uid (?P<uid>\d+)")
+# squeue's table, default or `-o` with the usual headers in any order (JOBID first).
+_SQUEUE_HEADER = re.compile(r"^JOBID\s.*\b(?:ST|STATE)\b.*\bTIME\b")
+# `date -Is` / `date` printed next to the records: when they were taken.
+_DATE_LINE = re.compile(
+    r"^(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?$"
+)
+_SQUEUE_STATES = {"R": "RUNNING", "PD": "PENDING", "CG": "COMPLETING", "S": "SUSPENDED"}
+_NAMED_UID = re.compile(
+    r"\bUserId=(?P<n1>[\w.-]+)\((?P<u1>\d+)\)|\buid=(?P<u2>\d+)\((?P<n2>[\w.-]+)\)"
+)
+_UID = re.compile(r"^(?P<name>[^(]*)\((?P<uid>\d+)\)$")
+
+
+@dataclass
+class SinfoReason:
+    node: str
+    state: str
+    reason: str
+
+
+@dataclass
+class SchedulerFacts:
+    """What the scheduler said about the job and its nodes."""
+
+    job: JobObservation | None = None
+    job_fields: dict[str, str] = field(default_factory=dict)
+    nodes: dict[str, NodeObservation] = field(default_factory=dict)
+    node_fields: dict[str, dict[str, str]] = field(default_factory=dict)
+    reasons: list[SinfoReason] = field(default_factory=list)
+    failed_nodes: dict[str, LogLine] = field(default_factory=dict)
+    """Nodes slurmctld/srun reported failed or not responding, with the line saying so."""
+    cancelled_by: str | None = None
+    elapsed: str | None = None
+    """squeue's TIME or sacct's Elapsed for the job, as printed."""
+    lines: list[LogLine] = field(default_factory=list)
+
+    @property
+    def num_tasks(self) -> int | None:
+        value = self.job_fields.get("NumTasks", "")
+        return int(value) if value.isdigit() and int(value) > 0 else None
+
+    @property
+    def owner(self) -> tuple[str, str]:
+        """(user name, uid) of the job's owner, as far as known."""
+        raw = self.job_fields.get("UserId", "")
+        m = _UID.match(raw)
+        if m:
+            return m.group("name"), m.group("uid")
+        if raw:
+            # A name alone (sacct's User): its uid where the pasted text says it
+            # (`UserId=alice(1001)` in a partial record, `uid=1001(alice)` from `id`).
+            for entry in self.lines:
+                u = _NAMED_UID.search(entry.text) if raw in entry.text else None
+                if u is not None and raw in (u.group("n1"), u.group("n2")):
+                    return raw, u.group("u1") or u.group("u2")
+        return raw, ""
+
+    def boot_time(self, node: str) -> datetime | None:
+        return parse_time(self.node_fields.get(node, {}).get("BootTime"))
+
+    def run_time(self) -> timedelta | None:
+        """How long the job had run when the scheduler was asked (scontrol RunTime, squeue TIME,
+        sacct Elapsed)."""
+        return parse_duration(self.job_fields.get("RunTime") or self.elapsed or "")
+
+    def observed_at(self) -> datetime | None:
+        """When the scheduler's record was taken: a `date` printed with it, else StartTime +
+        RunTime, where both are known."""
+        stamps = [m["iso"] for e in self.lines if (m := _DATE_LINE.match(e.text.strip()))]
+        if stamps:
+            return datetime.fromisoformat(stamps[-1])
+        start = self.job.start_time if self.job is not None else None
+        run = self.run_time()
+        if start is None or run is None:
+            return None
+        return start.replace(tzinfo=None) + run
+
+    def host_aliases(self) -> dict[str, str]:
+        """NodeHostName/NodeAddr → NodeName, where that mapping is unambiguous."""
+        seen: dict[str, set[str]] = {}
+        for name, fields in self.node_fields.items():
+            for key in ("NodeHostName", "NodeAddr"):
+                value = fields.get(key, "")
+                if value and value != name:
+                    seen.setdefault(value, set()).add(name)
+        return {alias: next(iter(names)) for alias, names in seen.items() if len(names) == 1}
+
+
+def _records(lines: list[LogLine]) -> list[tuple[str, LogLine]]:
+    """Join multi-line `scontrol show` records; every other line stays on its own."""
+    out: list[tuple[str, LogLine]] = []
+    current: list[str] = []
+    first: LogLine | None = None
+    for entry in lines:
+        text = entry.text
+        stripped = text.strip()
+        starts = stripped.startswith(("JobId=", "NodeName="))
+        if starts:
+            if current and first is not None:
+                out.append((" ".join(current), first))
+            current, first = [stripped], entry
+            continue
+        if current and text[:1].isspace() and "=" in stripped:
+            current.append(stripped)
+            continue
+        if current and first is not None:
+            out.append((" ".join(current), first))
+            current, first = [], None
+        out.append((text, entry))
+    if current and first is not None:
+        out.append((" ".join(current), first))
+    return out
+
+
+def _sacct(text: str, header: list[str] | None) -> dict[str, str] | None:
+    if header is None:
+        return None
+    cells = text.split("|") if "|" in text else text.split()
+    if len(cells) < 2:
+        return None
+    row: dict[str, str] = {}
+    if "|" in text:
+        row = {h: c.strip() for h, c in zip(header, cells, strict=False)}
+    else:
+        # Fixed width: match by position only for the columns we need (JobID first).
+        row["JobID"] = cells[0]
+        # Columns left of State line up with the header (State may read "CANCELLED by 0").
+        if "User" in header and "State" in header and header.index("User") < header.index("State"):
+            at = header.index("User")
+            row["User"] = cells[at] if at < len(cells) else ""
+        joined = " ".join(cells)
+        m = re.search(
+            r"\b(COMPLETED|FAILED|CANCELLED(?: by \w+)?|TIMEOUT|NODE_FAIL|PREEMPTED|"
+            r"OUT_OF_ME\w*|BOOT_FAIL|DEADLINE|RUNNING|PENDING)\+?",
+            joined,
+        )
+        if m:
+            row["State"] = m.group(0).rstrip("+")
+        # `code:signal`, never part of a time (Elapsed `01:34:12` holds `01:34` too).
+        ec = re.findall(r"(?<![\d:-])(\d+:\d+)(?![\d:])", joined)
+        codes = [h for h in header if h in ("ExitCode", "DerivedExitCode")]
+        at = codes.index("ExitCode") if "ExitCode" in codes else 0
+        if len(ec) > at:
+            row["ExitCode"] = ec[at]
+        nodes = re.search(r"\b([A-Za-z][\w-]*(?:\[[\d,-]+\])?(?:,[A-Za-z][\w-]*)*)\s*$", joined)
+        if nodes and "NodeList" in header and nodes.group(1) not in ("None", "assigned"):
+            row["NodeList"] = nodes.group(1)
+    return row
+
+
+def _squeue_row(facts: SchedulerFacts, row: dict[str, str]) -> None:
+    """squeue's default table: the job's state and how long it has run."""
+    if row.get("TIME"):
+        facts.elapsed = row["TIME"]
+    state = _SQUEUE_STATES.get(row.get("ST", ""), row.get("STATE", ""))
+    if facts.job is None and state in _SQUEUE_STATES.values():
+        try:
+            nodes = expand_hostlist(row.get("NODELIST(REASON)", "").strip("()"))
+        except ParseError:
+            nodes = []
+        facts.job = JobObservation(
+            job_id=int(row["JOBID"].split("_")[0]),
+            state=state,
+            node_list=nodes if state != "PENDING" else [],
+            user=row.get("USER", ""),
+        )
+        facts.job_fields = {"JobId": row["JOBID"], "JobState": facts.job.state}
+
+
+def parse_scheduler(lines: list[LogLine]) -> SchedulerFacts:
+    """Parse the scheduler's text (scheduler.txt or observed records) into facts."""
+    facts = SchedulerFacts(lines=list(lines))
+    sacct_header: list[str] | None = None
+    sacct_rows: list[dict[str, str]] = []
+    sinfo_header = False
+    squeue_header: list[str] | None = None
+    for text, entry in _records(lines):
+        stripped = text.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        if stripped.startswith("JobId="):
+            try:
+                job = parse_job(stripped)
+            except (ParseError, ValueError):
+                continue
+            fields = split_record(stripped)
+            # The batch job (not a step or an array element) wins; the last record is freshest.
+            if facts.job is None or job.job_id == facts.job.job_id or "." not in fields["JobId"]:
+                facts.job, facts.job_fields = job, fields
+            continue
+        if stripped.startswith("NodeName="):
+            try:
+                node = parse_node(stripped)
+            except (ParseError, ValueError):
+                continue
+            facts.nodes[node.name] = node
+            facts.node_fields[node.name] = split_record(stripped)
+            continue
+        if re.match(r"^JobID\b", stripped):
+            sacct_header = [h.strip() for h in re.split(r"\||\s+", stripped) if h.strip()]
+            continue
+        if re.match(r"^-{4,}", stripped):
+            continue
+        if re.match(r"^REASON\s+USER\s+TIMESTAMP\s+NODELIST", stripped):
+            sinfo_header = True
+            continue
+        if _SQUEUE_HEADER.match(stripped):
+            squeue_header = stripped.split()
+            continue
+        if squeue_header is not None and re.match(r"^\d+(?:_\d+)?\s", stripped):
+            _squeue_row(facts, dict(zip(squeue_header, stripped.split(), strict=False)))
+            continue
+        if sacct_header is not None and re.match(r"^\d+(?:[._+]\w+)?(?:\s|\|)", stripped):
+            row = _sacct(stripped, sacct_header)
+            if row:
+                sacct_rows.append(row)
+            continue
+        parts = stripped.split("|")
+        if len(parts) == 4 and re.fullmatch(r"[A-Za-z][\w.\[\],-]*", parts[0]):
+            # sinfo -R -o '%N|%t|%H|%E'
+            _add_reasons(facts, parts[0], parts[1], parts[3])
+            continue
+        if sinfo_header:
+            m = re.match(
+                r"^(?P<reason>.+?)\s{2,}(?P<user>\S+)\s+(?P<ts>\S+)\s+(?P<nodes>\S+)$", text
+            )
+            if m:
+                _add_reasons(facts, m.group("nodes"), "", m.group("reason"))
+                continue
+        if m := _CANCELLED_BY.search(stripped):
+            facts.cancelled_by = m.group("who")
+        if m := _KILL_RPC.search(stripped):
+            job_id = facts.job.job_id if facts.job else None
+            if job_id is None or int(m.group("job")) == job_id:
+                facts.cancelled_by = m.group("uid")
+        for m in _CTLD_NODE_FAILED.finditer(stripped):
+            expr = next(g for g in m.groups() if g)
+            try:
+                names = expand_hostlist(expr.rstrip(",."))
+            except ParseError:
+                names = [expr]
+            for name in names:
+                facts.failed_nodes.setdefault(name, entry)
+    if facts.job is None and sacct_rows:
+        facts.job, facts.job_fields = _job_from_sacct(sacct_rows)
+    if sacct_rows and facts.cancelled_by is None:
+        for row in sacct_rows:
+            if m := _CANCELLED_BY.search(row.get("State", "")):
+                facts.cancelled_by = m.group("who")
+    return facts
+
+
+def _add_reasons(facts: SchedulerFacts, nodes: str, state: str, reason: str) -> None:
+    try:
+        names = expand_hostlist(nodes)
+    except ParseError:
+        names = [nodes]
+    for name in names:
+        facts.reasons.append(SinfoReason(name, state.strip(), reason.strip()))
+
+
+def _job_from_sacct(rows: list[dict[str, str]]) -> tuple[JobObservation | None, dict[str, str]]:
+    main = next((r for r in rows if r.get("JobID", "").isdigit()), rows[0])
+    state_text = main.get("State", "")
+    state = state_text.split()[0].rstrip("+") if state_text else "UNKNOWN"
+    if state.startswith("OUT_OF_ME"):
+        state = "OUT_OF_MEMORY"
+    code, _, sig = main.get("ExitCode", "0:0").partition(":")
+    try:
+        nodes = expand_hostlist(main.get("NodeList", ""))
+    except ParseError:
+        nodes = []
+    job_id = re.match(r"\d+", main.get("JobID", "0"))
+    try:
+        obs = JobObservation(
+            job_id=int(job_id.group()) if job_id else 0,
+            state=state,
+            exit_code=int(code) if code.isdigit() else 0,
+            exit_signal=int(sig) if sig.isdigit() else 0,
+            node_list=nodes,
+            user=main.get("User", ""),
+        )
+    except ValueError:
+        return None, {}
+    fields = {"JobId": str(obs.job_id), "JobState": state}
+    if "User" in main:
+        fields["UserId"] = main["User"]
+    return obs, fields
+
+
+def node_failed(node: NodeObservation) -> bool:
+    state = node.state.upper()
+    return any(s in state for s in FAILED_NODE_STATES) or state.endswith("*")
+
+
+def owner_cancelled(facts: SchedulerFacts) -> bool | None:
+    """True: cancelled by its owner; False: by someone else (an admin); None: unknown."""
+    who = facts.cancelled_by
+    if who is None:
+        return None
+    name, uid = facts.owner
+    if who in (name, uid) and who:
+        return True
+    if who in ("0", "root"):
+        # Root cancelling a job that is not root's own (or whose owner is unknown) is an
+        # operator. (On the test cluster jobs run as root: their owner is known.)
+        return False
+    if not name and not uid:
+        return None
+    if (who.isdigit() and not uid) or (not who.isdigit() and not name):
+        return None  # a uid against a name (or the reverse): cannot tell
+    return False

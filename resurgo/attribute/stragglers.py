@@ -1,0 +1,124 @@
+"""Stragglers: one node's ranks persistently slower than the rest.
+
+Read from per-rank timings in any format the scan recognised (the demo's `step_time_ms`, other
+per-rank time fields, cross-rank timer summaries), straggler reports, degraded GPU metrics and
+node-side throttling messages.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+
+from resurgo.attribute.analysis import Analysis, Verdict
+from resurgo.contracts import AnomalyKind, Category, LogLine
+from resurgo.detect.lines import strip_prefixes
+
+STRAGGLER_RATIO = 1.5
+STRAGGLER_WINDOW = 10
+STRAGGLER_MIN_MS = 10.0  # below this, per-rank differences are timer noise
+
+
+Samples = dict[int, list[tuple[int, float, str]]]
+
+
+def _slow_ranks(samples: Samples) -> tuple[list[int], dict[int, str], float]:
+    """Ranks whose recent median is STRAGGLER_RATIO x the others' (a minority), their nodes,
+    and how far behind the slowest one is."""
+    per_rank: dict[int, list[float]] = {}
+    node_of: dict[int, str] = {}
+    for rank, taken in samples.items():
+        recent = sorted(taken)[-STRAGGLER_WINDOW * 2 :]
+        if len(recent) >= 3:
+            per_rank[rank] = [ms for _, ms, _ in recent]
+            node_of[rank] = recent[-1][2]
+    slow: list[int] = []
+    worst = 0.0
+    if len(per_rank) >= 2:
+        medians = {r: statistics.median(v) for r, v in per_rank.items()}
+        for rank, value in medians.items():
+            baseline = statistics.median([m for r, m in medians.items() if r != rank])
+            if value >= STRAGGLER_RATIO * baseline and value - baseline >= STRAGGLER_MIN_MS:
+                slow.append(rank)
+                worst = max(worst, value / baseline if baseline > 0 else float("inf"))
+        if len(slow) * 2 > len(per_rank):
+            slow = []
+    return slow, node_of, worst
+
+
+def stragglers(a: Analysis, *, timings_only: bool = False) -> Verdict | None:
+    # The demo's per-rank compute times; else whichever per-rank time field (step, data,
+    # forward...) singles ranks out the most: in a synchronous job every rank's whole step
+    # takes as long as the slowest one's, so only a part of it can show who is slow.
+    slow, node_of, _ = _slow_ranks(a.scan.timings)
+    if not a.scan.timings:
+        found = [_slow_ranks(by_rank) for by_rank in a.scan.field_times.values()]
+        slow, node_of, _ = max(found, key=lambda f: (bool(f[0]), f[2]), default=([], {}, 0.0))
+    summary_nodes, summary_lines = _slow_in_summaries(a)
+    if timings_only and not slow and not summary_nodes:
+        return None
+    report = [e for e in a.events if e.match.id == "straggler_report"]
+    degraded = [f for f in a.metric_findings if f.severity == "degraded" and a.in_job(f.host)]
+    warn = [
+        e for e in a.node_events
+        if e.match.kind == AnomalyKind.STRAGGLER and e.root and a.in_job(e.node)
+    ]  # fmt: skip
+    if not slow and not report and not degraded and not warn and not summary_nodes:
+        return None
+    nodes = {node_of[r] for r in slow if node_of.get(r)} | summary_nodes
+    for e in report:
+        named = {n for n in a.node_list if re.search(rf"\b{re.escape(n)}\b", e.line.text)}
+        if not named:
+            # NVRx: "Calculated score (rank, score): [(5, 0.61)]", or "rank 5" / "Rank 5".
+            pairs = re.findall(r"\((\d+),\s*[01]?\.\d+\)|\b[Rr]ank[ =:]+(\d+)\b", e.line.text)
+            for pair in pairs:
+                rank = int(pair[0] or pair[1])
+                node = a.topo.node_of(rank, rank)
+                if node is not None:
+                    named.add(node)
+                    slow.append(rank)
+        nodes |= named
+    if not nodes:
+        nodes = {f.host for f in degraded} | {e.node for e in warn if e.node}
+    culprits = sorted(n for n in nodes if a.in_job(n))
+    explained = [f for f in degraded if f.host in culprits]
+    explained_logs = [e for e in warn if e.node in culprits]
+    category = Category.UNKNOWN
+    confidence = 0.6
+    evidence: list[LogLine] = []
+    if explained:
+        category, confidence = explained[0].category, 0.8
+        evidence += [f.line for f in explained]
+    elif explained_logs:
+        category, confidence = explained_logs[0].category, 0.75
+        evidence += [e.line for e in explained_logs]
+    for rank in slow:
+        evidence += [e for e in a.lines if "time" in e.text and _said_by(e.text, rank)][-2:]
+    evidence += [e.line for e in report] + summary_lines
+    where = ", ".join(culprits) or "unknown nodes"
+    slow = sorted(set(slow))
+    which = f" (rank{'s' if len(slow) > 1 else ''} {', '.join(map(str, slow))})" if slow else ""
+    return Verdict(
+        category, "straggler", f"straggler on {where}{which}", confidence,
+        culprits=culprits, ranks=sorted(slow), evidence=evidence, kind=AnomalyKind.STRAGGLER,
+    )  # fmt: skip
+
+
+def _said_by(text: str, rank: int) -> bool:
+    pre = strip_prefixes(text)
+    return rank in (pre.rank, pre.task)
+
+
+def _slow_in_summaries(a: Analysis) -> tuple[set[str], list[LogLine]]:
+    """The node cross-rank timer summaries keep naming as the slowest, far behind the median.
+
+    One slow report is noise (a checkpoint, a GC pause); the same node slowest by
+    STRAGGLER_RATIO in most of the last reports, at least three times, is a straggler.
+    """
+    recent = a.scan.slowest[-STRAGGLER_WINDOW:]
+    slow = [(node, line) for node, _, ratio, line in recent if ratio >= STRAGGLER_RATIO and node]
+    counts: dict[str, int] = {}
+    for node, _ in slow:
+        counts[node] = counts.get(node, 0) + 1
+    nodes = {n for n, c in counts.items() if c >= 3 and c * 2 > len(recent)}
+    return nodes, [line for node, line in slow if node in nodes][-2:]

@@ -1,0 +1,609 @@
+"""Append-only audit store: embedded SQLite by default, MySQL/MariaDB in production.
+
+Appending never loses and never duplicates an event: `event_id` is unique in the table, a batch is
+written in one transaction with a dialect-specific insert-or-ignore, and `append` returns how many
+events were new. Every field is validated against the column limits *before* anything is written,
+so MySQL's `INSERT IGNORE` can never silently truncate a value (and a warning check after each
+statement turns any downgraded error into a rollback).
+
+Datetimes are stored as naive UTC and returned as aware UTC. Rows get an autoincrement `id`, which
+is the pagination cursor of `query(after_id=...)`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+from pydantic_core import PydanticSerializationError
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    DateTime,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    TypeDecorator,
+    event,
+    func,
+    insert,
+    select,
+)
+from sqlalchemy.dialects import mysql as mysql_dialect
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import Connection, Dialect, Engine, RowMapping, create_engine, make_url
+from sqlalchemy.engine.interfaces import DBAPIConnection
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+from sqlalchemy.pool import ConnectionPoolEntry, StaticPool
+from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.types import TypeEngine
+
+from resurgo.contracts import AuditEvent
+
+__all__ = [
+    "DEFAULT_LIMIT",
+    "MAX_DATA_BYTES",
+    "MAX_LIMIT",
+    "MAX_SUMMARY_BYTES",
+    "AuditStore",
+    "AuditStoreUnavailable",
+    "JobSummary",
+    "StoredAuditEvent",
+    "audit_events",
+    "store_url_from_env",
+]
+
+ENV_URL = "RESURGO_AUDIT_URL"
+ENV_HOME = "RESURGO_HOME"
+
+DEFAULT_LIMIT = 100
+MAX_LIMIT = 1000
+MAX_JOBS_LIMIT = 10_000
+
+# Column limits, enforced identically on every backend.
+EVENT_ID_LEN = 255
+CLUSTER_LEN = 128
+WORKFLOW_ID_LEN = 255
+TYPE_LEN = 64
+PRODUCER_LEN = 64
+MAX_SUMMARY_BYTES = 65_535  # MySQL TEXT
+MAX_DATA_BYTES = 1024 * 1024  # serialized JSON; stored as MEDIUMTEXT on MySQL
+_INT32 = (-(2**31), 2**31 - 1)
+_INT64 = (-(2**63), 2**63 - 1)
+_MIN_YEAR = 1000  # MySQL DATETIME lower bound
+
+# Batches are split so one statement stays far below MySQL's max_allowed_packet.
+_CHUNK_ROWS = 500
+_CHUNK_BYTES = 4 * 1024 * 1024
+
+# Transient lock conflicts are retried inside append(); anything else surfaces at once.
+_LOCK_RETRIES = 5
+_MYSQL_LOCK_ERRORS = frozenset({1205, 1213})  # lock wait timeout, deadlock
+
+
+class AuditStoreUnavailable(Exception):
+    """The audit database cannot be reached or used right now; retrying later may succeed."""
+
+
+class StoredAuditEvent(AuditEvent):
+    """An audit event as stored: the event plus its row id (the pagination cursor)."""
+
+    id: int
+
+
+class JobSummary(BaseModel):
+    """One job (cluster, Slurm job id, workflow id) as seen through its audit events."""
+
+    model_config = ConfigDict(frozen=True)
+
+    cluster: str
+    job_id: int
+    workflow_id: str
+    first_at: datetime
+    last_at: datetime
+    last_type: str
+    events: int
+
+
+class _ExactString(TypeDecorator[str]):
+    """VARCHAR that compares byte-exact on MySQL (binary, no-pad collation), plain elsewhere.
+
+    With MySQL's default collations 'A' equals 'a' and 'x' equals 'x ', which would make the unique
+    `event_id` swallow distinct events and the filters disagree with SQLite.
+    """
+
+    impl = String
+    cache_ok = True
+
+    def __init__(self, length: int) -> None:
+        super().__init__(length)
+        self.length = length
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name in ("mysql", "mariadb"):
+            collation = _mysql_exact_collation(dialect)
+            return dialect.type_descriptor(
+                mysql_dialect.VARCHAR(self.length, charset="utf8mb4", collation=collation)
+            )
+        return dialect.type_descriptor(String(self.length))
+
+
+def _mysql_exact_collation(dialect: Dialect) -> str:
+    version = dialect.server_version_info or ()
+    if getattr(dialect, "is_mariadb", False):
+        return "utf8mb4_nopad_bin" if version >= (10, 2) else "utf8mb4_bin"
+    return "utf8mb4_0900_bin" if version >= (8, 0, 17) else "utf8mb4_bin"
+
+
+_metadata = MetaData()
+
+audit_events = Table(
+    "audit_events",
+    _metadata,
+    Column(
+        "id",
+        BigInteger().with_variant(Integer(), "sqlite"),
+        primary_key=True,
+        autoincrement=True,
+    ),
+    Column("event_id", _ExactString(EVENT_ID_LEN), nullable=False, unique=True),
+    Column("cluster", _ExactString(CLUSTER_LEN), nullable=False, index=True),
+    Column("job_id", BigInteger(), nullable=False, index=True),
+    Column("workflow_id", _ExactString(WORKFLOW_ID_LEN), nullable=False, index=True),
+    Column("attempt", Integer(), nullable=True),
+    Column("type", _ExactString(TYPE_LEN), nullable=False, index=True),
+    Column("producer", _ExactString(PRODUCER_LEN), nullable=False),
+    Column(
+        "at",
+        DateTime().with_variant(mysql_dialect.DATETIME(fsp=6), "mysql", "mariadb"),
+        nullable=False,
+        index=True,
+    ),
+    Column("summary", Text(), nullable=False),
+    Column(
+        "data",
+        Text().with_variant(mysql_dialect.MEDIUMTEXT(), "mysql", "mariadb"),
+        nullable=False,
+    ),
+    Index("ix_audit_events_cluster_job_id_id", "cluster", "job_id", "id"),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+    mysql_collate="utf8mb4_bin",
+)
+
+
+def store_url_from_env(environ: Mapping[str, str] | None = None) -> str:
+    """`RESURGO_AUDIT_URL`, else `sqlite:///<RESURGO_HOME or ~/.resurgo>/audit.db`."""
+    env = os.environ if environ is None else environ
+    url = env.get(ENV_URL, "").strip()
+    if url:
+        return url
+    home = env.get(ENV_HOME, "").strip() or "~/.resurgo"
+    path = Path(home).expanduser().resolve() / "audit.db"
+    return f"sqlite:///{path}"
+
+
+class AuditStore:
+    """Audit events in SQLite (`sqlite:///path.db`) or MySQL (`mysql+pymysql://u:p@h:3306/db`).
+
+    Thread-safe; all methods block (call them from a thread in async code). The schema is created
+    on first use, or explicitly with `create_schema()`.
+    """
+
+    def __init__(self, url: str) -> None:
+        self._url = make_url(url)
+        self._safe_url = self._url.render_as_string(hide_password=True)
+        backend = self._url.get_backend_name()
+        self._schema_lock = threading.Lock()
+        self._schema_ready = False
+        if backend == "sqlite":
+            self._dialect: Literal["sqlite", "mysql"] = "sqlite"
+            self._engine = self._sqlite_engine()
+        elif backend in ("mysql", "mariadb"):
+            self._dialect = "mysql"
+            self._engine = create_engine(
+                self._url,
+                pool_pre_ping=True,
+                pool_recycle=3600,
+                pool_timeout=10,
+                connect_args={
+                    "charset": "utf8mb4",
+                    "connect_timeout": 5,
+                    "read_timeout": 60,
+                    "write_timeout": 60,
+                },
+            )
+        else:
+            raise ValueError(
+                f"unsupported audit store URL {self._safe_url!r}: "
+                "use sqlite:///path.db or mysql+pymysql://user:pass@host:3306/db"
+            )
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def url(self) -> str:
+        """The store URL with the password masked."""
+        return self._safe_url
+
+    @property
+    def engine(self) -> Engine:
+        return self._engine
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    def __enter__(self) -> AuditStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def create_schema(self) -> None:
+        """Create the table and its indexes if missing; safe to call any number of times."""
+        with self._unavailable_on_error():
+            try:
+                _metadata.create_all(self._engine, checkfirst=True)
+            except (OperationalError, DBAPIError):
+                # Another process may have created it between the check and the CREATE.
+                _metadata.create_all(self._engine, checkfirst=True)
+        with self._schema_lock:
+            self._schema_ready = True
+
+    # ------------------------------------------------------------------ writes
+
+    def append(self, events: Sequence[AuditEvent]) -> int:
+        """Store events whose `event_id` is new; return how many were new.
+
+        Raises `ValueError` (nothing from the batch stored) if any event does not fit the columns,
+        and `AuditStoreUnavailable` if the database cannot be used.
+        """
+        rows = [_row_from_event(e) for e in events]
+        if not rows:
+            return 0
+        self._ensure_schema()
+        chunks = list(_chunks(rows))
+        for attempt in range(_LOCK_RETRIES):
+            try:
+                with self._unavailable_on_error(), self._engine.begin() as conn:
+                    return sum(self._insert_ignore(conn, chunk) for chunk in chunks)
+            except AuditStoreUnavailable as exc:
+                if attempt + 1 >= _LOCK_RETRIES or not _is_lock_conflict(exc.__cause__):
+                    raise
+                time.sleep(0.05 * 2**attempt)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _insert_ignore(self, conn: Connection, rows: list[dict[str, Any]]) -> int:
+        if self._dialect == "sqlite":
+            stmt = (
+                sqlite_insert(audit_events)
+                .values(rows)
+                .on_conflict_do_nothing(index_elements=["event_id"])
+            )
+            return max(conn.execute(stmt).rowcount, 0)
+        mysql_stmt = insert(audit_events).values(rows).prefix_with("IGNORE")
+        inserted = max(conn.execute(mysql_stmt).rowcount, 0)
+        # Each skipped duplicate leaves exactly one warning (1062). Anything beyond that means
+        # IGNORE downgraded a real error (truncation, bad value): refuse the whole batch.
+        warnings = conn.exec_driver_sql("SHOW COUNT(*) WARNINGS").scalar_one()
+        if int(warnings) > len(rows) - inserted:
+            details = conn.exec_driver_sql("SHOW WARNINGS").fetchall()
+            unexpected = [tuple(w) for w in details if int(w[1]) != 1062]
+            raise ValueError(f"audit batch rejected by the database: {unexpected[:5]}")
+        return inserted
+
+    # ------------------------------------------------------------------ reads
+
+    def query(
+        self,
+        *,
+        cluster: str | None = None,
+        job_id: int | None = None,
+        workflow_id: str | None = None,
+        attempt: int | None = None,
+        types: Sequence[str] | None = None,
+        producer: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        after_id: int | None = None,
+        limit: int = DEFAULT_LIMIT,
+        order: Literal["asc", "desc"] = "asc",
+    ) -> list[StoredAuditEvent]:
+        """Events matching every given filter, ordered by `id`.
+
+        `since` is inclusive and `until` exclusive (naive datetimes are taken as UTC). `after_id`
+        is the cursor: pass the last `id` of the previous page; "after" follows `order` (ids
+        greater for "asc", smaller for "desc"). `limit` is capped at 1000.
+        """
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        if order not in ("asc", "desc"):
+            raise ValueError(f"order must be 'asc' or 'desc', got {order!r}")
+        if isinstance(types, str):
+            types = [types]
+        t = audit_events.c
+        where: list[ColumnElement[bool]] = []
+        if cluster is not None:
+            where.append(t.cluster == cluster)
+        if job_id is not None:
+            where.append(t.job_id == job_id)
+        if workflow_id is not None:
+            where.append(t.workflow_id == workflow_id)
+        if attempt is not None:
+            where.append(t.attempt == attempt)
+        if types is not None:
+            where.append(t.type.in_(list(types)))
+        if producer is not None:
+            where.append(t.producer == producer)
+        if since is not None:
+            where.append(t.at >= _to_naive_utc(since))
+        if until is not None:
+            where.append(t.at < _to_naive_utc(until))
+        if after_id is not None:
+            where.append(t.id > after_id if order == "asc" else t.id < after_id)
+        stmt = (
+            select(audit_events)
+            .where(*where)
+            .order_by(t.id.asc() if order == "asc" else t.id.desc())
+            .limit(min(limit, MAX_LIMIT))
+        )
+        self._ensure_schema()
+        with self._unavailable_on_error(), self._engine.connect() as conn:
+            rows = conn.execute(stmt).mappings().all()
+        return [_event_from_row(r) for r in rows]
+
+    def iter_all(self, **filters: Any) -> Iterator[StoredAuditEvent]:
+        """Walk every matching event in `id` order, a page at a time (same filters as `query`)."""
+        after_id: int | None = filters.pop("after_id", None)
+        while True:
+            page = self.query(**filters, after_id=after_id, limit=MAX_LIMIT)
+            yield from page
+            if len(page) < MAX_LIMIT:
+                return
+            after_id = page[-1].id
+
+    def jobs(self, cluster: str | None = None, *, limit: int = MAX_LIMIT) -> list[JobSummary]:
+        """One summary per (cluster, job id, workflow id), most recently active first."""
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        t = audit_events.c
+        key = (t.cluster, t.job_id, t.workflow_id)
+        ranked = select(
+            t.cluster,
+            t.job_id,
+            t.workflow_id,
+            t.type,
+            func.min(t.at).over(partition_by=key).label("first_at"),
+            func.max(t.at).over(partition_by=key).label("last_at"),
+            func.count().over(partition_by=key).label("events"),
+            func.row_number()
+            .over(partition_by=key, order_by=(t.at.desc(), t.id.desc()))
+            .label("rn"),
+        )
+        if cluster is not None:
+            ranked = ranked.where(t.cluster == cluster)
+        sub = ranked.subquery()
+        stmt = (
+            select(sub)
+            .where(sub.c.rn == 1)
+            .order_by(sub.c.last_at.desc(), sub.c.cluster, sub.c.job_id, sub.c.workflow_id)
+            .limit(min(limit, MAX_JOBS_LIMIT))
+        )
+        self._ensure_schema()
+        with self._unavailable_on_error(), self._engine.connect() as conn:
+            rows = conn.execute(stmt).mappings().all()
+        return [
+            JobSummary(
+                cluster=r["cluster"],
+                job_id=int(r["job_id"]),
+                workflow_id=r["workflow_id"],
+                first_at=_from_naive_utc(r["first_at"]),
+                last_at=_from_naive_utc(r["last_at"]),
+                last_type=r["type"],
+                events=int(r["events"]),
+            )
+            for r in rows
+        ]
+
+    # ------------------------------------------------------------------ internals
+
+    def _ensure_schema(self) -> None:
+        if not self._schema_ready:
+            self.create_schema()
+
+    def _sqlite_engine(self) -> Engine:
+        database = self._url.database
+        in_memory = not database or database == ":memory:" or database.startswith("file::memory:")
+        if in_memory:
+            engine = create_engine(
+                self._url,
+                poolclass=StaticPool,
+                connect_args={"check_same_thread": False},
+            )
+        else:
+            assert database is not None
+            try:
+                Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise AuditStoreUnavailable(
+                    f"audit store {self._safe_url} unavailable: cannot create its directory: {exc}"
+                ) from exc
+            engine = create_engine(
+                self._url,
+                connect_args={"timeout": 30, "check_same_thread": False},
+            )
+
+        @event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn: DBAPIConnection, _record: ConnectionPoolEntry) -> None:
+            cursor = dbapi_conn.cursor()
+            try:
+                if not in_memory:
+                    cursor.execute("PRAGMA journal_mode=WAL")
+                    cursor.execute("PRAGMA synchronous=NORMAL")
+                cursor.execute("PRAGMA busy_timeout=30000")
+            finally:
+                cursor.close()
+
+        return engine
+
+    def _unavailable_on_error(self) -> AbstractContextManager[None]:
+        return _translate_errors(self._safe_url)
+
+
+@contextmanager
+def _translate_errors(safe_url: str) -> Iterator[None]:
+    """Turn connection-level database errors into `AuditStoreUnavailable` (no password shown)."""
+    try:
+        yield
+    except (OperationalError, InterfaceError, PoolTimeoutError) as exc:
+        orig = exc.orig if isinstance(exc, DBAPIError) else None
+        reason = (str(orig) if orig is not None else str(exc)).strip() or type(exc).__name__
+        raise AuditStoreUnavailable(
+            f"audit store {safe_url} unavailable: {reason.splitlines()[0]}"
+        ) from exc
+
+
+def _is_lock_conflict(exc: BaseException | None) -> bool:
+    if not isinstance(exc, DBAPIError):
+        return False
+    orig = exc.orig
+    args = getattr(orig, "args", ())
+    if args and isinstance(args[0], int) and args[0] in _MYSQL_LOCK_ERRORS:
+        return True
+    return "database is locked" in str(orig)
+
+
+def _to_naive_utc(value: datetime) -> datetime:
+    if value.tzinfo is None:
+        return value
+    return value.astimezone(UTC).replace(tzinfo=None)
+
+
+def _from_naive_utc(value: datetime | str) -> datetime:
+    if isinstance(value, str):  # SQLite window-function results come back untyped
+        value = datetime.fromisoformat(value)
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
+
+
+def _check_text(event_id: str, name: str, value: str, max_chars: int) -> None:
+    if len(value) > max_chars:
+        raise ValueError(
+            f"audit event {event_id[:80]!r}: {name} is {len(value)} characters, "
+            f"the limit is {max_chars}"
+        )
+    _utf8(event_id, name, value)
+
+
+def _utf8(event_id: str, name: str, value: str) -> bytes:
+    try:
+        return value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"audit event {event_id[:80]!r}: {name} is not valid Unicode: {exc}"
+        ) from None
+
+
+def _check_int(event_id: str, name: str, value: int, bounds: tuple[int, int]) -> None:
+    if not bounds[0] <= value <= bounds[1]:
+        raise ValueError(f"audit event {event_id[:80]!r}: {name}={value} is out of range {bounds}")
+
+
+def _row_from_event(e: AuditEvent) -> dict[str, Any]:
+    """Validate one event against the column limits and turn it into a row."""
+    eid = e.event_id
+    if not eid:
+        raise ValueError("audit event has an empty event_id")
+    _check_text(eid, "event_id", eid, EVENT_ID_LEN)
+    _check_text(eid, "cluster", e.cluster, CLUSTER_LEN)
+    _check_text(eid, "workflow_id", e.workflow_id, WORKFLOW_ID_LEN)
+    _check_text(eid, "type", e.type, TYPE_LEN)
+    _check_text(eid, "producer", e.producer, PRODUCER_LEN)
+    _check_int(eid, "job_id", e.job_id, _INT64)
+    if e.attempt is not None:
+        _check_int(eid, "attempt", e.attempt, _INT32)
+    summary_bytes = len(_utf8(eid, "summary", e.summary))
+    if summary_bytes > MAX_SUMMARY_BYTES:
+        raise ValueError(
+            f"audit event {eid[:80]!r}: summary is {summary_bytes} bytes, "
+            f"the limit is {MAX_SUMMARY_BYTES}"
+        )
+    try:
+        data_json = json.dumps(
+            e.model_dump(mode="json", include={"data"})["data"],
+            ensure_ascii=False,
+            separators=(",", ":"),
+        )
+    except (TypeError, ValueError, PydanticSerializationError) as exc:
+        raise ValueError(
+            f"audit event {eid[:80]!r}: data is not JSON-serializable: {exc}"
+        ) from None
+    data_bytes = len(_utf8(eid, "data", data_json))
+    if data_bytes > MAX_DATA_BYTES:
+        raise ValueError(
+            f"audit event {eid[:80]!r}: data is {data_bytes} bytes as JSON, "
+            f"the limit is {MAX_DATA_BYTES}"
+        )
+    try:
+        at = _to_naive_utc(e.at)
+    except OverflowError as exc:
+        raise ValueError(f"audit event {eid[:80]!r}: at={e.at!r} is out of range") from exc
+    if at.year < _MIN_YEAR:
+        raise ValueError(f"audit event {eid[:80]!r}: at={e.at.isoformat()} is before year 1000")
+    return {
+        "event_id": eid,
+        "cluster": e.cluster,
+        "job_id": e.job_id,
+        "workflow_id": e.workflow_id,
+        "attempt": e.attempt,
+        "type": e.type,
+        "producer": e.producer,
+        "at": at,
+        "summary": e.summary,
+        "data": data_json,
+        "_size": summary_bytes + data_bytes + 1024,
+    }
+
+
+def _chunks(rows: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
+    chunk: list[dict[str, Any]] = []
+    size = 0
+    for row in rows:
+        row_size = row.pop("_size")
+        if chunk and (len(chunk) >= _CHUNK_ROWS or size + row_size > _CHUNK_BYTES):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(row)
+        size += row_size
+    if chunk:
+        yield chunk
+
+
+def _event_from_row(r: RowMapping) -> StoredAuditEvent:
+    data = json.loads(r["data"]) if r["data"] else {}
+    return StoredAuditEvent(
+        id=int(r["id"]),
+        event_id=r["event_id"],
+        cluster=r["cluster"],
+        job_id=int(r["job_id"]),
+        workflow_id=r["workflow_id"],
+        attempt=r["attempt"],
+        type=r["type"],
+        producer=r["producer"],
+        at=_from_naive_utc(r["at"]),
+        summary=r["summary"],
+        data=data,
+    )

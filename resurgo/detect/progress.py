@@ -1,0 +1,277 @@
+"""Training-progress recognition: which iteration a log line reports, and how long steps take.
+
+Built-in formats (searched after any `srun -l` label and `[rankN]:` prefix):
+- Megatron: ` iteration       12/     200 | elapsed time per iteration (ms): 85.3 | ...`
+- PyTorch Lightning: `Epoch 2:  12%|█▏   | 120/1000 [00:30<03:40, ...]` → epoch * total + n
+  (a global step that keeps growing across epochs; `n` alone when the total is unknown)
+- tqdm bars (HF Trainer, plain loops): `  5%|▌    | 50/1000 [00:10<03:10, 5.00it/s]`,
+  `50it [00:10, ...]`
+- key/value and prose: `Step 50/1000`, `step 50`, `step=50`, `global_step=50`, `'step': 50`,
+  `iter 50`, `Iteration: 50`.
+
+HF Trainer's `{'loss': 0.5, 'learning_rate': ..., 'epoch': 0.1}` carries no step and is not
+progress by itself. Lines about loading/resuming a checkpoint (`loaded checkpoint ... at
+iteration 200`, `Resuming from step 200`) are not progress either: they say where the attempt
+started, not that it advanced.
+
+A job may bring its own `progress_pattern`: one capturing group, or a named group
+`iteration`, holding the number. It replaces the built-in formats. A line it matches without a
+parsable non-negative integer gives None; nothing here raises on any input line.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import NamedTuple
+
+from resurgo.detect.lines import split_srun_label, strip_prefixes
+
+MAX_PATTERN_CHARS = 1000
+MAX_CUSTOM_LINE_CHARS = 4096
+"""A custom pattern only sees this much of a line (bounds the cost of a careless regex)."""
+MAX_ITERATION = 10**15
+
+_FLAGS = re.ASCII
+
+# Cheap gate: a line without any of these cannot be a built-in progress line.
+_GATE = re.compile(r"(?i)iter|step|%\||it \[|epoch|\bit[ =:]")
+_RESUME = re.compile(
+    r"(?i)\b(?:resum\w*|restor\w*|load(?:ed|ing)?\s+(?:the\s+)?(?:\w+\s+)?checkpoint"
+    r"|checkpoint\s+loaded)\b"
+)
+_MEGATRON = re.compile(r"\biteration\s+(\d{1,15})\s*/\s*\d{1,15}\s*\|", _FLAGS)
+_LIGHTNING = re.compile(
+    r"\bEpoch (\d{1,9}):[^|]{0,16}\|[^|]{0,200}\|\s*(\d{1,15})/(\d{1,15}|\?)\s*\[", _FLAGS
+)
+_TQDM = re.compile(r"(?:^|\s)\d{1,3}%\|[^|]{0,200}\|\s*(\d{1,15})/(?:\d{1,15}|\?)\s*\[", _FLAGS)
+_TQDM_UNKNOWN_TOTAL = re.compile(r"(?:^|\s)(\d{1,15})it \[\d", _FLAGS)
+_KEYED = re.compile(
+    r"(?i)(?<![\w.])(?:global[_ ]step|step|iter(?:ation)?)\b['\"]?\s*[=:]?\s*(\d{1,15})\b(?![.]\d)",
+    _FLAGS,
+)
+
+# `it 7425 | loss 2.22`, `it: 120, loss ...`: the short key, only where a field separator follows
+# (prose such as "did it 3 times" stays out).
+_SHORT_IT = re.compile(r"(?i)(?<![\w.])it\s*[=:]?\s*(\d{1,15})\s*(?:\||,|/\s*\d)", _FLAGS)
+
+_STEP_TIME = re.compile(
+    r"elapsed time per iteration \(ms\):\s*(\d{1,12}(?:\.\d{1,12})?)"
+    r"|\b(?:step|iter(?:ation)?)_time_ms\s*[=:]\s*(\d{1,12}(?:\.\d{1,12})?(?:[eE][-+]?\d{1,3})?)\b",
+    _FLAGS,
+)
+_STEP_DURATION = re.compile(
+    r"(?i)\b(?:(?:step|iter(?:ation)?|batch|it)[_ ]?time|time[_ ]?(?:/|per[_ ])[_ ]?"
+    r"(?:step|iter(?:ation)?|batch)|elapsed time per iteration)"
+    r"(?:[_ ]?\(?(?P<key_unit>ms|s)\)?)?\s*[=:]?\s*(?P<value>\d{1,9}(?:\.\d{1,9})?)"
+    r"\s*(?P<unit>ms|s)?\b"
+)
+_PER_IT = re.compile(
+    r"(?i)(?<![\w.])(?P<value>\d{1,9}(?:\.\d{1,9})?)\s*(?P<unit>ms|s)/(?:it|iter|step)\b"
+    r"(?P<key_unit>)"
+)
+_TIME_FIELD = re.compile(
+    r"(?i)(?<![\w])\"?(?P<key>dt|t_[a-z][a-z0-9_]*|[a-z][a-z0-9_]*_?time(?:_(?:s|ms|sec))?|"
+    r"time_[a-z0-9_]+|[a-z][a-z0-9]*_ms)\"?"
+    r"\s*[=:]\s*(?P<value>\d{1,9}(?:\.\d{1,9})?)(?:\s*(?P<unit>ms|s)\b)?(?![\d:.])"
+)
+_KEY_VALUE = re.compile(r"\b([A-Za-z_]\w{0,40})=([^\s,;|]{1,256})", _FLAGS)
+_NODE = re.compile(r"[A-Za-z0-9][\w.-]{0,252}", _FLAGS)
+_RANK_PREFIX = re.compile(r"\s*\[[Rr]ank ?(\d{1,7})\]", _FLAGS)
+
+
+class RankTiming(NamedTuple):
+    """One rank's timing for one step, as printed by per-rank timing lines."""
+
+    rank: int
+    node: str
+    step: int
+    ms: float
+
+
+def _to_iteration(text: str | None) -> int | None:
+    if text is None:
+        return None
+    cleaned = text.strip().replace(",", "").replace("_", "")
+    if not cleaned or len(cleaned) > 16 or not (cleaned.isascii() and cleaned.isdigit()):
+        return None
+    value = int(cleaned)
+    return value if value <= MAX_ITERATION else None
+
+
+def compile_progress_pattern(pattern: str) -> tuple[re.Pattern[str], int | str]:
+    """Validate a job's `progress_pattern`; returns the regex and the group holding the number.
+
+    Raises ValueError with a message fit for the job owner when the pattern is unusable.
+    """
+    if not isinstance(pattern, str) or not pattern.strip():
+        raise ValueError("progress_pattern must be a non-empty regular expression")
+    if len(pattern) > MAX_PATTERN_CHARS:
+        raise ValueError(f"progress_pattern is longer than {MAX_PATTERN_CHARS} characters")
+    try:
+        regex = re.compile(pattern)
+    except (re.error, OverflowError, RecursionError, ValueError) as exc:
+        raise ValueError(f"progress_pattern is not a valid regular expression: {exc}") from None
+    if "iteration" in regex.groupindex:
+        return regex, "iteration"
+    if regex.groups == 0:
+        raise ValueError(
+            "progress_pattern needs one capturing group (or a named group "
+            "'(?P<iteration>...)') around the iteration number"
+        )
+    if regex.groups > 1:
+        raise ValueError(
+            f"progress_pattern has {regex.groups} capturing groups; use exactly one, or name "
+            "the one holding the iteration number '(?P<iteration>...)'"
+        )
+    return regex, 1
+
+
+class ProgressParser:
+    """Recognises the iteration number in training-progress lines."""
+
+    def __init__(self, custom_pattern: str | None = None) -> None:
+        self.custom_pattern = custom_pattern
+        self._custom: tuple[re.Pattern[str], int | str] | None = None
+        if custom_pattern is not None:
+            self._custom = compile_progress_pattern(custom_pattern)
+
+    def parse(self, line: str) -> int | None:
+        """The iteration/step this line reports, or None (never raises)."""
+        try:
+            if self._custom is not None:
+                return _parse_custom(line, *self._custom)
+            return _parse_builtin(line)
+        except (RecursionError, OverflowError, ValueError, IndexError):
+            return None
+
+
+def _last(regex: re.Pattern[str], text: str) -> re.Match[str] | None:
+    """The last match (a tqdm line rewritten with carriage returns holds several bars)."""
+    matches = list(regex.finditer(text))
+    return matches[-1] if matches else None
+
+
+def _parse_custom(line: str, regex: re.Pattern[str], group: int | str) -> int | None:
+    text = line[:MAX_CUSTOM_LINE_CHARS]
+    m = regex.search(text)
+    if m is None:
+        body = strip_prefixes(text).body
+        if body is text:
+            return None
+        m = regex.search(body)
+        if m is None:
+            return None
+    return _to_iteration(m.group(group))
+
+
+def _parse_builtin(line: str) -> int | None:
+    if _GATE.search(line) is None:
+        return None
+    text = strip_prefixes(line).body
+    if _RESUME.search(text) is not None:
+        return None
+    m = _MEGATRON.search(text)
+    if m is not None:
+        return _to_iteration(m.group(1))
+    last = _last(_LIGHTNING, text)
+    if last is not None:
+        epoch, n, total = _to_iteration(last.group(1)), _to_iteration(last.group(2)), last.group(3)
+        if epoch is None or n is None:
+            return None
+        size = _to_iteration(total)
+        total_steps = n if size is None else epoch * size + n
+        return total_steps if total_steps <= MAX_ITERATION else None
+    last = _last(_TQDM, text)
+    if last is not None:
+        return _to_iteration(last.group(1))
+    last = _last(_TQDM_UNKNOWN_TOTAL, text)
+    if last is not None:
+        return _to_iteration(last.group(1))
+    m = _KEYED.search(text) or _SHORT_IT.search(text)
+    if m is not None:
+        return _to_iteration(m.group(1))
+    return None
+
+
+def parse_step_time(line: str) -> float | None:
+    """Milliseconds per step from `elapsed time per iteration (ms): X` or `step_time_ms=X`."""
+    m = _STEP_TIME.search(line)
+    if m is None:
+        return None
+    try:
+        value = float(m.group(1) or m.group(2))
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
+
+
+def parse_step_duration(text: str) -> float | None:
+    """Milliseconds one step took, in the common spellings: `step_time 1.84s`,
+    `iter_time=512.3ms`, `time/iter: 0.52`, `time per step (ms): 85`, `4.88s/it`,
+    Megatron's `elapsed time per iteration (ms): 337.8`. A bare number is seconds, except
+    where the key says ms."""
+    m = _STEP_DURATION.search(text) or _PER_IT.search(text)
+    if m is None:
+        return None
+    unit = (m.group("unit") or m.group("key_unit") or "").lower()
+    try:
+        value = float(m.group("value"))
+    except ValueError:
+        return None
+    ms = value if unit == "ms" else value * 1000.0
+    return ms if math.isfinite(ms) and ms >= 0 else None
+
+
+def timing_fields(text: str) -> dict[str, float]:
+    """Every duration field on a line, in ms: `step_time_s: 0.50`, `data_time_s=0.35`,
+    `dt=554.0ms`, `fwd_bwd_time 12ms`, plus `parse_step_duration`'s spellings (as `step`).
+    A value without a unit is in seconds unless its key ends in `_ms`."""
+    out: dict[str, float] = {}
+    for m in _TIME_FIELD.finditer(text):
+        key = m.group("key").lower()
+        unit = (m.group("unit") or "").lower() or ("ms" if key.endswith("ms") else "s")
+        try:
+            value = float(m.group("value"))
+        except ValueError:
+            continue
+        ms = value if unit == "ms" else value * 1000.0
+        if math.isfinite(ms) and ms >= 0:
+            out.setdefault(key, ms)
+    if not out and (spelled := parse_step_duration(text)) is not None:
+        out["step"] = spelled
+    return out
+
+
+def parse_rank_timing(line: str) -> RankTiming | None:
+    """`[rank<r>] step=<i> step_time_ms=<t> node=<node>` (keys in any order) → RankTiming.
+
+    The rank comes from the `[rankN]` prefix or a `rank=N` key; `step`, `step_time_ms` and
+    `node` are required.
+    """
+    _, text = split_srun_label(line)
+    rank: int | None = None
+    prefix = _RANK_PREFIX.match(text)
+    if prefix is not None:
+        rank = int(prefix.group(1))
+    if "step_time_ms=" not in text:
+        return None
+    values: dict[str, str] = {}
+    for key, value in _KEY_VALUE.findall(text):
+        values.setdefault(key, value)
+    if rank is None:
+        rank = _to_iteration(values.get("rank"))
+    step = _to_iteration(values.get("step"))
+    node = values.get("node")
+    raw_ms = values.get("step_time_ms")
+    if rank is None or step is None or node is None or raw_ms is None:
+        return None
+    if _NODE.fullmatch(node) is None:
+        return None
+    try:
+        ms = float(raw_ms)
+    except ValueError:
+        return None
+    if not math.isfinite(ms) or ms < 0:
+        return None
+    return RankTiming(rank=rank, node=node, step=step, ms=ms)

@@ -1,0 +1,801 @@
+"""The failure pattern registry: known log signatures as data (`patterns.json`), and a fast scanner.
+
+Each entry names a symptom (`kind`), a category *hint* (a regex match is never a verdict on its
+own; attribution decides), a `role` (`root` can be a root cause, `cascade` is a consequence of
+another failure and never the root cause, `context` is supporting information such as the srun
+task-exit line) and a `severity` (`fatal`: the process or job cannot continue; `error`: a failure
+that usually ends the job; `warning`: degradation).
+
+Matching rules:
+- regexes are compiled with `re.ASCII` and searched (not matched) in the line's *body*, i.e.
+  after an `srun -l` label (`3: `) and a leading `[rankN]:` prefix, so `^` means "start of the
+  message"; spans are reported in the coordinates of the original line;
+- `examples` must match their entry and `near_misses` must match no entry at all; `Registry.load`
+  checks both and raises `RegistryError` otherwise.
+
+Fast path: at load time every regex is analysed (with the stdlib regex parser) for literal text
+any match must contain; each literal is trimmed to start at a rare character. The literals of
+case-sensitive entries form one trie-shaped regex searched in the line, those of
+case-insensitive entries another one searched in `line.lower()`. A benign line (no literal)
+costs those two C-level searches and nothing else; a line with literals runs only the entries
+they belong to. Entries without a usable literal run on every line (the tests keep none).
+
+Chunk path (`scan_chunk`, `scan_many`): a whole chunk of lines is searched for the required
+literals at once by a chunk engine (`resurgo.detect.scanner`: Hyperscan when installed, else
+stdlib `re`), so a benign line costs no Python call at all. Every path gives exactly the result
+of `scan_naive`, line by line.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import itertools
+import json
+import logging
+import re
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from os import PathLike
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from resurgo.contracts import AnomalyKind, Category
+from resurgo.detect.lines import strip_prefixes
+from resurgo.detect.scanner import (
+    ChunkEngine,
+    EngineName,
+    RegexEngine,
+    RequiredLiteral,
+    build_engine,
+    requested_engine,
+)
+
+log = logging.getLogger(__name__)
+
+SUPPORTED_VERSIONS = frozenset({1})
+REGEX_FLAGS = re.ASCII
+PACKAGED_FILE = "patterns.json"
+CHUNK_LINES = 2048
+"""Lines joined into one buffer per engine call (a buffer this size stays in the CPU cache)."""
+
+Role = Literal["root", "cascade", "context"]
+Severity = Literal["fatal", "error", "warning"]
+
+_ID = r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)*$"
+
+
+class RegistryError(ValueError):
+    """The registry file is missing, malformed or inconsistent (message says which entry)."""
+
+
+class PatternEntry(BaseModel):
+    """One failure signature."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str = Field(pattern=_ID, max_length=64)
+    regex: str = Field(min_length=1, max_length=2000)
+    kind: AnomalyKind
+    category: Category
+    role: Role
+    severity: Severity
+    description: str = Field(min_length=1)
+    examples: tuple[str, ...] = Field(min_length=1)
+    near_misses: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    """Free-form markers, e.g. `checkpoint_save`, `checkpoint_load`, `nan`."""
+
+    @field_validator("category")
+    @classmethod
+    def _not_none(cls, value: Category) -> Category:
+        if value == Category.NONE:
+            raise ValueError("'none' is not a failure category")
+        return value
+
+    @field_validator("regex")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        try:
+            re.compile(value, REGEX_FLAGS)
+        except (re.error, ValueError, OverflowError, RecursionError) as exc:
+            raise ValueError(f"invalid regex: {exc}") from None
+        return value
+
+
+class PatternMatch(BaseModel):
+    """One entry matching one line."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    kind: AnomalyKind
+    category: Category
+    role: Role
+    severity: Severity
+    span: tuple[int, int]
+    """Start and end of the match in the original line."""
+    groups: dict[str, str] = Field(default_factory=dict)
+    """Named groups that matched (e.g. `node`, `rank`, `xid`, `pci`, `peer`, `exit_code`)."""
+    tags: tuple[str, ...] = ()
+
+
+class _RegistryFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    version: int
+    patterns: list[dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Compiled:
+    entry: PatternEntry
+    pattern: re.Pattern[str]
+    fold: bool
+    literals: frozenset[str] | None
+    template: PatternMatch
+    """The entry's match with an empty span; each match is a copy with span and groups set."""
+
+
+def _compile(entry: PatternEntry) -> _Compiled:
+    fold = needs_folding(entry.regex)
+    literals = required_literals(entry.regex, fold=fold)
+    template = PatternMatch.model_construct(
+        id=entry.id,
+        kind=entry.kind,
+        category=entry.category,
+        role=entry.role,
+        severity=entry.severity,
+        span=(0, 0),
+        groups={},
+        tags=entry.tags,
+    )
+    return _Compiled(entry, re.compile(entry.regex, REGEX_FLAGS), fold, literals, template)
+
+
+class _Prefilter:
+    """One trie regex over keywords, and which entries each keyword found at a position implies."""
+
+    def __init__(self, keywords: Mapping[str, set[int]]) -> None:
+        words = sorted(keywords)
+        trie = _trie_regex(words)
+        self.search = re.compile(trie).search
+        self.scan_iter = re.compile(trie).finditer
+        self.finditer = re.compile(f"(?=({trie}))").finditer
+        # The finder reports the shortest keyword starting at a position; every longer keyword
+        # starting there extends it, so a keyword implies the entries of all its extensions.
+        self.implies: dict[str, tuple[int, ...]] = {
+            k: tuple(sorted(set().union(*(v for w, v in keywords.items() if w.startswith(k)))))
+            for k in words
+        }
+        self.keywords = tuple(words)
+
+    def collect(self, text: str, into: set[int]) -> bool:
+        first = self.search(text)
+        if first is None:
+            return False
+        for m in self.finditer(text, first.start()):
+            into.update(self.implies[m.group(1)])
+        return True
+
+
+class Registry:
+    """A validated, immutable set of pattern entries with a prefiltered scanner."""
+
+    def __init__(
+        self,
+        entries: Sequence[PatternEntry],
+        *,
+        version: int = 1,
+        source: str = "",
+        engine: str | None = None,
+    ) -> None:
+        """`engine`: the chunk engine (`auto`, `hyperscan` or `re`; default from the environment
+        variable `RESURGO_SCAN_ENGINE`, else `auto`). It only changes speed, never results."""
+        self.version = version
+        self.source = source or "<memory>"
+        if version not in SUPPORTED_VERSIONS:
+            raise RegistryError(f"{self.source}: unsupported registry version {version!r}")
+        try:
+            self._engine_request: EngineName = requested_engine(engine)
+        except ValueError as exc:
+            raise RegistryError(f"{self.source}: {exc}") from None
+        self._engine: ChunkEngine | None = None
+        self._engine_lock = threading.Lock()
+        seen: dict[str, int] = {}
+        for index, entry in enumerate(entries):
+            if entry.id in seen:
+                raise RegistryError(
+                    f"{self.source}: duplicate pattern id {entry.id!r} "
+                    f"(entries {seen[entry.id]} and {index})"
+                )
+            seen[entry.id] = index
+        self._compiled: tuple[_Compiled, ...] = tuple(_compile(e) for e in entries)
+        self._by_id = {c.entry.id: c.entry for c in self._compiled}
+        self._build_prefilter()
+        self._check_examples()
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def load(
+        cls, path: str | PathLike[str] | None = None, *, engine: str | None = None
+    ) -> Registry:
+        """Load and validate a registry file (default: the packaged `patterns.json`)."""
+        if path is None:
+            source = f"resurgo.detect/{PACKAGED_FILE}"
+            try:
+                packaged = resources.files("resurgo.detect").joinpath(PACKAGED_FILE)
+                text = packaged.read_text("utf-8")
+            except (OSError, ModuleNotFoundError) as exc:
+                raise RegistryError(f"{source}: cannot read the packaged registry: {exc}") from exc
+        else:
+            source = str(path)
+            try:
+                text = Path(path).read_text("utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise RegistryError(f"{source}: cannot read: {exc}") from exc
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise RegistryError(f"{source}: not valid JSON: {exc}") from exc
+        return cls.from_data(data, source=source, engine=engine)
+
+    @classmethod
+    def from_data(cls, data: object, *, source: str = "", engine: str | None = None) -> Registry:
+        """Build from the decoded JSON document (`{"version": 1, "patterns": [...]}`)."""
+        where = source or "<memory>"
+        if not isinstance(data, Mapping):
+            raise RegistryError(f"{where}: expected an object with 'version' and 'patterns'")
+        try:
+            doc = _RegistryFile.model_validate(data)
+        except ValidationError as exc:
+            raise RegistryError(f"{where}: {_first_error(exc)}") from exc
+        entries: list[PatternEntry] = []
+        for index, raw in enumerate(doc.patterns):
+            name = raw.get("id") if isinstance(raw.get("id"), str) else f"#{index}"
+            try:
+                entries.append(PatternEntry.model_validate(raw))
+            except ValidationError as exc:
+                raise RegistryError(f"{where}: pattern {name!r}: {_first_error(exc)}") from exc
+        return cls(entries, version=doc.version, source=where, engine=engine)
+
+    @classmethod
+    def default(cls) -> Registry:
+        """The packaged registry, loaded once per process."""
+        return _default_registry()
+
+    # ------------------------------------------------------------------ introspection
+    @property
+    def entries(self) -> tuple[PatternEntry, ...]:
+        return tuple(c.entry for c in self._compiled)
+
+    def get(self, pattern_id: str) -> PatternEntry:
+        """The entry with this id (KeyError if unknown)."""
+        return self._by_id[pattern_id]
+
+    def __len__(self) -> int:
+        return len(self._compiled)
+
+    def __iter__(self) -> Iterator[PatternEntry]:
+        return iter(self.entries)
+
+    def __contains__(self, pattern_id: object) -> bool:
+        return pattern_id in self._by_id
+
+    @property
+    def unfiltered_ids(self) -> tuple[str, ...]:
+        """Entries without a prefilter literal (they run on every line)."""
+        return tuple(self._compiled[i].entry.id for i in self._always)
+
+    @property
+    def prefilter_keywords(self) -> tuple[str, ...]:
+        """The literals the prefilter looks for (case-sensitive ones, then lower-case ones)."""
+        return tuple(k for p in (self._raw, self._folded) if p is not None for k in p.keywords)
+
+    @property
+    def scan_engine(self) -> str:
+        """The chunk engine in use: `hyperscan` or `re` (built on first use)."""
+        return self._chunk_engine().name
+
+    @property
+    def scan_engine_detail(self) -> str:
+        """The chunk engine with its library version."""
+        return self._chunk_engine().detail
+
+    # ------------------------------------------------------------------ scanning
+    def scan(self, line: str) -> list[PatternMatch]:
+        """All entries matching `line`, in registry order. Never raises for any `str`."""
+        candidates = self._candidates(line)
+        return self._run(line, candidates) if candidates else []
+
+    def scan_many(self, lines: Iterable[str]) -> list[tuple[int, list[PatternMatch]]]:
+        """`(index, matches)` for every line (by position in `lines`) that matched something."""
+        if isinstance(lines, Sequence):
+            return self.scan_chunk(lines)
+        out: list[tuple[int, list[PatternMatch]]] = []
+        it = iter(lines)
+        base = 0
+        while block := list(itertools.islice(it, CHUNK_LINES)):
+            self._scan_block(block, base, out)
+            base += len(block)
+        return out
+
+    def scan_chunk(self, lines: Sequence[str]) -> list[tuple[int, list[PatternMatch]]]:
+        """Like `scan_many` for a sequence: `(index into lines, matches)` for each line that
+        matched, in order. The chunk engine searches whole buffers of lines for the entries'
+        literals; only the lines it flags run regexes. Same result as `scan` on every line."""
+        out: list[tuple[int, list[PatternMatch]]] = []
+        if len(lines) <= CHUNK_LINES:
+            self._scan_block(lines, 0, out)
+            return out
+        for base in range(0, len(lines), CHUNK_LINES):
+            self._scan_block(lines[base : base + CHUNK_LINES], base, out)
+        return out
+
+    def scan_naive(self, line: str) -> list[PatternMatch]:
+        """Reference scanner without the prefilter (tests and benchmarks compare against it)."""
+        return self._run(line, range(len(self._compiled)))
+
+    def _scan_block(
+        self, lines: Sequence[str], base: int, out: list[tuple[int, list[PatternMatch]]]
+    ) -> None:
+        if not lines:
+            return
+        engine = self._chunk_engine()
+        try:
+            found = engine.candidates(lines)
+        except Exception:  # an engine failure costs speed, never results
+            log.exception("pattern registry: %s engine failed; scanning line by line", engine.name)
+            found = None
+        if found is None:  # the engine refused the chunk (a line holds a newline)
+            for index, line in enumerate(lines):
+                matches = self.scan(line)
+                if matches:
+                    out.append((base + index, matches))
+            return
+        always = self._always
+        if always:
+            for index, line in enumerate(lines):
+                hits = found.get(index)
+                candidates = sorted(set(hits).union(always)) if hits else always
+                matches = self._run(line, candidates)
+                if matches:
+                    out.append((base + index, matches))
+            return
+        for index in sorted(found):
+            matches = self._run(lines[index], sorted(found[index]))
+            if matches:
+                out.append((base + index, matches))
+
+    def _chunk_engine(self) -> ChunkEngine:
+        engine = self._engine
+        if engine is None:
+            with self._engine_lock:
+                engine = self._engine
+                if engine is None:
+                    engine = self._engine = build_engine(
+                        self._engine_request, self._literals, self._regex_engine
+                    )
+        return engine
+
+    def _regex_engine(self) -> RegexEngine:
+        return RegexEngine(
+            None if self._raw is None else self._raw.scan_iter,
+            None if self._folded is None else self._folded.scan_iter,
+            self._candidates,
+        )
+
+    def _candidates(self, line: str) -> Sequence[int]:
+        """Entries that may match `line`: those whose keyword occurs in it, plus unfiltered ones."""
+        hits: set[int] = set()
+        found = self._raw is not None and self._raw.collect(line, hits)
+        if self._folded is not None and self._folded.collect(line.lower(), hits):
+            found = True
+        if not found:
+            return self._always
+        hits.update(self._always)
+        return sorted(hits)
+
+    def _run(self, line: str, candidates: Iterable[int]) -> list[PatternMatch]:
+        body = strip_prefixes(line)
+        text, offset = body.body, body.offset
+        out: list[PatternMatch] = []
+        for index in candidates:
+            compiled = self._compiled[index]
+            m = compiled.pattern.search(text)
+            if m is None:
+                continue
+            groups = (
+                {k: v for k, v in m.groupdict().items() if v is not None}
+                if compiled.pattern.groupindex
+                else {}
+            )
+            span = (m.start() + offset, m.end() + offset)
+            out.append(compiled.template.model_copy(update={"span": span, "groups": groups}))
+        return out
+
+    # ------------------------------------------------------------------ internals
+    def _build_prefilter(self) -> None:
+        raw: dict[str, set[int]] = {}
+        folded: dict[str, set[int]] = {}
+        always: list[int] = []
+        for index, compiled in enumerate(self._compiled):
+            if not compiled.literals:
+                always.append(index)
+                continue
+            into = folded if compiled.fold else raw
+            for literal in compiled.literals:
+                into.setdefault(literal, set()).add(index)
+        # The chunk engines look for the literals themselves (not the shorter keywords): an
+        # automaton pays nothing for their length and they flag far fewer benign lines.
+        self._literals: tuple[RequiredLiteral, ...] = tuple(
+            RequiredLiteral(literal, fold, tuple(sorted(table[literal])))
+            for fold, table in ((False, raw), (True, folded))
+            for literal in sorted(table)
+        )
+        raw = _keyed(raw, fold=False)
+        folded = _keyed(folded, fold=True)
+        self._always: tuple[int, ...] = tuple(always)
+        self._raw = _Prefilter(raw) if raw else None
+        self._folded = _Prefilter(folded) if folded else None
+
+    def _check_examples(self) -> None:
+        for compiled in self._compiled:
+            e = compiled.entry
+            for n, example in enumerate(e.examples, 1):
+                if not any(m.id == e.id for m in self.scan(example)):
+                    if any(m.id == e.id for m in self.scan_naive(example)):
+                        raise RegistryError(
+                            f"{self.source}: pattern {e.id!r}: example {n} matches but the "
+                            f"prefilter misses it (internal error): {example!r}"
+                        )
+                    raise RegistryError(
+                        f"{self.source}: pattern {e.id!r}: example {n} does not match: {example!r}"
+                    )
+            for n, near in enumerate(e.near_misses, 1):
+                hits = [m.id for m in self.scan_naive(near)]
+                if hits:
+                    raise RegistryError(
+                        f"{self.source}: pattern {e.id!r}: near-miss {n} matches "
+                        f"{', '.join(hits)}: {near!r}"
+                    )
+
+
+def _keyed(by_literal: Mapping[str, set[int]], *, fold: bool) -> dict[str, set[int]]:
+    keywords = choose_keywords(by_literal, fold=fold)
+    out: dict[str, set[int]] = {}
+    for literal, indices in by_literal.items():
+        out.setdefault(keywords[literal], set()).update(indices)
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def _default_registry() -> Registry:
+    return Registry.load()
+
+
+def _first_error(exc: ValidationError) -> str:
+    errors = exc.errors()
+    if not errors:
+        return str(exc)
+    first = errors[0]
+    where = ".".join(str(p) for p in first.get("loc", ()))
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{where}: {first.get('msg', 'invalid')}{more}" if where else f"{first.get('msg')}{more}"
+
+
+# ---------------------------------------------------------------------- literal extraction
+#
+# `required_literals(R)` returns a set S of ASCII strings such that every match of R (compiled
+# with re.ASCII) contains some s in S, or None when no useful set exists. With `fold=True` the
+# strings are lower-case and the containment holds after lower-casing the subject, which is
+# what case-insensitive regexes need. Soundness: a LITERAL node matches exactly its character
+# (or, folded, its ASCII case variants); zero-width nodes (anchors, lookarounds) consume
+# nothing, so the literals on both sides of them are adjacent in the subject; a branch requires
+# one of its alternatives; a repeat with min >= 1 requires its body. A run of adjacent elements
+# with a small finite language yields exact strings (the product of the element languages), and
+# any contiguous window of that run, or any substring of such a string, is required as well.
+
+_MAX_SET = 64
+_MIN_LITERAL = 3
+
+
+def _parser() -> Any:
+    try:
+        return importlib.import_module("re._parser")
+    except ImportError:  # pragma: no cover - Python < 3.11
+        return importlib.import_module("sre_parse")
+
+
+def needs_folding(regex: str) -> bool:
+    """Whether `regex` matches case-insensitively anywhere (global or scoped `(?i)`)."""
+    try:
+        sp = _parser()
+        parsed = sp.parse(regex, REGEX_FLAGS)
+    except Exception:
+        return True
+    if parsed.state.flags & re.IGNORECASE:
+        return True
+    return _Extractor(sp, fold=False).scoped_ignorecase(list(parsed))
+
+
+def required_literals(regex: str, *, fold: bool = True) -> frozenset[str] | None:
+    """Literals one of which every match of `regex` contains (lower-case if `fold`), or None.
+
+    With `fold=False` the caller must know that `regex` is case-sensitive (`needs_folding`).
+    """
+    try:
+        sp = _parser()
+        parsed = sp.parse(regex, REGEX_FLAGS)
+        found = _Extractor(sp, fold=fold).sequence(list(parsed))
+    except Exception:
+        return None
+    if not found or min(len(s) for s in found) < _MIN_LITERAL:
+        return None
+    return frozenset(found)
+
+
+class _Extractor:
+    def __init__(self, sp: Any, *, fold: bool) -> None:
+        self.sp = sp
+        self.fold = fold
+        self.zero_width = {sp.AT, sp.ASSERT, sp.ASSERT_NOT}
+        self.repeats = {sp.MAX_REPEAT, sp.MIN_REPEAT}
+        if hasattr(sp, "POSSESSIVE_REPEAT"):
+            self.repeats.add(sp.POSSESSIVE_REPEAT)
+        self.atomic = getattr(sp, "ATOMIC_GROUP", None)
+
+    def char(self, code: int) -> str | None:
+        ch = chr(code)
+        if not (ch.isascii() and ch.isprintable()):
+            return None
+        return ch.lower() if self.fold else ch
+
+    def scoped_ignorecase(self, items: list[tuple[Any, Any]]) -> bool:
+        sp = self.sp
+        for op, av in items:
+            children: list[list[tuple[Any, Any]]] = []
+            if op == sp.SUBPATTERN:
+                if av[1] & re.IGNORECASE:
+                    return True
+                children = [list(av[-1])]
+            elif op == sp.BRANCH:
+                children = [list(alt) for alt in av[1]]
+            elif op in self.repeats:
+                children = [list(av[2])]
+            elif op in (sp.ASSERT, sp.ASSERT_NOT):
+                children = [list(av[1])]
+            elif self.atomic is not None and op == self.atomic:
+                children = [list(av)]
+            if any(self.scoped_ignorecase(child) for child in children):
+                return True
+        return False
+
+    # exact finite language of a node, or None if infinite/too large/unknown
+    def finite(self, op: Any, av: Any) -> set[str] | None:
+        sp = self.sp
+        if op == sp.LITERAL:
+            ch = self.char(av)
+            return None if ch is None else {ch}
+        if op in self.zero_width:
+            return {""}
+        if op == sp.IN:
+            chars: set[str] = set()
+            for item_op, item_av in av:
+                if item_op != sp.LITERAL:
+                    return None
+                ch = self.char(item_av)
+                if ch is None:
+                    return None
+                chars.add(ch)
+            return chars if 0 < len(chars) <= 8 else None
+        if op == sp.SUBPATTERN:
+            return self.finite_seq(list(av[-1]))
+        if self.atomic is not None and op == self.atomic:
+            return self.finite_seq(list(av))
+        if op == sp.BRANCH:
+            out: set[str] = set()
+            for alternative in av[1]:
+                sub = self.finite_seq(list(alternative))
+                if sub is None:
+                    return None
+                out |= sub
+                if len(out) > _MAX_SET:
+                    return None
+            return out
+        if op in self.repeats:
+            low, high, body = av
+            if high > 8:
+                return None
+            sub = self.finite_seq(list(body))
+            if sub is None:
+                return None
+            out = set()
+            for count in range(low, high + 1):
+                for combo in itertools.product(sorted(sub), repeat=count):
+                    out.add("".join(combo))
+                    if len(out) > _MAX_SET:
+                        return None
+            return out
+        return None
+
+    def finite_seq(self, items: list[tuple[Any, Any]]) -> set[str] | None:
+        out: set[str] = {""}
+        for op, av in items:
+            sub = self.finite(op, av)
+            if sub is None:
+                return None
+            out = {a + b for a in out for b in sub}
+            if len(out) > _MAX_SET:
+                return None
+        return out
+
+    # a set of literals one of which every match contains, or None
+    def required(self, op: Any, av: Any) -> set[str] | None:
+        sp = self.sp
+        if op == sp.SUBPATTERN:
+            return self.sequence(list(av[-1]))
+        if self.atomic is not None and op == self.atomic:
+            return self.sequence(list(av))
+        if op in self.repeats:
+            low, _high, body = av
+            return self.sequence(list(body)) if low >= 1 else None
+        if op == sp.BRANCH:
+            out: set[str] = set()
+            for alternative in av[1]:
+                sub = self.sequence(list(alternative))
+                if not sub:
+                    return None
+                out |= sub
+            return out
+        return None
+
+    def sequence(self, items: list[tuple[Any, Any]]) -> set[str] | None:
+        candidates: list[set[str]] = []
+        languages = [self.finite(op, av) for op, av in items]
+        for start in range(len(items)):  # windows over runs of finite elements
+            if languages[start] is None:
+                continue
+            product: set[str] = {""}
+            for end in range(start, len(items)):
+                language = languages[end]
+                if language is None:
+                    break
+                product = {a + b for a in product for b in language}
+                if len(product) > _MAX_SET:
+                    break
+                if "" not in product:
+                    candidates.append(product)
+        for (op, av), language in zip(items, languages, strict=True):
+            if language is None:
+                sub = self.required(op, av)
+                if sub:
+                    candidates.append(sub)
+        if not candidates:
+            return None
+        return max(candidates, key=lambda s: (min(len(x) for x in s), -len(s)))
+
+
+# Approximate occurrences per 1000 characters of healthy training-job output (progress lines,
+# NCCL INFO, English). Only the relative order matters: the prefilter's cost per benign line is
+# about the number of positions holding the first character of some keyword.
+_FREQUENCY: dict[str, float] = {
+    " ": 180,
+    ":": 25,
+    ".": 13,
+    "|": 10,
+    ",": 4,
+    "=": 4,
+    "-": 4,
+    "'": 4,
+    "/": 4,
+    "_": 4,
+    "[": 4,
+    "]": 4,
+    "(": 2,
+    ")": 2,
+    '"': 2,
+    "e": 45,
+    "n": 35,
+    "s": 32,
+    "a": 30,
+    "o": 28,
+    "t": 28,
+    "r": 25,
+    "i": 25,
+    "l": 20,
+    "m": 18,
+    "d": 15,
+    "c": 12,
+    "p": 12,
+    "u": 10,
+    "h": 10,
+    "g": 8,
+    "b": 8,
+    "f": 6,
+    "k": 5,
+    "w": 4,
+    "y": 4,
+    "v": 3,
+    "x": 2,
+    "z": 1,
+    "q": 0.5,
+    "j": 0.5,
+    "E": 5,
+    "C": 5,
+    "N": 4,
+    "I": 4,
+    "S": 3,
+    "T": 3,
+    "A": 3,
+    "R": 3,
+    "O": 3,
+    "L": 3,
+    "D": 2,
+    "M": 2,
+    "P": 2,
+    "F": 2,
+}
+_FREQUENCY.update({d: 30.0 for d in "0123456789"})
+_MIN_KEYWORD = 4
+
+
+def _frequency(ch: str, fold: bool) -> float:
+    if fold and ch.isalpha():
+        return _FREQUENCY.get(ch, 1.0) + _FREQUENCY.get(ch.upper(), 1.0)
+    return _FREQUENCY.get(ch, 1.0 if ch.isupper() else 0.5)
+
+
+def choose_keywords(literals: Iterable[str], *, fold: bool) -> dict[str, str]:
+    """literal -> keyword: a suffix of the literal that starts at a rarely seen character.
+
+    Any substring of a required literal is required too, so each literal may be replaced by one
+    of its suffixes (at least `_MIN_KEYWORD` long when the literal allows). The start characters
+    ("anchors") are chosen by greedy weighted set cover so that few, rare characters start all
+    keywords; the prefilter then rejects most positions of a line with a single charset test.
+    """
+    starts: dict[str, set[str]] = {}
+    for literal in set(literals):
+        last = max(len(literal) - _MIN_KEYWORD, 0)
+        starts[literal] = {literal[i] for i in range(last + 1)}
+    anchors: set[str] = set()
+    uncovered = set(starts)
+    while uncovered:
+        counts: dict[str, int] = {}
+        for literal in uncovered:
+            for ch in starts[literal]:
+                counts[ch] = counts.get(ch, 0) + 1
+        best = max(sorted(counts), key=lambda ch: counts[ch] / _frequency(ch, fold))
+        anchors.add(best)
+        uncovered = {literal for literal in uncovered if best not in starts[literal]}
+    for ch in sorted(anchors, key=lambda c: (-_frequency(c, fold), c)):  # drop redundant ones
+        rest = anchors - {ch}
+        if all(chars & rest for chars in starts.values()):
+            anchors = rest
+    out: dict[str, str] = {}
+    for literal, chars in starts.items():
+        first = min(i for i, ch in enumerate(literal) if ch in anchors and ch in chars)
+        out[literal] = literal[first:]
+    return out
+
+
+def _trie_regex(words: Sequence[str]) -> str:
+    """A regex matching any of `words`, factored as a trie so each position is cheap to reject."""
+    trie: dict[str, Any] = {}
+    for word in words:
+        node = trie
+        for ch in word:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def emit(node: dict[str, Any]) -> str:
+        if "" in node:
+            return ""  # a shorter word ends here; any longer continuation is redundant
+        branches = [re.escape(ch) + emit(child) for ch, child in sorted(node.items())]
+        return branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+
+    return emit(trie)

@@ -1,0 +1,307 @@
+"""Scheduler actions, each idempotent: observe first, skip what is already true, act, re-observe.
+
+A retried or replayed step (a worker killed after `scontrol` returned but before Temporal heard
+of it) finds its effect already in Slurm and returns `already_satisfied` instead of acting twice.
+The proof for requeue is Slurm's own `Restarts` counter: advice for attempt n is satisfied once
+Restarts > n.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import UTC, datetime
+
+from resurgo.contracts import (
+    ActionRequest,
+    ActionResult,
+    ActionStep,
+    JobObservation,
+    NodeObservation,
+)
+from resurgo.slurm import breaker
+from resurgo.slurm.breaker import BreakerSettings, Remediation
+from resurgo.slurm.client import SlurmClient, check_node_name
+from resurgo.slurm.errors import JobGone, ParseError, PreconditionFailed
+from resurgo.slurm.parsers import parse_job
+
+# KillWait (5 s here, 30 s by default) plus SIGKILL delivery bounds how long COMPLETING lasts.
+SETTLE_TIMEOUT = 40.0
+UNUSABLE_STATES = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING")
+HOLD_TAG = "resurgo:hold"
+RELEASED_TAG = "resurgo:released"
+log = logging.getLogger(__name__)
+
+
+def hold_comment(key: str, deadline: datetime | None, at: datetime | None = None) -> str:
+    """AdminComment written with a hold; the fail-open watchdog reads the deadline from it, the
+    circuit breaker the time of the hold (`at`)."""
+    when = deadline.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if deadline else "none"
+    stamp = f" at={breaker.stamp(at)}" if at else ""
+    return f"{HOLD_TAG} key={key} deadline={when}{stamp}"
+
+
+def parse_hold_comment(text: str) -> tuple[str, datetime | None] | None:
+    """(key, deadline) of a Resurgo hold, or None when the AdminComment is not ours."""
+    if not text.startswith(HOLD_TAG + " "):
+        return None
+    fields = dict(part.split("=", 1) for part in text.split()[1:] if "=" in part)
+    key = fields.get("key", "")
+    deadline: datetime | None = None
+    raw = fields.get("deadline", "none")
+    if raw != "none":
+        try:
+            deadline = datetime.strptime(raw, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+        except ValueError:
+            deadline = None
+    return key, deadline
+
+
+class SlurmActions:
+    """The steps that carry out advice, for one cluster."""
+
+    def __init__(
+        self, slurm: SlurmClient, breaker: BreakerSettings | None = None, cluster: str = ""
+    ) -> None:
+        self.slurm = slurm
+        # None: no circuit breaker, per-node caps or cross-job memory (tests, tools).
+        self.breaker = breaker
+        self.cluster = cluster
+        # Check-then-act of the breaker is serialised within this controller; across replicas
+        # concurrent steps may still overshoot by the number in flight.
+        self._remediating = asyncio.Lock()
+
+    async def observe(self, job_id: int) -> JobObservation:
+        obs = await self.slurm.show_job(job_id)
+        if obs is None:
+            raise JobGone(f"job {job_id} is no longer known to slurmctld")
+        return obs
+
+    def _result(
+        self, req: ActionRequest, outcome: str, obs: JobObservation, detail: str
+    ) -> ActionResult:
+        return ActionResult(
+            step=req.step,
+            idempotency_key=req.idempotency_key,
+            outcome="applied" if outcome == "applied" else "already_satisfied",
+            observation=obs,
+            detail=detail,
+        )
+
+    async def run(self, req: ActionRequest) -> ActionResult:
+        handlers = {
+            ActionStep.REQUEUE_HOLD: self.requeue_hold,
+            ActionStep.EXCLUDE_NODES: self.exclude_nodes,
+            ActionStep.RELEASE: self.release,
+            ActionStep.CANCEL: self.cancel,
+            ActionStep.DRAIN_NODE: self.drain_nodes,
+        }
+        return await handlers[req.step](req)
+
+    async def requeue_hold(self, req: ActionRequest) -> ActionResult:
+        job_id = req.job.job_id
+        obs = await self.observe(job_id)
+        if obs.restarts > req.attempt:
+            await self._tag_hold(req, obs)
+            return self._result(req, "satisfied", obs, f"Restarts={obs.restarts} > {req.attempt}")
+        if obs.state == "PENDING":
+            raise PreconditionFailed(f"job {job_id} is pending at attempt {req.attempt}")
+        await self.slurm.requeue_hold(job_id)
+        after = await self.settled(job_id)
+        if after.restarts <= req.attempt or not after.held:
+            raise PreconditionFailed(
+                f"requeuehold of job {job_id} left it {after.state} Restarts={after.restarts}"
+            )
+        # Slurm refuses AdminComment on a finished job, so the tag follows the hold. A crash in
+        # between is repaired by the retry, which takes the `Restarts > attempt` branch above.
+        await self._tag_hold(req, after)
+        detail = "requeued and held"
+        if obs.running:
+            # The job is PENDING before the old attempt's srun has finished killing its step
+            # (it waits KillWait + 2 s): a next attempt released at once onto the same nodes
+            # can die on the leftovers, without a word in its output. Let the old one go first.
+            grace = await self.slurm.kill_wait() + 2.0
+            await asyncio.sleep(grace)
+            detail += f", waited {grace:.0f}s for the old step to end (KillWait)"
+        return self._result(req, "applied", await self.observe(job_id), detail)
+
+    async def _tag_hold(self, req: ActionRequest, obs: JobObservation) -> None:
+        """Write the fail-open deadline onto a hold that is ours and not yet tagged."""
+        if obs.held and req.idempotency_key not in obs.admin_comment:
+            await self.slurm.update_job(
+                req.job.job_id,
+                AdminComment=hold_comment(
+                    req.idempotency_key, req.hold_deadline, datetime.now(UTC)
+                ),
+            )
+
+    async def settled(self, job_id: int, timeout: float = SETTLE_TIMEOUT) -> JobObservation:
+        """Observe once the job has left COMPLETING: a requeued RUNNING job passes through it,
+        and updates sent meanwhile are silently undone when it reaches PENDING (FOOTGUNS 1)."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            obs = await self.observe(job_id)
+            if obs.state != "COMPLETING" or asyncio.get_running_loop().time() > deadline:
+                return obs
+            await asyncio.sleep(0.1)
+
+    async def exclude_nodes(self, req: ActionRequest) -> ActionResult:
+        job_id = req.job.job_id
+        wanted = {check_node_name(n) for n in req.nodes}
+        obs = await self.settled(job_id)
+        if wanted <= set(obs.exc_node_list):
+            advice = await self._cross_job(req, wanted)
+            return self._result(req, "satisfied", obs, f"ExcNodeList={obs.exc_node_list}{advice}")
+        if obs.state != "PENDING":
+            raise PreconditionFailed(f"job {job_id} is {obs.state}; exclusions need PENDING")
+        merged = sorted(set(obs.exc_node_list) | wanted)
+        await self._check_capacity(obs, set(merged))
+        async with self._remediating:
+            await self._check_breaker(req, wanted)
+            await self.slurm.update_job(job_id, ExcNodeList=",".join(merged))
+            after = await self.observe(job_id)
+        if not wanted <= set(after.exc_node_list):
+            raise PreconditionFailed(f"ExcNodeList of job {job_id} is {after.exc_node_list}")
+        advice = await self._cross_job(req, wanted)
+        return self._result(req, "applied", after, f"ExcNodeList={','.join(merged)}{advice}")
+
+    async def remediations(self) -> tuple[list[Remediation], list[NodeObservation]]:
+        """What Resurgo excluded/drained on this cluster (from Slurm), and the cluster's nodes."""
+        shown = await self.slurm._run(["scontrol", "show", "-o", "job"], timeout=60.0)
+        listed = {job.job_id: job for job in await self.slurm.list_jobs()}
+        lines: dict[int, list[str]] = {}
+        for line in shown.stdout.splitlines():
+            if line.startswith("JobId="):
+                head = line.split(None, 1)[0].removeprefix("JobId=")
+                if head.isdigit():
+                    lines.setdefault(int(head), []).append(line)
+        jobs = []
+        for job_id, found in lines.items():
+            # A job id squeue does not know, or printed twice, is a comment posing as a record.
+            if job_id not in listed or len(found) != 1:
+                continue
+            texts = listed[job_id]
+            try:
+                jobs.append(parse_job(found[0], texts.comment or None, texts.name or None))
+            except ParseError:
+                continue
+        nodes = await self.slurm.show_nodes()
+        facts = breaker.remediations_from_jobs(jobs, self.cluster)
+        facts += breaker.remediations_from_nodes(nodes, self.cluster)
+        return facts, nodes
+
+    async def _check_breaker(self, req: ActionRequest, nodes: set[str]) -> None:
+        """Refuse (PreconditionFailed) what the circuit breaker or a per-node cap forbids."""
+        if self.breaker is None or not nodes:
+            return
+        facts, all_nodes = await self.remediations()
+        why = breaker.refusal(
+            facts, cluster=self.cluster, job_id=req.job.job_id, requested=nodes,
+            total_nodes=len(all_nodes), settings=self.breaker, now=datetime.now(UTC),
+        )  # fmt: skip
+        if why:
+            raise PreconditionFailed(f"{req.step.value} refused by {why}")
+
+    async def _cross_job(self, req: ActionRequest, nodes: set[str]) -> str:
+        """Cross-job memory: a node this job excluded that failures of `drain_after_jobs`
+        distinct jobs implicated in the window gets a drain advice; drained only when the
+        cluster allows it. Returns text for the step's detail."""
+        settings = self.breaker
+        if settings is None or not nodes:
+            return ""
+        facts, all_nodes = await self.remediations()
+        unusable = {n.name for n in all_nodes if any(bad in n.state for bad in UNUSABLE_STATES)}
+        now = datetime.now(UTC)
+        # Our own exclusion counts even if slurmctld does not show the tag yet.
+        facts += [Remediation(n, "exclude", req.job.job_id, now) for n in nodes]
+        advised = {
+            node: count
+            for node, count in breaker.nodes_to_drain(
+                facts, settings.drain_after_jobs, settings.window, now
+            ).items()
+            if node in nodes
+        }
+        notes = []
+        for node, count in advised.items():
+            note = f"node {node} implicated in {count} jobs: drain advised"
+            if settings.allow_drain and node in unusable:
+                note += " (already out of service: left as it is)"
+            elif settings.allow_drain:
+                # Part of this job's remediation: the per-node cap counted it with the exclusion,
+                # and the node already counts towards the breaker, so draining it adds nothing.
+                reason = f"resurgo cross-job: implicated in {count} jobs ({req.idempotency_key})"
+                await self.slurm.drain_node(check_node_name(node), reason[:250])
+                note += " (drained)"
+            else:
+                note += " (allow_drain is off)"
+            log.warning("%s: %s", self.cluster, note)
+            notes.append(note)
+        return "; " + "; ".join(notes) if notes else ""
+
+    async def _check_capacity(self, obs: JobObservation, excluded: set[str]) -> None:
+        """Refuse an exclusion that would leave the job fewer usable nodes than it needs: a job
+        excluded out of its partition would wait forever instead of failing over."""
+        if obs.num_nodes <= 0:
+            return
+        nodes = await self.slurm.show_nodes()
+        usable = [
+            n.name
+            for n in nodes
+            if n.name not in excluded and not any(bad in n.state for bad in UNUSABLE_STATES)
+        ]
+        if len(usable) < obs.num_nodes:
+            raise PreconditionFailed(
+                f"excluding {','.join(sorted(excluded))} would leave {len(usable)} usable "
+                f"node(s) for a {obs.num_nodes}-node job"
+            )
+
+    async def release(self, req: ActionRequest) -> ActionResult:
+        job_id = req.job.job_id
+        obs = await self.settled(job_id)
+        released = obs.held
+        if released:
+            # Release first: dying before the retag leaves an unheld job with a stale tag
+            # (harmless); the other order could leave a hold the watchdog no longer recognises.
+            await self.slurm.release(job_id)
+            now = breaker.stamp(datetime.now(UTC))
+            tag = f"{RELEASED_TAG} key={req.idempotency_key} at={now}"
+            await self.slurm.update_job(job_id, AdminComment=tag)
+            obs = await self.observe(job_id)
+        if obs.state == "PENDING" and not obs.held:
+            # A requeued job waits on BeginTime (~2 min) unless told to start now; Slurm takes
+            # this only once the job is released. Repeating it is harmless, so a retry after a
+            # crash between release and this line still gets the job started.
+            await self.slurm.update_job(job_id, StartTime="now")
+            obs = await self.observe(job_id)
+        outcome = "applied" if released else "satisfied"
+        return self._result(req, outcome, obs, f"released={released}, StartTime=now")
+
+    async def cancel(self, req: ActionRequest) -> ActionResult:
+        job_id = req.job.job_id
+        obs = await self.observe(job_id)
+        if obs.terminal:
+            return self._result(req, "satisfied", obs, f"already {obs.state}")
+        await self.slurm.cancel(job_id)
+        for _ in range(20):
+            after = await self.observe(job_id)
+            if after.terminal or after.state == "COMPLETING":
+                return self._result(req, "applied", after, "cancelled")
+            await asyncio.sleep(0.5)
+        return self._result(req, "applied", after, "cancel sent")
+
+    async def drain_nodes(self, req: ActionRequest) -> ActionResult:
+        nodes = [check_node_name(n) for n in req.nodes]
+        observed = {n.name: n for n in await self.slurm.show_nodes(nodes)}
+        todo = [
+            n
+            for n in nodes
+            if not ("DRAIN" in observed[n].state and req.idempotency_key in observed[n].reason)
+        ] if observed else nodes  # fmt: skip
+        async with self._remediating:
+            await self._check_breaker(req, set(todo))
+            for node in todo:
+                reason = f"resurgo {req.idempotency_key}: {req.reason}"[:250]
+                await self.slurm.drain_node(node, reason)
+        obs = await self.observe(req.job.job_id)
+        outcome = "applied" if todo else "satisfied"
+        return self._result(req, outcome, obs, f"drained {','.join(todo) or 'nothing new'}")
