@@ -13,12 +13,11 @@ import asyncio
 from collections.abc import Callable, Sequence
 
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
+from resurgo.activities.errors import permanent_failures
+from resurgo.audit.errors import BadAuditEvent
 from resurgo.audit.store import AuditStore
 from resurgo.contracts import AuditEvent
-
-BAD_AUDIT_EVENT = "BadAuditEvent"
 
 
 class AuditActivities:
@@ -37,10 +36,11 @@ class AuditActivities:
         the events land once the database is back. An event that can never be stored (a field
         over its column limit, non-JSON data) fails non-retryably with type `BadAuditEvent`.
         """
-        try:
-            new = await asyncio.to_thread(self._store.append, events)
-        except ValueError as exc:
-            raise ApplicationError(str(exc), type=BAD_AUDIT_EVENT, non_retryable=True) from exc
+        with permanent_failures():
+            try:
+                new = await asyncio.to_thread(self._store.append, events)
+            except ValueError as exc:
+                raise BadAuditEvent(str(exc)) from exc
         if self._on_recorded is not None and new:
             self._on_recorded(events)
         return new

@@ -1,8 +1,9 @@
 """Activities served by a cluster's controller on `slurm.<cluster>`: everything that needs the
 cluster itself (Slurm commands and the job output files).
 
-This module is the Temporal boundary: it maps scheduler errors onto retryable failures or
-non-retryable `ApplicationError`s, and enforces the cluster's gates once more before acting.
+This module is the Temporal boundary: permanent errors leave it as non-retryable
+`ApplicationError`s (`activities.errors`), transient ones are retried; and it enforces the
+cluster's gates once more before acting.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from opentelemetry import metrics
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from resurgo.activities.errors import permanent_failures
 from resurgo.attribute.live_evidence import gather_evidence
 from resurgo.attribute.plugin import enrich_live
 from resurgo.attribute.rules import attribute
@@ -50,10 +52,6 @@ from resurgo.slurm.breaker import BreakerSettings
 from resurgo.slurm.client import SlurmClient
 from resurgo.slurm.errors import (
     ActionsNotAllowed,
-    JobGone,
-    ParseError,
-    PreconditionFailed,
-    SchedulerError,
 )
 from resurgo.slurm.runner import CommandRunner
 from resurgo.slurm.snapshot import JobSnapshot
@@ -116,18 +114,7 @@ def position_kind(source: str) -> str:
     return source.split(":", 1)[0]
 
 
-@asynccontextmanager
-async def scheduler_errors() -> AsyncIterator[None]:
-    """Non-retryable scheduler errors become ApplicationErrors typed by class name."""
-    try:
-        yield
-    except (JobGone, PreconditionFailed, ActionsNotAllowed, ParseError) as exc:
-        raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from exc
-    except SchedulerError:
-        raise  # transient: Temporal retries with backoff
-
-
-class ClusterActivities:
+class ControllerActivities:
     def __init__(
         self,
         cluster: str,
@@ -174,7 +161,7 @@ class ClusterActivities:
 
     @activity.defn(name="observe_job")
     async def observe_job(self, job_id: int) -> JobObservation | None:
-        async with scheduler_errors():
+        with permanent_failures():
             return await self.slurm.show_job(job_id)
 
     @activity.defn(name="watch_attempt")
@@ -202,7 +189,7 @@ class ClusterActivities:
             # Wake on new output at once; otherwise look at Slurm state and hang bounds anyway.
             await self.changes.wait(cursor.path if cursor else None, req.slurm_poll_seconds)
 
-        async with scheduler_errors():
+        with permanent_failures():
             result = await watch_attempt(
                 req, self.snapshot, self.runner, self.registry, beat, resume,
                 remote=self.remote_logs, pause=pause,
@@ -219,7 +206,7 @@ class ClusterActivities:
         return verdict
 
     async def _attribute_anomaly(self, req: AttributeRequest) -> Attribution:
-        async with scheduler_errors():
+        with permanent_failures():
             obs = await self._settle(req)
             nodes = await self.slurm.show_nodes(req.node_list) if req.node_list else []
         activity.heartbeat()
@@ -297,13 +284,11 @@ class ClusterActivities:
         return result
 
     async def _scheduler_action(self, req: ActionRequest) -> ActionResult:
-        if not self.gates.acknowledge_scheduler_actions:
-            raise ApplicationError(
-                f"cluster {self.cluster} has not set acknowledge_scheduler_actions",
-                type="ActionsNotAllowed",
-                non_retryable=True,
-            )
-        async with scheduler_errors():
+        with permanent_failures():
+            if not self.gates.acknowledge_scheduler_actions:
+                raise ActionsNotAllowed(
+                    f"cluster {self.cluster} has not set acknowledge_scheduler_actions"
+                )
             if self.gates.partitions:
                 obs = await self.actions.observe(req.job.job_id)
                 if obs.partition not in self.gates.partitions:
@@ -324,7 +309,7 @@ class ClusterActivities:
     async def _verify_advice(self, req: VerifyRequest) -> Reconciliation:
         deadline = asyncio.get_running_loop().time() + req.timeout_seconds
         last: JobObservation | None = None
-        async with scheduler_errors():
+        with permanent_failures():
             while True:
                 obs = await self.slurm.show_job(req.job.job_id)
                 if obs is None:

@@ -27,6 +27,8 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from resurgo.api.auth import INSECURE_PRINCIPAL, Principal, Role, TokenRegistry
+from resurgo.api.core import ApiProblem, TemporalConnection, as_utc
+from resurgo.api.listing import JobFilter
 from resurgo.api.models import (
     AdvicePage,
     AuditPage,
@@ -42,7 +44,7 @@ from resurgo.api.models import (
     RejectRequest,
     TimelinePage,
 )
-from resurgo.api.service import ApiProblem, Gateway, JobFilter, TemporalConnection, as_utc
+from resurgo.api.service import Gateway
 from resurgo.audit.store import MAX_LIMIT, AuditStore, AuditStoreUnavailable, store_url_from_env
 from resurgo.config import ResurgoConfig
 

@@ -25,8 +25,6 @@ __all__ = [
     "Principal",
     "Role",
     "TokenRegistry",
-    "hash_token",
-    "new_token",
 ]
 
 
@@ -49,15 +47,6 @@ class Principal:
 
 
 INSECURE_PRINCIPAL = Principal(name="insecure-local", role=Role.ADMIN)
-
-
-def hash_token(token: str) -> str:
-    return hashlib.sha256(token.encode("utf-8")).hexdigest()
-
-
-def new_token() -> str:
-    """A fresh random token (256 bits)."""
-    return "rsg_" + secrets.token_urlsafe(32)
 
 
 class _TokensFile(BaseModel):

@@ -23,6 +23,7 @@ from resurgo.contracts import (
     Anomaly,
     ApprovalDecision,
     Attribution,
+    AuditEventType,
     Directive,
 )
 
@@ -68,7 +69,7 @@ class Folded:
     requested_at: dict[int, datetime] = field(default_factory=dict)
     first_at: datetime | None = None
     last_at: datetime | None = None
-    last_type: str | None = None
+    last_type: AuditEventType | None = None
     warnings: list[str] = field(default_factory=list)
 
     def approval_deadline(self, generation: int) -> datetime | None:
@@ -119,37 +120,39 @@ def fold_events(events: Sequence[StoredAuditEvent]) -> Folded:
 def _fold_one(f: Folded, e: StoredAuditEvent) -> None:
     d = e.data
     t = e.type
-    if t == "monitoring_started":
+    if t == AuditEventType.MONITORING_STARTED:
         raw = d.get("directive")
         if isinstance(raw, dict):
             f.directive = Directive.model_validate(raw)
             f.mode = f.directive.mode.value
-    elif t == "directive_invalid":
+    elif t == AuditEventType.DIRECTIVE_INVALID:
         f.mode = "invalid"
-    elif t == "mode_changed":
+    elif t == AuditEventType.MODE_CHANGED:
         f.mode = str(d.get("mode", f.mode))
-    elif t == "attempt_started" and e.attempt is not None:
+    elif t == AuditEventType.ATTEMPT_STARTED and e.attempt is not None:
         a = f.attempt(e.attempt)
         a.started_at = e.at
         a.nodes = _strings(d.get("nodes"))
         a.excluded_nodes = _strings(d.get("excluded"))
-    elif t in ("progress", "progress_recovered") and e.attempt is not None:
+    elif (
+        t in (AuditEventType.PROGRESS, AuditEventType.PROGRESS_RECOVERED) and e.attempt is not None
+    ):
         a = f.attempt(e.attempt)
         if isinstance(d.get("iteration"), int) and a.first_iteration is None:
             a.first_iteration = d["iteration"]
         if isinstance(d.get("resumed_from"), int):
             a.resumed_from = d["resumed_from"]
-    elif t == "anomaly":
+    elif t == AuditEventType.ANOMALY:
         anomaly = Anomaly.model_validate(d)
         f.anomalies.append(anomaly)
         f.attempt(anomaly.attempt).anomalies.append(anomaly)
-    elif t == "attribution":
+    elif t == AuditEventType.ATTRIBUTION:
         attribution = Attribution.model_validate(d)
         f.attributions.append(attribution)
         f.last_category = attribution.category.value
         if e.attempt is not None:
             f.attempt(e.attempt).attributions.append(attribution)
-    elif t == "advice":
+    elif t == AuditEventType.ADVICE:
         advice = Advice.model_validate(d)
         f.advice[advice.generation] = AdviceView(advice=advice, state="recorded", at=e.at)
         f.attempt(advice.attempt).advice_generations.append(advice.generation)
@@ -161,19 +164,19 @@ def _fold_decisions(f: Folded, e: StoredAuditEvent) -> None:
     t = e.type
     gen = _generation(e)
     view = f.advice.get(gen) if gen is not None else None
-    if t == "would_act" and view is not None:
+    if t == AuditEventType.WOULD_ACT and view is not None:
         view.state = "would_act"
-    elif t == "approval_requested" and gen is not None:
+    elif t == AuditEventType.APPROVAL_REQUESTED and gen is not None:
         f.requested_at[gen] = e.at
         f.pending_generation = gen
         if view is not None:
             view.state = "pending_approval"
-    elif t == "approval_expired":
+    elif t == AuditEventType.APPROVAL_EXPIRED:
         if f.pending_generation == gen:
             f.pending_generation = None
         if view is not None:
             view.state = "expired"
-    elif t in ("approval_approved", "approval_rejected"):
+    elif t in (AuditEventType.APPROVAL_APPROVED, AuditEventType.APPROVAL_REJECTED):
         decision = ApprovalDecision.model_validate(e.data)
         if f.pending_generation == decision.generation:
             f.pending_generation = None
@@ -182,9 +185,9 @@ def _fold_decisions(f: Folded, e: StoredAuditEvent) -> None:
             view.decision = decision
             view.decided_at = e.at
             view.state = "approved" if decision.approve else "rejected"
-    elif t == "action" and view is not None:
+    elif t == AuditEventType.ACTION and view is not None:
         view.state = "acted"
-    elif t == "reconciliation":
+    elif t == AuditEventType.RECONCILIATION:
         rec = ReconciliationView(
             generation=gen,
             attempt=e.attempt,
@@ -200,7 +203,7 @@ def _fold_decisions(f: Folded, e: StoredAuditEvent) -> None:
             f.excluded_nodes = _strings(observation["exc_node_list"])
 
 
-_FINAL_TYPES = {"completed": "completed", "job_gone": "job_gone"}
+_FINAL_TYPES = {AuditEventType.COMPLETED: "completed", AuditEventType.JOB_GONE: "job_gone"}
 
 
 def _outcome(f: Folded) -> str | None:

@@ -143,7 +143,7 @@ def audit(
 ) -> None:
     """Print a job's audit timeline (or the list of audited jobs)."""
     from resurgo.audit.store import AuditStore, AuditStoreUnavailable, store_url_from_env
-    from resurgo.audit.timeline import render_timeline, timeline_json
+    from resurgo.cli.timeline import render_timeline, timeline_json
 
     if use_api:
         operator_cli.audit_via_api(
@@ -320,7 +320,7 @@ def policy_replay(
 ) -> None:
     """What-if: re-decide every recorded decision with a candidate policy; print the changes."""
     from resurgo.audit.store import store_url_from_env
-    from resurgo.policy.replay import replay_command
+    from resurgo.cli.policy_replay import replay_command
 
     store_url = url or _config(config).audit.url or store_url_from_env()
     code = replay_command(

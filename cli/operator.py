@@ -406,7 +406,7 @@ def audit_via_api(
 ) -> None:
     """`resurgo audit --api`: the same timeline, read through the API."""
     from resurgo.audit.store import StoredAuditEvent
-    from resurgo.audit.timeline import render_timeline, timeline_json
+    from resurgo.cli.timeline import render_timeline, timeline_json
 
     if job_id is None:
         jobs(cluster=cluster, as_json=as_json, api_url=api_url, token=token, config=config)
@@ -437,7 +437,7 @@ def api_token(
     role: Annotated[str, typer.Option(help="viewer | operator | admin")] = "viewer",
 ) -> None:
     """Make a new API token: prints the token once, and the config entry that accepts it."""
-    from resurgo.api.auth import hash_token, new_token
+    from resurgo.tokens import hash_token, new_token
 
     if role not in ("viewer", "operator", "admin"):
         err.print(f"[red]role must be viewer, operator or admin, not {role!r}[/red]")

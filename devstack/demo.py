@@ -17,12 +17,13 @@ from pathlib import Path
 from rich.console import Console
 
 from resurgo.audit.store import AuditStore, StoredAuditEvent
-from resurgo.audit.timeline import render_timeline
+from resurgo.cli.timeline import render_timeline
+from resurgo.contracts import AuditEventType
 from resurgo.devstack.devserver import start_dev_server
 from resurgo.devstack.localstack import REPO, LocalStack, write_config
 
 console = Console(width=None if sys.stdout.isatty() else 160)
-FINAL_TYPES = {"completed", "job_gone", "directive_invalid"}
+FINAL_TYPES = {AuditEventType.COMPLETED, AuditEventType.JOB_GONE, AuditEventType.DIRECTIVE_INVALID}
 UI_PORT = 8233
 
 
@@ -75,7 +76,8 @@ def follow(store: AuditStore, job_id: int, timeout: float) -> list[StoredAuditEv
                 f"[dim]{event.at:%H:%M:%S}[/dim] [bold]{event.type:<20}[/bold] {event.summary}"
             )
         if any(e.type in FINAL_TYPES for e in seen) or any(
-            e.type == "reconciliation" and e.data.get("status") == "abandoned" for e in seen
+            e.type == AuditEventType.RECONCILIATION and e.data.get("status") == "abandoned"
+            for e in seen
         ):
             return seen
         time.sleep(0.5)
@@ -125,9 +127,10 @@ def run_demo(*, workdir: Path, fault: str, fault_node: str, mode: str, keep_ui: 
         f"Temporal UI: http://localhost:{UI_PORT}/namespaces/default/workflows/{workflow_id}"
     )
     converged = any(
-        e.type == "reconciliation" and e.data.get("status") == "converged" for e in events
+        e.type == AuditEventType.RECONCILIATION and e.data.get("status") == "converged"
+        for e in events
     )
-    completed = any(e.type == "completed" for e in events)
+    completed = any(e.type == AuditEventType.COMPLETED for e in events)
     if server is not None and keep_ui:
         console.print(
             f"the Temporal dev server keeps running (pid {server.pid}) so the UI stays up; "

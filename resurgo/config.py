@@ -37,11 +37,12 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from resurgo.contracts import ClusterGates, PolicyConfig
+from resurgo.errors import PermanentError
 from resurgo.slurm.breaker import BreakerSettings
 from resurgo.sources.config import SignalsSettings
 
 
-class ConfigError(Exception):
+class ConfigError(PermanentError):
     """The configuration file is missing, unreadable or invalid; the message says where."""
 
 

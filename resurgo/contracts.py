@@ -335,6 +335,35 @@ class AttributeRequest(Frozen):
     settle_seconds: float = 20.0
 
 
+class AuditEventType(StrEnum):
+    """Every kind of audit event. Written by the workflow, read by the API's history, the
+    CLI, telemetry, the demo and policy replay: one name each, so a typo cannot silently empty
+    a history (the store refuses a type not listed here)."""
+
+    MONITORING_STARTED = "monitoring_started"
+    DIRECTIVE_INVALID = "directive_invalid"
+    MODE_CHANGED = "mode_changed"
+    CONTROLLER_UNREACHABLE = "controller_unreachable"
+    ATTEMPT_STARTED = "attempt_started"
+    PROGRESS = "progress"
+    PROGRESS_RECOVERED = "progress_recovered"
+    ANOMALY = "anomaly"
+    ATTRIBUTION = "attribution"
+    ADVICE = "advice"
+    WOULD_ACT = "would_act"
+    APPROVAL_REQUESTED = "approval_requested"
+    APPROVAL_APPROVED = "approval_approved"
+    APPROVAL_REJECTED = "approval_rejected"
+    APPROVAL_EXPIRED = "approval_expired"
+    ACTION = "action"
+    RECONCILIATION = "reconciliation"
+    ATTEMPT_ENDED = "attempt_ended"
+    REQUEUED_EXTERNALLY = "requeued_externally"
+    COMPLETED = "completed"
+    JOB_GONE = "job_gone"
+    MONITORING_ENDED = "monitoring_ended"
+
+
 class AuditEvent(Frozen):
     """One append-only audit record; `event_id` is its idempotency key (unique in the store)."""
 
@@ -343,7 +372,7 @@ class AuditEvent(Frozen):
     job_id: int
     workflow_id: str
     attempt: int | None = None
-    type: str
+    type: AuditEventType
     producer: str
     at: datetime = Field(default_factory=lambda: datetime.now(UTC))
     summary: str = ""

@@ -13,7 +13,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from resurgo.activities.audit import AuditActivities
-from resurgo.activities.controller import ClusterActivities
+from resurgo.activities.controller import ControllerActivities
 from resurgo.audit.store import AuditStore, store_url_from_env
 from resurgo.config import ClusterSettings, ConfigError, ResurgoConfig
 from resurgo.contracts import CORE_TASK_QUEUE, controller_task_queue
@@ -62,15 +62,15 @@ def make_runner(settings: ClusterSettings) -> CommandRunner:
 
 def cluster_activities(
     cluster: str, settings: ClusterSettings, runner: CommandRunner
-) -> ClusterActivities:
-    return ClusterActivities(
+) -> ControllerActivities:
+    return ControllerActivities(
         cluster, runner, settings.gates(), breaker=settings.breaker(),
         job_listing_max_age=settings.job_listing_max_age, signals=settings.signals,
     )  # fmt: skip
 
 
 def controller_worker(
-    client: Client, cluster: str, settings: ClusterSettings, activities: ClusterActivities
+    client: Client, cluster: str, settings: ClusterSettings, activities: ControllerActivities
 ) -> Worker:
     return Worker(
         client,

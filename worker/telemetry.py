@@ -41,7 +41,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter
 
 from resurgo.config import ConfigError, TelemetrySettings
-from resurgo.contracts import AuditEvent
+from resurgo.contracts import AuditEvent, AuditEventType
 
 log = logging.getLogger("resurgo.telemetry")
 
@@ -234,7 +234,7 @@ class AuditMetrics:
     def _record(self, event: AuditEvent) -> None:
         data: dict[str, Any] = event.data
         AUDIT_EVENTS.add(1, {"type": event.type})
-        if event.type == "anomaly":
+        if event.type == AuditEventType.ANOMALY:
             kind = _label(data.get("kind"))
             ANOMALIES.add(1, {"kind": kind})
             detected = _parse_time(data.get("detected_at"))
@@ -248,11 +248,11 @@ class AuditMetrics:
             at = line_time(first.get("text", "")) if isinstance(first, dict) else None
             if at is not None and at <= detected:
                 DETECTION_LATENCY.record((detected - at).total_seconds(), {"kind": kind})
-        elif event.type == "attribution":
+        elif event.type == AuditEventType.ATTRIBUTION:
             ATTRIBUTIONS.add(
                 1, {"kind": _label(data.get("kind")), "category": _label(data.get("category"))}
             )
-        elif event.type == "advice":
+        elif event.type == AuditEventType.ADVICE:
             attrs = {"kind": _label(data.get("kind")), "category": _label(data.get("category"))}
             ADVICE.add(1, attrs)
             attempt = data.get("attempt")
@@ -261,10 +261,10 @@ class AuditMetrics:
             )
             if detected is not None and event.at >= detected:
                 DECISION_LATENCY.record((event.at - detected).total_seconds(), attrs)
-        elif event.type == "action":
+        elif event.type == AuditEventType.ACTION:
             outcome = _label(data.get("outcome"), "failed")
             ACTIONS.add(1, {"step": _label(data.get("step")), "outcome": outcome})
-        elif event.type == "reconciliation":
+        elif event.type == AuditEventType.RECONCILIATION:
             RECONCILIATIONS.add(
                 1, {"status": _label(data.get("status")), "reason": _label(data.get("reason"))}
             )

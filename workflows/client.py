@@ -11,11 +11,12 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 
 from resurgo.config import TemporalSettings
+from resurgo.errors import TransientError
 
 log = logging.getLogger("resurgo.temporal")
 
 
-class TemporalUnavailable(Exception):
+class TemporalUnavailable(TransientError):
     """Temporal did not answer within the allowed time."""
 
 

@@ -68,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
     from resurgo.audit.store import AuditStore, store_url_from_env
-    from resurgo.audit.timeline import render_timeline
+    from resurgo.cli.timeline import render_timeline
     from resurgo.devstack.demo import console, follow
 
     Path(args.workdir).mkdir(parents=True, exist_ok=True)

@@ -13,14 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from resurgo.attribute.log_events import (
-    Event,
-    JobScan,
-    scan_job,
-    scan_node_logs,
-    split_attempt,
-)
+from resurgo.attribute.events import Event, JobScan
+from resurgo.attribute.job_log import scan_job, split_attempt
 from resurgo.attribute.metrics import Finding, findings
+from resurgo.attribute.node_logs import scan_node_logs
 from resurgo.attribute.scheduler import SchedulerFacts, owner_cancelled
 from resurgo.attribute.topology import Topology, learn_topology
 from resurgo.contracts import AnomalyKind, Category, LogLine

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from resurgo.contracts import LogLine
 from resurgo.detect.lines import decode_line
+from resurgo.errors import PermanentError
 
 NODE_SOURCES = ("dmesg", "journal", "syslog", "console", "sel", "slurmd", "node")
 MAX_FILE_BYTES = 64 * 1024 * 1024
@@ -29,7 +30,7 @@ _NODE_FILE = re.compile(
 )
 
 
-class BundleError(Exception):
+class BundleError(PermanentError):
     """The bundle cannot be used (missing, unreadable or empty job log)."""
 
 

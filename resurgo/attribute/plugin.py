@@ -43,6 +43,7 @@ from resurgo.contracts import (
     LogLine,
     NodeObservation,
 )
+from resurgo.errors import TransientError
 
 ENV_URL = "RESURGO_ATTRIBUTION_PLUGIN_URL"
 ENV_TIMEOUT = "RESURGO_ATTRIBUTION_PLUGIN_TIMEOUT"
@@ -109,7 +110,7 @@ class PluginConfig(BaseModel):
             return cls(url=url)
 
 
-class PluginFailed(Exception):
+class PluginFailed(TransientError):
     """The plugin gave no usable answer (the message says why)."""
 
 

@@ -18,50 +18,31 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
-from pydantic_core import PydanticSerializationError
-from sqlalchemy import (
-    BigInteger,
-    Column,
-    DateTime,
-    Index,
-    Integer,
-    MetaData,
-    String,
-    Table,
-    Text,
-    TypeDecorator,
-    event,
-    func,
-    insert,
-    select,
-)
-from sqlalchemy.dialects import mysql as mysql_dialect
+from sqlalchemy import event, func, insert, select
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.engine import Connection, Dialect, Engine, RowMapping, create_engine, make_url
+from sqlalchemy.engine import Connection, Engine, RowMapping, create_engine, make_url
 from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.pool import ConnectionPoolEntry, StaticPool
 from sqlalchemy.sql.elements import ColumnElement
-from sqlalchemy.types import TypeEngine
 
+from resurgo.audit.rows import batches, from_naive_utc, row_from_event, to_naive_utc
+from resurgo.audit.schema import audit_events, metadata
 from resurgo.contracts import AuditEvent
 
 __all__ = [
     "DEFAULT_LIMIT",
-    "MAX_DATA_BYTES",
     "MAX_LIMIT",
-    "MAX_SUMMARY_BYTES",
     "AuditStore",
     "AuditStoreUnavailable",
     "JobSummary",
     "StoredAuditEvent",
-    "audit_events",
     "store_url_from_env",
 ]
 
@@ -71,22 +52,6 @@ ENV_HOME = "RESURGO_HOME"
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
 MAX_JOBS_LIMIT = 10_000
-
-# Column limits, enforced identically on every backend.
-EVENT_ID_LEN = 255
-CLUSTER_LEN = 128
-WORKFLOW_ID_LEN = 255
-TYPE_LEN = 64
-PRODUCER_LEN = 64
-MAX_SUMMARY_BYTES = 65_535  # MySQL TEXT
-MAX_DATA_BYTES = 1024 * 1024  # serialized JSON; stored as MEDIUMTEXT on MySQL
-_INT32 = (-(2**31), 2**31 - 1)
-_INT64 = (-(2**63), 2**63 - 1)
-_MIN_YEAR = 1000  # MySQL DATETIME lower bound
-
-# Batches are split so one statement stays far below MySQL's max_allowed_packet.
-_CHUNK_ROWS = 500
-_CHUNK_BYTES = 4 * 1024 * 1024
 
 # Transient lock conflicts are retried inside append(); anything else surfaces at once.
 _LOCK_RETRIES = 5
@@ -115,73 +80,6 @@ class JobSummary(BaseModel):
     last_at: datetime
     last_type: str
     events: int
-
-
-class _ExactString(TypeDecorator[str]):
-    """VARCHAR that compares byte-exact on MySQL (binary, no-pad collation), plain elsewhere.
-
-    With MySQL's default collations 'A' equals 'a' and 'x' equals 'x ', which would make the unique
-    `event_id` swallow distinct events and the filters disagree with SQLite.
-    """
-
-    impl = String
-    cache_ok = True
-
-    def __init__(self, length: int) -> None:
-        super().__init__(length)
-        self.length = length
-
-    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
-        if dialect.name in ("mysql", "mariadb"):
-            collation = _mysql_exact_collation(dialect)
-            return dialect.type_descriptor(
-                mysql_dialect.VARCHAR(self.length, charset="utf8mb4", collation=collation)
-            )
-        return dialect.type_descriptor(String(self.length))
-
-
-def _mysql_exact_collation(dialect: Dialect) -> str:
-    version = dialect.server_version_info or ()
-    if getattr(dialect, "is_mariadb", False):
-        return "utf8mb4_nopad_bin" if version >= (10, 2) else "utf8mb4_bin"
-    return "utf8mb4_0900_bin" if version >= (8, 0, 17) else "utf8mb4_bin"
-
-
-_metadata = MetaData()
-
-audit_events = Table(
-    "audit_events",
-    _metadata,
-    Column(
-        "id",
-        BigInteger().with_variant(Integer(), "sqlite"),
-        primary_key=True,
-        autoincrement=True,
-    ),
-    Column("event_id", _ExactString(EVENT_ID_LEN), nullable=False, unique=True),
-    Column("cluster", _ExactString(CLUSTER_LEN), nullable=False, index=True),
-    Column("job_id", BigInteger(), nullable=False, index=True),
-    Column("workflow_id", _ExactString(WORKFLOW_ID_LEN), nullable=False, index=True),
-    Column("attempt", Integer(), nullable=True),
-    Column("type", _ExactString(TYPE_LEN), nullable=False, index=True),
-    Column("producer", _ExactString(PRODUCER_LEN), nullable=False),
-    Column(
-        "at",
-        DateTime().with_variant(mysql_dialect.DATETIME(fsp=6), "mysql", "mariadb"),
-        nullable=False,
-        index=True,
-    ),
-    Column("summary", Text(), nullable=False),
-    Column(
-        "data",
-        Text().with_variant(mysql_dialect.MEDIUMTEXT(), "mysql", "mariadb"),
-        nullable=False,
-    ),
-    Index("ix_audit_events_cluster_job_id_id", "cluster", "job_id", "id"),
-    mysql_engine="InnoDB",
-    mysql_charset="utf8mb4",
-    mysql_collate="utf8mb4_bin",
-)
 
 
 def store_url_from_env(environ: Mapping[str, str] | None = None) -> str:
@@ -255,10 +153,10 @@ class AuditStore:
         """Create the table and its indexes if missing; safe to call any number of times."""
         with self._unavailable_on_error():
             try:
-                _metadata.create_all(self._engine, checkfirst=True)
+                metadata.create_all(self._engine, checkfirst=True)
             except (OperationalError, DBAPIError):
                 # Another process may have created it between the check and the CREATE.
-                _metadata.create_all(self._engine, checkfirst=True)
+                metadata.create_all(self._engine, checkfirst=True)
         with self._schema_lock:
             self._schema_ready = True
 
@@ -270,11 +168,11 @@ class AuditStore:
         Raises `ValueError` (nothing from the batch stored) if any event does not fit the columns,
         and `AuditStoreUnavailable` if the database cannot be used.
         """
-        rows = [_row_from_event(e) for e in events]
+        rows = [row_from_event(e) for e in events]
         if not rows:
             return 0
         self._ensure_schema()
-        chunks = list(_chunks(rows))
+        chunks = list(batches(rows))
         for attempt in range(_LOCK_RETRIES):
             try:
                 with self._unavailable_on_error(), self._engine.begin() as conn:
@@ -348,9 +246,9 @@ class AuditStore:
         if producer is not None:
             where.append(t.producer == producer)
         if since is not None:
-            where.append(t.at >= _to_naive_utc(since))
+            where.append(t.at >= to_naive_utc(since))
         if until is not None:
-            where.append(t.at < _to_naive_utc(until))
+            where.append(t.at < to_naive_utc(until))
         if after_id is not None:
             where.append(t.id > after_id if order == "asc" else t.id < after_id)
         stmt = (
@@ -409,8 +307,8 @@ class AuditStore:
                 cluster=r["cluster"],
                 job_id=int(r["job_id"]),
                 workflow_id=r["workflow_id"],
-                first_at=_from_naive_utc(r["first_at"]),
-                last_at=_from_naive_utc(r["last_at"]),
+                first_at=from_naive_utc(r["first_at"]),
+                last_at=from_naive_utc(r["last_at"]),
                 last_type=r["type"],
                 events=int(r["events"]),
             )
@@ -485,113 +383,6 @@ def _is_lock_conflict(exc: BaseException | None) -> bool:
     return "database is locked" in str(orig)
 
 
-def _to_naive_utc(value: datetime) -> datetime:
-    if value.tzinfo is None:
-        return value
-    return value.astimezone(UTC).replace(tzinfo=None)
-
-
-def _from_naive_utc(value: datetime | str) -> datetime:
-    if isinstance(value, str):  # SQLite window-function results come back untyped
-        value = datetime.fromisoformat(value)
-    if value.tzinfo is None:
-        return value.replace(tzinfo=UTC)
-    return value.astimezone(UTC)
-
-
-def _check_text(event_id: str, name: str, value: str, max_chars: int) -> None:
-    if len(value) > max_chars:
-        raise ValueError(
-            f"audit event {event_id[:80]!r}: {name} is {len(value)} characters, "
-            f"the limit is {max_chars}"
-        )
-    _utf8(event_id, name, value)
-
-
-def _utf8(event_id: str, name: str, value: str) -> bytes:
-    try:
-        return value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValueError(
-            f"audit event {event_id[:80]!r}: {name} is not valid Unicode: {exc}"
-        ) from None
-
-
-def _check_int(event_id: str, name: str, value: int, bounds: tuple[int, int]) -> None:
-    if not bounds[0] <= value <= bounds[1]:
-        raise ValueError(f"audit event {event_id[:80]!r}: {name}={value} is out of range {bounds}")
-
-
-def _row_from_event(e: AuditEvent) -> dict[str, Any]:
-    """Validate one event against the column limits and turn it into a row."""
-    eid = e.event_id
-    if not eid:
-        raise ValueError("audit event has an empty event_id")
-    _check_text(eid, "event_id", eid, EVENT_ID_LEN)
-    _check_text(eid, "cluster", e.cluster, CLUSTER_LEN)
-    _check_text(eid, "workflow_id", e.workflow_id, WORKFLOW_ID_LEN)
-    _check_text(eid, "type", e.type, TYPE_LEN)
-    _check_text(eid, "producer", e.producer, PRODUCER_LEN)
-    _check_int(eid, "job_id", e.job_id, _INT64)
-    if e.attempt is not None:
-        _check_int(eid, "attempt", e.attempt, _INT32)
-    summary_bytes = len(_utf8(eid, "summary", e.summary))
-    if summary_bytes > MAX_SUMMARY_BYTES:
-        raise ValueError(
-            f"audit event {eid[:80]!r}: summary is {summary_bytes} bytes, "
-            f"the limit is {MAX_SUMMARY_BYTES}"
-        )
-    try:
-        data_json = json.dumps(
-            e.model_dump(mode="json", include={"data"})["data"],
-            ensure_ascii=False,
-            separators=(",", ":"),
-        )
-    except (TypeError, ValueError, PydanticSerializationError) as exc:
-        raise ValueError(
-            f"audit event {eid[:80]!r}: data is not JSON-serializable: {exc}"
-        ) from None
-    data_bytes = len(_utf8(eid, "data", data_json))
-    if data_bytes > MAX_DATA_BYTES:
-        raise ValueError(
-            f"audit event {eid[:80]!r}: data is {data_bytes} bytes as JSON, "
-            f"the limit is {MAX_DATA_BYTES}"
-        )
-    try:
-        at = _to_naive_utc(e.at)
-    except OverflowError as exc:
-        raise ValueError(f"audit event {eid[:80]!r}: at={e.at!r} is out of range") from exc
-    if at.year < _MIN_YEAR:
-        raise ValueError(f"audit event {eid[:80]!r}: at={e.at.isoformat()} is before year 1000")
-    return {
-        "event_id": eid,
-        "cluster": e.cluster,
-        "job_id": e.job_id,
-        "workflow_id": e.workflow_id,
-        "attempt": e.attempt,
-        "type": e.type,
-        "producer": e.producer,
-        "at": at,
-        "summary": e.summary,
-        "data": data_json,
-        "_size": summary_bytes + data_bytes + 1024,
-    }
-
-
-def _chunks(rows: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
-    chunk: list[dict[str, Any]] = []
-    size = 0
-    for row in rows:
-        row_size = row.pop("_size")
-        if chunk and (len(chunk) >= _CHUNK_ROWS or size + row_size > _CHUNK_BYTES):
-            yield chunk
-            chunk, size = [], 0
-        chunk.append(row)
-        size += row_size
-    if chunk:
-        yield chunk
-
-
 def _event_from_row(r: RowMapping) -> StoredAuditEvent:
     data = json.loads(r["data"]) if r["data"] else {}
     return StoredAuditEvent(
@@ -603,7 +394,7 @@ def _event_from_row(r: RowMapping) -> StoredAuditEvent:
         attempt=r["attempt"],
         type=r["type"],
         producer=r["producer"],
-        at=_from_naive_utc(r["at"]),
+        at=from_naive_utc(r["at"]),
         summary=r["summary"],
         data=data,
     )

@@ -13,12 +13,8 @@ Matching rules:
 - `examples` must match their entry and `near_misses` must match no entry at all; `Registry.load`
   checks both and raises `RegistryError` otherwise.
 
-Fast path: at load time every regex is analysed (with the stdlib regex parser) for literal text
-any match must contain; each literal is trimmed to start at a rare character. The literals of
-case-sensitive entries form one trie-shaped regex searched in the line, those of
-case-insensitive entries another one searched in `line.lower()`. A benign line (no literal)
-costs those two C-level searches and nothing else; a line with literals runs only the entries
-they belong to. Entries without a usable literal run on every line (the tests keep none).
+Fast path (`resurgo.detect.prefilter`): the literals every match of an entry must contain
+(`resurgo.detect.literals`) select the few entries worth running on a line.
 
 Chunk path (`scan_chunk`, `scan_many`): a whole chunk of lines is searched for the required
 literals at once by a chunk engine (`resurgo.detect.scanner`: Hyperscan when installed, else
@@ -29,7 +25,6 @@ of `scan_naive`, line by line.
 from __future__ import annotations
 
 import functools
-import importlib
 import itertools
 import json
 import logging
@@ -46,6 +41,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from resurgo.contracts import AnomalyKind, Category
 from resurgo.detect.lines import strip_prefixes
+from resurgo.detect.literals import REGEX_FLAGS, needs_folding, required_literals
+from resurgo.detect.prefilter import Prefilter, group_by_keyword
 from resurgo.detect.scanner import (
     ChunkEngine,
     EngineName,
@@ -58,7 +55,6 @@ from resurgo.detect.scanner import (
 log = logging.getLogger(__name__)
 
 SUPPORTED_VERSIONS = frozenset({1})
-REGEX_FLAGS = re.ASCII
 PACKAGED_FILE = "patterns.json"
 CHUNK_LINES = 2048
 """Lines joined into one buffer per engine call (a buffer this size stays in the CPU cache)."""
@@ -155,32 +151,6 @@ def _compile(entry: PatternEntry) -> _Compiled:
         tags=entry.tags,
     )
     return _Compiled(entry, re.compile(entry.regex, REGEX_FLAGS), fold, literals, template)
-
-
-class _Prefilter:
-    """One trie regex over keywords, and which entries each keyword found at a position implies."""
-
-    def __init__(self, keywords: Mapping[str, set[int]]) -> None:
-        words = sorted(keywords)
-        trie = _trie_regex(words)
-        self.search = re.compile(trie).search
-        self.scan_iter = re.compile(trie).finditer
-        self.finditer = re.compile(f"(?=({trie}))").finditer
-        # The finder reports the shortest keyword starting at a position; every longer keyword
-        # starting there extends it, so a keyword implies the entries of all its extensions.
-        self.implies: dict[str, tuple[int, ...]] = {
-            k: tuple(sorted(set().union(*(v for w, v in keywords.items() if w.startswith(k)))))
-            for k in words
-        }
-        self.keywords = tuple(words)
-
-    def collect(self, text: str, into: set[int]) -> bool:
-        first = self.search(text)
-        if first is None:
-            return False
-        for m in self.finditer(text, first.start()):
-            into.update(self.implies[m.group(1)])
-        return True
 
 
 class Registry:
@@ -437,11 +407,11 @@ class Registry:
             for fold, table in ((False, raw), (True, folded))
             for literal in sorted(table)
         )
-        raw = _keyed(raw, fold=False)
-        folded = _keyed(folded, fold=True)
+        raw = group_by_keyword(raw, fold=False)
+        folded = group_by_keyword(folded, fold=True)
         self._always: tuple[int, ...] = tuple(always)
-        self._raw = _Prefilter(raw) if raw else None
-        self._folded = _Prefilter(folded) if folded else None
+        self._raw = Prefilter(raw) if raw else None
+        self._folded = Prefilter(folded) if folded else None
 
     def _check_examples(self) -> None:
         for compiled in self._compiled:
@@ -465,14 +435,6 @@ class Registry:
                     )
 
 
-def _keyed(by_literal: Mapping[str, set[int]], *, fold: bool) -> dict[str, set[int]]:
-    keywords = choose_keywords(by_literal, fold=fold)
-    out: dict[str, set[int]] = {}
-    for literal, indices in by_literal.items():
-        out.setdefault(keywords[literal], set()).update(indices)
-    return out
-
-
 @functools.lru_cache(maxsize=1)
 def _default_registry() -> Registry:
     return Registry.load()
@@ -486,316 +448,3 @@ def _first_error(exc: ValidationError) -> str:
     where = ".".join(str(p) for p in first.get("loc", ()))
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     return f"{where}: {first.get('msg', 'invalid')}{more}" if where else f"{first.get('msg')}{more}"
-
-
-# ---------------------------------------------------------------------- literal extraction
-#
-# `required_literals(R)` returns a set S of ASCII strings such that every match of R (compiled
-# with re.ASCII) contains some s in S, or None when no useful set exists. With `fold=True` the
-# strings are lower-case and the containment holds after lower-casing the subject, which is
-# what case-insensitive regexes need. Soundness: a LITERAL node matches exactly its character
-# (or, folded, its ASCII case variants); zero-width nodes (anchors, lookarounds) consume
-# nothing, so the literals on both sides of them are adjacent in the subject; a branch requires
-# one of its alternatives; a repeat with min >= 1 requires its body. A run of adjacent elements
-# with a small finite language yields exact strings (the product of the element languages), and
-# any contiguous window of that run, or any substring of such a string, is required as well.
-
-_MAX_SET = 64
-_MIN_LITERAL = 3
-
-
-def _parser() -> Any:
-    try:
-        return importlib.import_module("re._parser")
-    except ImportError:  # pragma: no cover - Python < 3.11
-        return importlib.import_module("sre_parse")
-
-
-def needs_folding(regex: str) -> bool:
-    """Whether `regex` matches case-insensitively anywhere (global or scoped `(?i)`)."""
-    try:
-        sp = _parser()
-        parsed = sp.parse(regex, REGEX_FLAGS)
-    except Exception:
-        return True
-    if parsed.state.flags & re.IGNORECASE:
-        return True
-    return _Extractor(sp, fold=False).scoped_ignorecase(list(parsed))
-
-
-def required_literals(regex: str, *, fold: bool = True) -> frozenset[str] | None:
-    """Literals one of which every match of `regex` contains (lower-case if `fold`), or None.
-
-    With `fold=False` the caller must know that `regex` is case-sensitive (`needs_folding`).
-    """
-    try:
-        sp = _parser()
-        parsed = sp.parse(regex, REGEX_FLAGS)
-        found = _Extractor(sp, fold=fold).sequence(list(parsed))
-    except Exception:
-        return None
-    if not found or min(len(s) for s in found) < _MIN_LITERAL:
-        return None
-    return frozenset(found)
-
-
-class _Extractor:
-    def __init__(self, sp: Any, *, fold: bool) -> None:
-        self.sp = sp
-        self.fold = fold
-        self.zero_width = {sp.AT, sp.ASSERT, sp.ASSERT_NOT}
-        self.repeats = {sp.MAX_REPEAT, sp.MIN_REPEAT}
-        if hasattr(sp, "POSSESSIVE_REPEAT"):
-            self.repeats.add(sp.POSSESSIVE_REPEAT)
-        self.atomic = getattr(sp, "ATOMIC_GROUP", None)
-
-    def char(self, code: int) -> str | None:
-        ch = chr(code)
-        if not (ch.isascii() and ch.isprintable()):
-            return None
-        return ch.lower() if self.fold else ch
-
-    def scoped_ignorecase(self, items: list[tuple[Any, Any]]) -> bool:
-        sp = self.sp
-        for op, av in items:
-            children: list[list[tuple[Any, Any]]] = []
-            if op == sp.SUBPATTERN:
-                if av[1] & re.IGNORECASE:
-                    return True
-                children = [list(av[-1])]
-            elif op == sp.BRANCH:
-                children = [list(alt) for alt in av[1]]
-            elif op in self.repeats:
-                children = [list(av[2])]
-            elif op in (sp.ASSERT, sp.ASSERT_NOT):
-                children = [list(av[1])]
-            elif self.atomic is not None and op == self.atomic:
-                children = [list(av)]
-            if any(self.scoped_ignorecase(child) for child in children):
-                return True
-        return False
-
-    # exact finite language of a node, or None if infinite/too large/unknown
-    def finite(self, op: Any, av: Any) -> set[str] | None:
-        sp = self.sp
-        if op == sp.LITERAL:
-            ch = self.char(av)
-            return None if ch is None else {ch}
-        if op in self.zero_width:
-            return {""}
-        if op == sp.IN:
-            chars: set[str] = set()
-            for item_op, item_av in av:
-                if item_op != sp.LITERAL:
-                    return None
-                ch = self.char(item_av)
-                if ch is None:
-                    return None
-                chars.add(ch)
-            return chars if 0 < len(chars) <= 8 else None
-        if op == sp.SUBPATTERN:
-            return self.finite_seq(list(av[-1]))
-        if self.atomic is not None and op == self.atomic:
-            return self.finite_seq(list(av))
-        if op == sp.BRANCH:
-            out: set[str] = set()
-            for alternative in av[1]:
-                sub = self.finite_seq(list(alternative))
-                if sub is None:
-                    return None
-                out |= sub
-                if len(out) > _MAX_SET:
-                    return None
-            return out
-        if op in self.repeats:
-            low, high, body = av
-            if high > 8:
-                return None
-            sub = self.finite_seq(list(body))
-            if sub is None:
-                return None
-            out = set()
-            for count in range(low, high + 1):
-                for combo in itertools.product(sorted(sub), repeat=count):
-                    out.add("".join(combo))
-                    if len(out) > _MAX_SET:
-                        return None
-            return out
-        return None
-
-    def finite_seq(self, items: list[tuple[Any, Any]]) -> set[str] | None:
-        out: set[str] = {""}
-        for op, av in items:
-            sub = self.finite(op, av)
-            if sub is None:
-                return None
-            out = {a + b for a in out for b in sub}
-            if len(out) > _MAX_SET:
-                return None
-        return out
-
-    # a set of literals one of which every match contains, or None
-    def required(self, op: Any, av: Any) -> set[str] | None:
-        sp = self.sp
-        if op == sp.SUBPATTERN:
-            return self.sequence(list(av[-1]))
-        if self.atomic is not None and op == self.atomic:
-            return self.sequence(list(av))
-        if op in self.repeats:
-            low, _high, body = av
-            return self.sequence(list(body)) if low >= 1 else None
-        if op == sp.BRANCH:
-            out: set[str] = set()
-            for alternative in av[1]:
-                sub = self.sequence(list(alternative))
-                if not sub:
-                    return None
-                out |= sub
-            return out
-        return None
-
-    def sequence(self, items: list[tuple[Any, Any]]) -> set[str] | None:
-        candidates: list[set[str]] = []
-        languages = [self.finite(op, av) for op, av in items]
-        for start in range(len(items)):  # windows over runs of finite elements
-            if languages[start] is None:
-                continue
-            product: set[str] = {""}
-            for end in range(start, len(items)):
-                language = languages[end]
-                if language is None:
-                    break
-                product = {a + b for a in product for b in language}
-                if len(product) > _MAX_SET:
-                    break
-                if "" not in product:
-                    candidates.append(product)
-        for (op, av), language in zip(items, languages, strict=True):
-            if language is None:
-                sub = self.required(op, av)
-                if sub:
-                    candidates.append(sub)
-        if not candidates:
-            return None
-        return max(candidates, key=lambda s: (min(len(x) for x in s), -len(s)))
-
-
-# Approximate occurrences per 1000 characters of healthy training-job output (progress lines,
-# NCCL INFO, English). Only the relative order matters: the prefilter's cost per benign line is
-# about the number of positions holding the first character of some keyword.
-_FREQUENCY: dict[str, float] = {
-    " ": 180,
-    ":": 25,
-    ".": 13,
-    "|": 10,
-    ",": 4,
-    "=": 4,
-    "-": 4,
-    "'": 4,
-    "/": 4,
-    "_": 4,
-    "[": 4,
-    "]": 4,
-    "(": 2,
-    ")": 2,
-    '"': 2,
-    "e": 45,
-    "n": 35,
-    "s": 32,
-    "a": 30,
-    "o": 28,
-    "t": 28,
-    "r": 25,
-    "i": 25,
-    "l": 20,
-    "m": 18,
-    "d": 15,
-    "c": 12,
-    "p": 12,
-    "u": 10,
-    "h": 10,
-    "g": 8,
-    "b": 8,
-    "f": 6,
-    "k": 5,
-    "w": 4,
-    "y": 4,
-    "v": 3,
-    "x": 2,
-    "z": 1,
-    "q": 0.5,
-    "j": 0.5,
-    "E": 5,
-    "C": 5,
-    "N": 4,
-    "I": 4,
-    "S": 3,
-    "T": 3,
-    "A": 3,
-    "R": 3,
-    "O": 3,
-    "L": 3,
-    "D": 2,
-    "M": 2,
-    "P": 2,
-    "F": 2,
-}
-_FREQUENCY.update({d: 30.0 for d in "0123456789"})
-_MIN_KEYWORD = 4
-
-
-def _frequency(ch: str, fold: bool) -> float:
-    if fold and ch.isalpha():
-        return _FREQUENCY.get(ch, 1.0) + _FREQUENCY.get(ch.upper(), 1.0)
-    return _FREQUENCY.get(ch, 1.0 if ch.isupper() else 0.5)
-
-
-def choose_keywords(literals: Iterable[str], *, fold: bool) -> dict[str, str]:
-    """literal -> keyword: a suffix of the literal that starts at a rarely seen character.
-
-    Any substring of a required literal is required too, so each literal may be replaced by one
-    of its suffixes (at least `_MIN_KEYWORD` long when the literal allows). The start characters
-    ("anchors") are chosen by greedy weighted set cover so that few, rare characters start all
-    keywords; the prefilter then rejects most positions of a line with a single charset test.
-    """
-    starts: dict[str, set[str]] = {}
-    for literal in set(literals):
-        last = max(len(literal) - _MIN_KEYWORD, 0)
-        starts[literal] = {literal[i] for i in range(last + 1)}
-    anchors: set[str] = set()
-    uncovered = set(starts)
-    while uncovered:
-        counts: dict[str, int] = {}
-        for literal in uncovered:
-            for ch in starts[literal]:
-                counts[ch] = counts.get(ch, 0) + 1
-        best = max(sorted(counts), key=lambda ch: counts[ch] / _frequency(ch, fold))
-        anchors.add(best)
-        uncovered = {literal for literal in uncovered if best not in starts[literal]}
-    for ch in sorted(anchors, key=lambda c: (-_frequency(c, fold), c)):  # drop redundant ones
-        rest = anchors - {ch}
-        if all(chars & rest for chars in starts.values()):
-            anchors = rest
-    out: dict[str, str] = {}
-    for literal, chars in starts.items():
-        first = min(i for i, ch in enumerate(literal) if ch in anchors and ch in chars)
-        out[literal] = literal[first:]
-    return out
-
-
-def _trie_regex(words: Sequence[str]) -> str:
-    """A regex matching any of `words`, factored as a trie so each position is cheap to reject."""
-    trie: dict[str, Any] = {}
-    for word in words:
-        node = trie
-        for ch in word:
-            node = node.setdefault(ch, {})
-        node[""] = {}
-
-    def emit(node: dict[str, Any]) -> str:
-        if "" in node:
-            return ""  # a shorter word ends here; any longer continuation is redundant
-        branches = [re.escape(ch) + emit(child) for ch, child in sorted(node.items())]
-        return branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
-
-    return emit(trie)

@@ -2,7 +2,7 @@
 
 Scanning a log line by line costs at least one Python call per line (0.1-0.3 µs), so a chunk
 of lines is joined with `"\\n"` into one buffer and the registry's required literals (see
-`registry.required_literals`) are searched in the whole buffer at C speed. Only the lines that
+`literals.required_literals`) are searched in the whole buffer at C speed. Only the lines that
 hold a literal (few in healthy output) go on to the entries' own Python regexes.
 
 Engines (`RESURGO_SCAN_ENGINE` = `auto` | `hyperscan` | `re`, default `auto`):

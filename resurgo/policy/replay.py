@@ -12,6 +12,8 @@ several) or PolicyConfig fields at the top level. Unknown fields are an error.
 Known approximation: audit events carry an attempt's first iteration (`progress`,
 `progress_recovered`) and where it resumed from, not its last one, so an attempt's progress is
 taken from those; an attempt with neither counts as one without progress.
+
+The command and its output are `resurgo.cli.policy_replay`.
 """
 
 from __future__ import annotations
@@ -26,9 +28,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from resurgo.contracts import (
     Advice,
@@ -36,24 +35,26 @@ from resurgo.contracts import (
     AttemptRecord,
     Attribution,
     AuditEvent,
+    AuditEventType,
     Directive,
     PolicyConfig,
     RecoveryState,
 )
-from resurgo.policy.decide import apply_advice, decide, describe_advice
+from resurgo.errors import PermanentError
+from resurgo.policy.decide import apply_advice, decide
 
 REPLAY_TYPES = (
-    "monitoring_started",
-    "attempt_started",
-    "progress",
-    "progress_recovered",
-    "requeued_externally",
-    "attribution",
-    "advice",
+    AuditEventType.MONITORING_STARTED,
+    AuditEventType.ATTEMPT_STARTED,
+    AuditEventType.PROGRESS,
+    AuditEventType.PROGRESS_RECOVERED,
+    AuditEventType.REQUEUED_EXTERNALLY,
+    AuditEventType.ATTRIBUTION,
+    AuditEventType.ADVICE,
 )
 
 
-class PolicyFileError(ValueError):
+class PolicyFileError(PermanentError, ValueError):
     """The candidate policy file cannot be used."""
 
 
@@ -230,13 +231,13 @@ def _replay_job(events: Sequence[AuditEvent], policy: PolicyConfig, out: ReplayR
     for event in events:
         attempt = event.attempt if event.attempt is not None else state.attempt
         data = event.data or {}
-        if event.type == "monitoring_started":
+        if event.type == AuditEventType.MONITORING_STARTED:
             raw = data.get("directive")
             if isinstance(raw, dict):
                 directive = _model(Directive, raw) or directive
-        elif event.type in ("attempt_started", "requeued_externally"):
-            _record(records, attempt).started = event.type == "attempt_started"
-        elif event.type in ("progress", "progress_recovered"):
+        elif event.type in (AuditEventType.ATTEMPT_STARTED, AuditEventType.REQUEUED_EXTERNALLY):
+            _record(records, attempt).started = event.type == AuditEventType.ATTEMPT_STARTED
+        elif event.type in (AuditEventType.PROGRESS, AuditEventType.PROGRESS_RECOVERED):
             rec = _record(records, attempt)
             rec.started = rec.seen_progress = True
             iteration = data.get("iteration")
@@ -246,13 +247,13 @@ def _replay_job(events: Sequence[AuditEvent], policy: PolicyConfig, out: ReplayR
             resumed = data.get("resumed_from")
             if isinstance(resumed, int):
                 rec.resumed_from = resumed
-        elif event.type == "attribution":
+        elif event.type == AuditEventType.ATTRIBUTION:
             attribution = _model(Attribution, data)
             if attribution is None:
                 out.skipped += 1
             else:
                 pending[attempt] = attribution
-        elif event.type == "advice":
+        elif event.type == AuditEventType.ADVICE:
             recorded = _model(Advice, data)
             attribution = pending.pop(attempt, None)
             if recorded is None or attribution is None:
@@ -278,87 +279,11 @@ def _replay_job(events: Sequence[AuditEvent], policy: PolicyConfig, out: ReplayR
             out.decisions.append(decision)
 
 
-# ---------------------------------------------------------------------------- command
+# ---------------------------------------------------------------------------- reading the store
 def fetch_events(store: Any, since: datetime | None) -> list[AuditEvent]:
     """Every replay-relevant event of every job that recorded advice since `since`."""
-    workflows = {e.workflow_id for e in store.iter_all(types=["advice"], since=since)}
+    workflows = {e.workflow_id for e in store.iter_all(types=[AuditEventType.ADVICE], since=since)}
     events: list[AuditEvent] = []
     for workflow_id in sorted(workflows):
         events.extend(store.iter_all(workflow_id=workflow_id, types=list(REPLAY_TYPES)))
     return events
-
-
-def render(result: ReplayResult, console: Console) -> None:
-    p = result.policy
-    console.print(
-        f"policy [bold]{p.name}[/bold]: max_attempts={p.max_attempts} "
-        f"budget_per_fingerprint={p.budget_per_fingerprint} "
-        f"application_retries={p.application_retries} "
-        f"no_progress_attempts={p.no_progress_attempts} allow_drain={p.allow_drain}"
-    )
-    changed = result.changed
-    console.print(
-        f"{len(result.decisions)} recorded decision(s) in {result.jobs} job(s); "
-        f"[bold]{len(changed)}[/bold] would change"
-        + (f"; {result.skipped} unreadable event(s) skipped" if result.skipped else "")
-    )
-    if not changed:
-        return
-    table = Table(title="changes", title_justify="left")
-    table.add_column("job", no_wrap=True)
-    table.add_column("attempt", justify="right")
-    table.add_column("category")
-    table.add_column("recorded")
-    table.add_column("candidate")
-    table.add_column("why", overflow="fold", ratio=1)
-    for d in changed:
-        table.add_row(
-            f"{d.cluster}/{d.job_id}",
-            str(d.attempt),
-            d.attribution.category.value
-            + (
-                f" ({', '.join(d.attribution.culprit_nodes)})"
-                if d.attribution.culprit_nodes
-                else ""
-            ),
-            describe_advice(d.recorded),
-            describe_advice(d.replayed) if d.replayed is not None else "(not reached)",
-            Text(d.why),
-        )
-    console.print(table)
-
-
-def replay_command(
-    policy_file: Path,
-    *,
-    name: str | None,
-    since: str | None,
-    url: str,
-    as_json: bool,
-    console: Console,
-    err: Console,
-) -> int:
-    import json
-
-    from resurgo.audit.store import AuditStore, AuditStoreUnavailable
-
-    try:
-        policy = load_policy(policy_file, name)
-        start = parse_since(since) if since else None
-    except (PolicyFileError, ValueError) as exc:
-        err.print(f"[red]{exc}[/red]")
-        return 2
-    store = AuditStore(url)
-    try:
-        events = fetch_events(store, start)
-    except AuditStoreUnavailable as exc:
-        err.print(f"[red]{exc}[/red]")
-        return 1
-    finally:
-        store.close()
-    result = replay(events, policy)
-    if as_json:
-        print(json.dumps(result.as_json()))
-    else:
-        render(result, console)
-    return 0

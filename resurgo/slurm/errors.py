@@ -2,38 +2,36 @@
 
 from __future__ import annotations
 
+from resurgo.errors import PermanentError, ResurgoError, TransientError
 
-class SchedulerError(Exception):
+
+class SchedulerError(ResurgoError):
     """A Slurm command did not do what was asked."""
 
 
-class SchedulerUnavailable(SchedulerError):
+class SchedulerUnavailable(SchedulerError, TransientError):
     """slurmctld (or the SSH link to the login node) cannot be reached; retry later."""
 
 
-class CommandTimeout(SchedulerError):
+class CommandTimeout(SchedulerError, TransientError):
     """A Slurm command ran past its deadline and was killed."""
 
 
-class CommandFailed(SchedulerError):
+class CommandFailed(SchedulerError, TransientError):
     """A Slurm command exited non-zero for a reason that is not one of the specific ones."""
 
 
-class JobGone(SchedulerError):
+class JobGone(SchedulerError, PermanentError):
     """slurmctld no longer knows the job (purged after MinJobAge, or never existed)."""
 
 
-class ParseError(SchedulerError):
+class ParseError(SchedulerError, PermanentError):
     """Slurm printed something the parsers do not understand; the message quotes it."""
 
 
-class PreconditionFailed(SchedulerError):
+class PreconditionFailed(SchedulerError, PermanentError):
     """The job is not in a state where the requested step makes sense."""
 
 
-class ActionsNotAllowed(SchedulerError):
+class ActionsNotAllowed(SchedulerError, PermanentError):
     """A gate (acknowledgement, partition allowlist) forbids scheduler actions."""
-
-
-# ApplicationError.type names: used where raised and in RetryPolicy.non_retryable_error_types.
-NON_RETRYABLE = ("JobGone", "PreconditionFailed", "ActionsNotAllowed", "ParseError")

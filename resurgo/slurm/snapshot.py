@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from resurgo.contracts import JobObservation
+from resurgo.errors import PermanentError
 from resurgo.slurm.client import SlurmClient
 from resurgo.slurm.errors import ParseError
 from resurgo.slurm.parsers import parse_job
@@ -46,7 +47,7 @@ class JobReader(Protocol):
         ...
 
 
-class ListingTampered(Exception):
+class ListingTampered(PermanentError):
     """User text in the listing could pose as other jobs' records: do not trust this listing."""
 
 

@@ -8,14 +8,16 @@ a 404 on the API path): retrying will not help, the configuration or the server 
 
 from __future__ import annotations
 
+from resurgo.errors import PermanentError, ResurgoError, TransientError
 
-class SourceError(Exception):
+
+class SourceError(ResurgoError):
     """Base class; the message names the source, the request and what went wrong."""
 
 
-class SourceUnavailable(SourceError):
+class SourceUnavailable(SourceError, TransientError):
     """The source could not be reached or answered with a server error (after retries)."""
 
 
-class SourceContractError(SourceError):
+class SourceContractError(SourceError, PermanentError):
     """The source answered, but not in the documented format (or rejected the request)."""

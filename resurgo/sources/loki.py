@@ -15,31 +15,17 @@ a third element (structured metadata) to each value, which is merged into the la
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-import httpx
-
-from resurgo.sources.base import (
-    FileSourceCursor,
-    LabelMapping,
-    LogRecord,
-    LogStream,
-    TimeCursor,
-    datetime_to_ns,
-    utcnow,
-)
+from resurgo.sources.base import datetime_to_ns
 from resurgo.sources.errors import SourceContractError
-from resurgo.sources.http import DEFAULT_RETRIES, DEFAULT_TIMEOUT, HttpApi
 from resurgo.sources.labels import check_selector_label, quote_string
-from resurgo.sources.paging import TimeEntry, entry_record, paged_stream
+from resurgo.sources.log_backend import Fetch, HttpLogSource
+from resurgo.sources.paging import TimeEntry
 
 QUERY_RANGE = "/loki/api/v1/query_range"
 LABELS = "/loki/api/v1/labels"
-DEFAULT_PAGE_LIMIT = 1000
-DEFAULT_LOOKBACK = timedelta(hours=1)
-DEFAULT_SETTLE = 1.0
 
 
 def parse_query_range(data: Any, what: str = "loki query_range") -> list[TimeEntry]:
@@ -111,39 +97,16 @@ def parse_string_list(data: Any, what: str) -> list[str]:
     return list(values)
 
 
-class LokiSource:
+class LokiSource(HttpLogSource):
     """Job logs from Grafana Loki (see the module docstring)."""
 
     kind = "loki"
+    cursor_kind = "loki"
 
-    def __init__(
-        self,
-        base_url: str,
-        *,
-        mapping: LabelMapping | None = None,
-        selector: str = "",
-        page_limit: int = DEFAULT_PAGE_LIMIT,
-        lookback: timedelta = DEFAULT_LOOKBACK,
-        settle: float = DEFAULT_SETTLE,
-        timeout: float = DEFAULT_TIMEOUT,
-        retries: int = DEFAULT_RETRIES,
-        headers: Mapping[str, str] | None = None,
-        client: httpx.AsyncClient | None = None,
-    ) -> None:
-        self.mapping = mapping or LabelMapping()
+    def _clean_selector(self, selector: str) -> str:
+        """Matchers without their braces; the job label must be usable in a stream selector."""
         check_selector_label(self.mapping.job_id)
-        self.selector = selector.strip().strip("{}").strip().rstrip(",")
-        if page_limit < 1:
-            raise ValueError("page_limit must be >= 1")
-        self.page_limit = page_limit
-        self.lookback = lookback
-        self.settle = settle
-        self.api = HttpApi(
-            base_url, name="loki", timeout=timeout, retries=retries, headers=headers, client=client
-        )
-
-    async def aclose(self) -> None:
-        await self.api.aclose()
+        return selector.strip().strip("{}").strip().rstrip(",")
 
     def query(self, job_id: str | None) -> str:
         """The LogQL stream selector for one job (or every job carrying the job label)."""
@@ -151,20 +114,7 @@ class LokiSource:
         matcher = f"{label}={quote_string(job_id)}" if job_id is not None else f'{label}=~".+"'
         return "{" + ", ".join(m for m in (matcher, self.selector) if m) + "}"
 
-    def read(
-        self,
-        job_id: str | None = None,
-        cursor: FileSourceCursor | TimeCursor | None = None,
-        *,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        max_records: int | None = None,
-    ) -> LogStream:
-        if cursor is not None and not (isinstance(cursor, TimeCursor) and cursor.kind == "loki"):
-            raise ValueError(f"a {cursor.kind} cursor cannot resume a loki source")
-        now = utcnow()
-        start_ns = cursor.ns if cursor else datetime_to_ns(since or now - self.lookback)
-        end_ns = datetime_to_ns(until or now - timedelta(seconds=self.settle))
+    def _fetcher(self, job_id: str | None, end_ns: int) -> Fetch:
         query = self.query(job_id)
 
         async def fetch(page_start: int) -> list[TimeEntry]:
@@ -178,19 +128,7 @@ class LokiSource:
             data = await self.api.get_json(QUERY_RANGE, params)
             return parse_query_range(data, f"loki at {self.api.base_url}: query_range")
 
-        return paged_stream(
-            "loki",
-            cursor=cursor,
-            start_ns=start_ns,
-            end_ns=end_ns,
-            limit=self.page_limit,
-            fetch=fetch,
-            to_record=self._record,
-            max_records=max_records,
-        )
-
-    def _record(self, entry: TimeEntry) -> LogRecord:
-        return entry_record(entry, self.mapping)
+        return fetch
 
     # ------------------------------------------------------------------ discovery
     async def label_names(self, since: datetime, until: datetime) -> list[str]:

@@ -16,33 +16,19 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-import httpx
-
-from resurgo.sources.base import (
-    FileSourceCursor,
-    LabelMapping,
-    LogRecord,
-    LogStream,
-    TimeCursor,
-    datetime_to_ns,
-    format_rfc3339_ns,
-    parse_rfc3339_ns,
-    utcnow,
-)
+from resurgo.sources.base import datetime_to_ns, format_rfc3339_ns, parse_rfc3339_ns
 from resurgo.sources.errors import SourceContractError
-from resurgo.sources.http import DEFAULT_RETRIES, DEFAULT_TIMEOUT, HttpApi, decode_json
+from resurgo.sources.http import decode_json
 from resurgo.sources.labels import parse_stream_labels, quote_string
-from resurgo.sources.paging import TimeEntry, entry_record, paged_stream
+from resurgo.sources.log_backend import Fetch, HttpLogSource
+from resurgo.sources.paging import TimeEntry
 
 QUERY = "/select/logsql/query"
 FIELD_NAMES = "/select/logsql/field_names"
 FIELD_VALUES = "/select/logsql/field_values"
-DEFAULT_PAGE_LIMIT = 1000
-DEFAULT_LOOKBACK = timedelta(hours=1)
-DEFAULT_SETTLE = 1.0
 _PLAIN_FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 
 
@@ -104,43 +90,11 @@ def parse_values(data: Any, what: str) -> list[tuple[str, int]]:
     return out
 
 
-class VictoriaLogsSource:
+class VictoriaLogsSource(HttpLogSource):
     """Job logs from VictoriaLogs (see the module docstring)."""
 
     kind = "victorialogs"
-
-    def __init__(
-        self,
-        base_url: str,
-        *,
-        mapping: LabelMapping | None = None,
-        selector: str = "",
-        page_limit: int = DEFAULT_PAGE_LIMIT,
-        lookback: timedelta = DEFAULT_LOOKBACK,
-        settle: float = DEFAULT_SETTLE,
-        timeout: float = DEFAULT_TIMEOUT,
-        retries: int = DEFAULT_RETRIES,
-        headers: Mapping[str, str] | None = None,
-        client: httpx.AsyncClient | None = None,
-    ) -> None:
-        self.mapping = mapping or LabelMapping()
-        self.selector = selector.strip()
-        if page_limit < 1:
-            raise ValueError("page_limit must be >= 1")
-        self.page_limit = page_limit
-        self.lookback = lookback
-        self.settle = settle
-        self.api = HttpApi(
-            base_url,
-            name="victorialogs",
-            timeout=timeout,
-            retries=retries,
-            headers=headers,
-            client=client,
-        )
-
-    async def aclose(self) -> None:
-        await self.api.aclose()
+    cursor_kind = "victorialogs"
 
     def filter(self, job_id: str | None) -> str:
         """The LogsQL filter selecting one job (or every entry carrying the job field)."""
@@ -152,23 +106,7 @@ class VictoriaLogsSource:
         window = f"_time:[{format_rfc3339_ns(start_ns)}, {format_rfc3339_ns(end_ns)})"
         return f"{self.filter(job_id)} {window} | sort by (_time) | limit {self.page_limit}"
 
-    def read(
-        self,
-        job_id: str | None = None,
-        cursor: FileSourceCursor | TimeCursor | None = None,
-        *,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        max_records: int | None = None,
-    ) -> LogStream:
-        if cursor is not None and not (
-            isinstance(cursor, TimeCursor) and cursor.kind == "victorialogs"
-        ):
-            raise ValueError(f"a {cursor.kind} cursor cannot resume a victorialogs source")
-        now = utcnow()
-        start_ns = cursor.ns if cursor else datetime_to_ns(since or now - self.lookback)
-        end_ns = datetime_to_ns(until or now - timedelta(seconds=self.settle))
-
+    def _fetcher(self, job_id: str | None, end_ns: int) -> Fetch:
         async def fetch(page_start: int) -> list[TimeEntry]:
             params = {
                 "query": self.query(job_id, page_start, end_ns),
@@ -178,19 +116,7 @@ class VictoriaLogsSource:
             response = await self.api.get(QUERY, params)
             return parse_query_lines(response.text, f"victorialogs at {self.api.base_url}: query")
 
-        return paged_stream(
-            "victorialogs",
-            cursor=cursor,
-            start_ns=start_ns,
-            end_ns=end_ns,
-            limit=self.page_limit,
-            fetch=fetch,
-            to_record=self._record,
-            max_records=max_records,
-        )
-
-    def _record(self, entry: TimeEntry) -> LogRecord:
-        return entry_record(entry, self.mapping)
+        return fetch
 
     # ------------------------------------------------------------------ discovery
     def _window(self, since: datetime, until: datetime) -> dict[str, str]:

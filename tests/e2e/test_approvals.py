@@ -21,9 +21,9 @@ from typing import Any
 import httpx
 import pytest
 
-from resurgo.api.auth import hash_token, new_token
 from resurgo.api.server import free_port
 from resurgo.devstack.localstack import REPO, wait_for
+from resurgo.tokens import hash_token, new_token
 from tests.e2e.conftest import Deployment
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slurm, pytest.mark.timeout(420)]

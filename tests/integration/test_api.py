@@ -22,11 +22,11 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from resurgo.api.app import create_app
-from resurgo.api.auth import hash_token, new_token
-from resurgo.api.service import Cursors
+from resurgo.api.core import Cursors
 from resurgo.audit.store import AuditStore
 from resurgo.config import ApiSettings, ApiToken, AuditSettings, ResurgoConfig, TemporalSettings
 from resurgo.contracts import AuditEvent, Directive, Mode
+from resurgo.tokens import hash_token, new_token
 from resurgo.workflows.job_recovery import JobRecoveryWorkflow
 from tests.integration.test_api_support import (
     JobStarter,

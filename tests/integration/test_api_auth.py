@@ -12,10 +12,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from resurgo.api.auth import Role, TokenRegistry, hash_token, load_tokens_file, new_token
+from resurgo.api.auth import Role, TokenRegistry, load_tokens_file
 from resurgo.api.server import build, free_port, is_loopback
 from resurgo.config import ApiSettings, ApiToken, ConfigError, ResurgoConfig, load_config
 from resurgo.devstack.localstack import REPO, wait_for
+from resurgo.tokens import hash_token, new_token
 
 
 def test_registry_matches_only_the_exact_token() -> None:

@@ -16,11 +16,11 @@ from temporalio.testing import WorkflowEnvironment
 from typer.testing import CliRunner, Result
 
 from resurgo.api.app import create_app
-from resurgo.api.auth import hash_token
 from resurgo.api.server import free_port
 from resurgo.audit.store import AuditStore
 from resurgo.cli.main import app as cli
 from resurgo.contracts import Directive, Mode
+from resurgo.tokens import hash_token
 from tests.integration.test_api import APPROVAL, api_config, eventually, make_tokens
 from tests.integration.test_api_support import (
     JobStarter,

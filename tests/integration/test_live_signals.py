@@ -24,7 +24,7 @@ from temporalio import activity
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
 from infra.prometheus.harness import PrometheusStack, free_port
-from resurgo.activities.controller import ClusterActivities
+from resurgo.activities.controller import ControllerActivities
 from resurgo.contracts import (
     Anomaly,
     AnomalyKind,
@@ -318,7 +318,7 @@ class FailedJob(SlurmClient):
 
 
 async def attribute(out: Path, signals: SignalsSettings | None) -> Attribution:
-    cluster = ClusterActivities("c", LocalRunner(), ClusterGates(), signals=signals)
+    cluster = ControllerActivities("c", LocalRunner(), ClusterGates(), signals=signals)
     cluster.slurm = FailedJob(out)
     anomaly = Anomaly(
         kind=AnomalyKind.CRASH, attempt=0, detected_at=datetime.now(UTC), job_state="FAILED",
@@ -334,7 +334,7 @@ async def attribute(out: Path, signals: SignalsSettings | None) -> Attribution:
 
 async def test_a_stopping_controller_closes_its_sources() -> None:
     signals = SignalsSettings(logs="loki+http://127.0.0.1:9", prometheus="http://127.0.0.1:9")
-    cluster = ClusterActivities("c", LocalRunner(), ClusterGates(), signals=signals)
+    cluster = ControllerActivities("c", LocalRunner(), ClusterGates(), signals=signals)
     assert cluster.remote_logs is not None and cluster.prometheus is not None
     await cluster.aclose()
     assert cluster.prometheus.api._client.is_closed

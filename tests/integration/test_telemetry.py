@@ -20,7 +20,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
 from resurgo.activities.audit import AuditActivities
-from resurgo.activities.controller import ClusterActivities
+from resurgo.activities.controller import ControllerActivities
 from resurgo.audit.store import AuditStore
 from resurgo.config import TelemetrySettings, TemporalSettings, load_config
 from resurgo.contracts import ActionRequest, ActionStep, AuditEvent, ClusterGates, JobKey
@@ -257,7 +257,7 @@ async def test_audit_events_are_counted(tmp_path: Path, installed: tel.Telemetry
 
 async def test_scheduler_steps_are_timed_by_step_and_outcome(installed: tel.Telemetry) -> None:
     """A refused step (cluster not acknowledged) is measured with its error type as outcome."""
-    cluster = ClusterActivities(
+    cluster = ControllerActivities(
         "c", LocalRunner(), ClusterGates(acknowledge_scheduler_actions=False)
     )
     req = ActionRequest(

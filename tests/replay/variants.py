@@ -10,8 +10,11 @@ from datetime import timedelta
 
 from temporalio import workflow
 
-from resurgo.contracts import RecoveryInput, RecoveryOutcome
-from resurgo.workflows.job_recovery import JobRecoveryWorkflow
+# Passed through like the workflow's own imports: the sandbox must see the same model classes
+# as the activities' annotations (from which results are decoded), never a second copy.
+with workflow.unsafe.imports_passed_through():
+    from resurgo.contracts import RecoveryInput, RecoveryOutcome
+    from resurgo.workflows.job_recovery import JobRecoveryWorkflow
 
 
 @workflow.defn(name="JobRecoveryWorkflow")

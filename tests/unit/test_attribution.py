@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from resurgo.attribute.analysis import fingerprint
 from resurgo.attribute.bundle import BundleError, load_bundle, read_lines
 from resurgo.attribute.metrics import findings
 from resurgo.attribute.offline import analyse_bundle, default_advice
-from resurgo.attribute.rules import attribute, fingerprint
+from resurgo.attribute.rules import attribute
 from resurgo.attribute.scheduler import owner_cancelled, parse_scheduler
 from resurgo.attribute.topology import learn_topology
 from resurgo.contracts import (

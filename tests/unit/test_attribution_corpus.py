@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from resurgo.attribute.accuracy import Score, corpus_dirs, score
 from typer.testing import CliRunner
+
+from resurgo.attribute.accuracy import Score, corpus_dirs, score
 from resurgo.cli.main import app
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus"

@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 
 from resurgo.audit.store import StoredAuditEvent
-from resurgo.audit.timeline import format_time, render_timeline, timeline_json
+from resurgo.cli.timeline import format_time, render_timeline, timeline_json
 
 T0 = datetime(2025, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
 
@@ -33,7 +33,7 @@ def stored(row_id: int, seconds: float, type_: str, summary: str, **kw: Any) -> 
 
 
 EVENTS = [
-    stored(1, 0, "job_discovered", "job opted in (mode=observe)", producer="discovery"),
+    stored(1, 0, "monitoring_started", "job opted in (mode=observe)", producer="discovery"),
     stored(2, 61.5, "anomaly", "crash: NCCL watchdog timeout on rank 3"),
     # Written late (a retried write) but earlier in time than the advice below.
     stored(5, 62, "attribution", "hardware_gpu on gpu-07 (Xid 79)", producer="attribute"),
@@ -128,8 +128,10 @@ def test_timeline_json() -> None:
         "summary",
         "data",
     }
-    unicode_doc = json.loads(timeline_json([stored(1, 0, "x", "ünï 🔥", data={"k": [1, "é"]})]))
+    unicode_doc = json.loads(
+        timeline_json([stored(1, 0, "anomaly", "ünï 🔥", data={"k": [1, "é"]})])
+    )
     assert unicode_doc[0]["summary"] == "ünï 🔥"
     assert unicode_doc[0]["data"] == {"k": [1, "é"]}
-    assert "🔥" in timeline_json([stored(1, 0, "x", "🔥")])
+    assert "🔥" in timeline_json([stored(1, 0, "anomaly", "🔥")])
     assert json.loads(timeline_json([])) == []

@@ -16,13 +16,8 @@ from hypothesis import strategies as st
 
 from resurgo.contracts import Category
 from resurgo.detect.lines import decode_line
-from resurgo.detect.registry import (
-    PatternMatch,
-    Registry,
-    RegistryError,
-    needs_folding,
-    required_literals,
-)
+from resurgo.detect.literals import needs_folding, required_literals
+from resurgo.detect.registry import PatternMatch, Registry, RegistryError
 
 DATA: dict[str, Any] = json.loads(
     resources.files("resurgo.detect").joinpath("patterns.json").read_text("utf-8")

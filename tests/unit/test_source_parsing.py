@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from resurgo.cli.signals_check import config_snippet, parse_label_overrides
 from resurgo.sources import (
     FileLogSource,
     FileSourceCursor,
@@ -43,6 +42,7 @@ from resurgo.sources.base import (
     ns_to_datetime,
     parse_rfc3339_ns,
 )
+from resurgo.sources.check_report import config_snippet, parse_label_overrides
 from resurgo.sources.labels import parse_stream_labels, quote_string
 from resurgo.sources.loki import parse_query_range, parse_string_list
 from resurgo.sources.paging import TimeEntry, paged_stream

@@ -1,99 +1,50 @@
-"""From raw lines to attributable events: who said what, on which node, in which order.
+"""Scanning the job's output: from raw lines to attributable events, in order.
 
 `scan_job` walks the job's output once: every registry match becomes an `Event` tagged with its
 actor (srun task, else rank), node and position; srun's per-task verdicts become `TaskExit`s;
 Python tracebacks are followed per actor so an error raised while saving a checkpoint is known
 as such; the torchelastic `Root Cause` block and progress/completion markers are recorded.
-`scan_node_logs` does the same for node-side files (kernel logs, journal, slurmd), per host.
+`split_attempt` keeps the last attempt of an output file several attempts appended to.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from resurgo.attribute.bundle import line_time
-from resurgo.attribute.node_patterns import node_registry
+from resurgo.attribute.events import (
+    _CORRECTED,
+    ElasticFailure,
+    Event,
+    JobScan,
+    TaskExit,
+    actor_of,
+    normalise,
+)
 from resurgo.attribute.topology import (
     SRUN_TASK,
-    HostMap,
     Topology,
     expand_tasks,
     split_host_prefix,
 )
-from resurgo.contracts import AnomalyKind, Category, LogLine
-from resurgo.detect.attempt_state import is_checkpoint_failure
+from resurgo.attribute.tracebacks import (
+    _EXC_LINE,
+    _FRAME,
+    _SAVE_FUNC,
+    _TRACEBACK,
+    _generic_exception,
+    _users_code,
+)
+from resurgo.contracts import LogLine
 from resurgo.detect.lines import parse_nccl_prefix, strip_prefixes
 from resurgo.detect.progress import ProgressParser, parse_rank_timing, timing_fields
-from resurgo.detect.registry import PatternMatch, Registry
+from resurgo.detect.registry import Registry
 
-# Registry roots that are facts about the scheduler, handled from Slurm's own state.
-SCHEDULER_IDS = frozenset(
-    {
-        "slurm_cancelled_time_limit",
-        "slurm_cancelled_node_failure",
-        "slurm_cancelled_preemption",
-        "slurm_cancelled_other",
-        "slurm_job_cancelled",
-        "srun_node_failure",
-        "srun_task_signal",  # re-derived from the srun task line itself
-    }
-)
-# Cascades that are Slurm/launcher teardown notices, not a rank's own failure.
-TEARDOWN_IDS = frozenset(
-    {
-        "slurm_step_cancelled",
-        "srun_job_step_aborted",
-        "torchelastic_signal_exception",
-        "torchelastic_closing_signal",
-    }
-)
 # Lines that say the launcher saw the job's processes end.
 ENDED_IDS = frozenset(
     {"torchelastic_child_failed", "torchelastic_worker_failed", "torchelastic_root_cause_header"}
 )
-# Application errors that reproduce wherever the job runs (a retry cannot help).
-DETERMINISTIC_APP = frozenset(
-    {
-        "python_app_exception",
-        "application_shape_mismatch",
-        "nccl_invalid_usage",
-        "cuda_invalid_device",
-        "cuda_device_side_assert",
-    }
-)
-# System-software failures that live on one node (driver, device, mount, image, launch).
-NODE_LOCAL_SYSTEM = frozenset(
-    {
-        "cuda_driver_insufficient",
-        "cuda_device_busy",
-        "cuda_system_not_ready",
-        "illegal_instruction",
-        "container_start_failed",
-        "slurm_task_launch_failed",
-        "slurm_prolog_failed",
-        "fs_stale_handle",
-        "fs_read_only",
-        "dataloader_shm_bus_error",
-        "nfs_not_responding",
-        "lustre_error",
-        "kernel_hung_task",
-        "kernel_soft_lockup",
-        # Both sides of a version mismatch report it; _version_drift names the odd node.
-        "nccl_version_mismatch",
-        # A port held on the rendezvous host (a leftover process): the next attempt should
-        # rendezvous elsewhere.
-        "address_in_use",
-    }
-)
-_FRAME = re.compile(r'^\s*File "(?P<path>[^"]{1,500})", line \d+, in (?P<func>[\w<>.]+)')
-_LIBRARY_PATH = re.compile(
-    r"/(?:site|dist)-packages/|/lib/python\d[\d.]*/|^<frozen |^<string>$|/usr/lib/"
-)
-_TRACEBACK = re.compile(r"\bTraceback \(most recent call last\):")
-_EXC_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?(?P<name>[A-Za-z_]\w*(?:Error|Exception))(?::|$)")
 _STEP_TERMINATING = re.compile(
     r"srun: (?:launch/slurm: _step_signal: Terminating StepId|Job step aborted|"
     r"forcing job termination|Force Terminated)|\*\*\* (?:STEP|JOB) \S+ ON \S+ CANCELLED AT"
@@ -113,12 +64,6 @@ _REQUEUE = re.compile(r"CANCELLED AT \S+ DUE TO JOB REQUEUE")
 _RESUMED = re.compile(
     r"(?i)(?:resum\w*|loaded checkpoint|restor\w*)\b.{0,80}?\b(?:iteration|iter|step)[\s=:]+(\d+)"
 )
-_NORMALISE = re.compile(
-    r"0x[0-9a-fA-F]+|\b\d+(?:\.\d+)*\b|(?:/[\w.@+-]+)+/?|\[[\w.:]+\]:\d+|<\d+>|"
-    r"\b[0-9a-fA-F]{8}-[0-9a-fA-F-]{27,}\b"
-)
-STALE_AFTER = timedelta(hours=6)
-_SAVE_FUNC = re.compile(r"(?i)save|persist|serialize|dump_state")
 # `"rank": 2`, `rank=2`, `[rank 2/4 host=...]`, `rank 2 of 4`.
 _RANK_FIELD = re.compile(r"\brank\"?\s*(?:[=:]\s*\"?|\s+)(\d{1,6})\b")
 _TIMER_SUMMARY = re.compile(
@@ -127,126 +72,6 @@ _TIMER_SUMMARY = re.compile(
     r"\((?:global )?rank[\s=:]+(?P<rank>\d+)(?:\s+on\s+(?P<host>[A-Za-z][\w.-]*))?\)",
     re.IGNORECASE,
 )
-_CORRECTED = re.compile(r"(?i)(?<!un)corrected\b")
-
-
-@dataclass
-class Event:
-    line: LogLine
-    order: int
-    origin: str  # "job" | "node" | "metrics" | "scheduler"
-    actor: str | None
-    task: int | None
-    rank: int | None
-    node: str | None
-    match: PatternMatch
-    message: str
-    key: str
-    in_save: bool = False
-    when: datetime | None = None
-
-    @property
-    def category(self) -> Category:
-        return self.match.category
-
-    @property
-    def hardware(self) -> bool:
-        return self.match.category.value.startswith("hardware")
-
-    @property
-    def root(self) -> bool:
-        return self.match.role == "root" and self.match.id not in SCHEDULER_IDS
-
-    @property
-    def cascade(self) -> bool:
-        return self.match.role == "cascade" and self.match.id not in TEARDOWN_IDS
-
-    @property
-    def serious(self) -> bool:
-        return self.match.severity in ("fatal", "error")
-
-    @property
-    def checkpoint_save(self) -> bool:
-        return (
-            self.in_save
-            or is_checkpoint_failure(self.match.id)
-            or "checkpoint_save" in self.match.tags
-        )
-
-
-@dataclass
-class TaskExit:
-    actor: str
-    task: int
-    node: str | None
-    status: str  # "exit" | "signal" | "killed" | "terminated" | "oom"
-    code: int | None
-    what: str
-    line: LogLine
-    order: int
-    after_termination: bool
-
-
-@dataclass
-class ElasticFailure:
-    rank: int | None
-    node: str | None
-    exitcode: int | None
-    line: LogLine
-    order: int
-    root: bool
-    when: datetime | None = None
-    """The block's `time` field: with one agent per node, each names its own first failure."""
-
-
-@dataclass
-class JobScan:
-    events: list[Event] = field(default_factory=list)
-    exits: dict[str, TaskExit] = field(default_factory=dict)
-    exit_order: list[TaskExit] = field(default_factory=list)
-    elastic: list[ElasticFailure] = field(default_factory=list)
-    terminated_at: int | None = None
-    """Order of the first line showing srun/Slurm tearing the step down."""
-    first_iteration: int | None = None
-    max_iteration: int | None = None
-    resumed_from: int | None = None
-    completed_line: LogLine | None = None
-    srun_rc: int | None = None
-    ended: bool = False
-    """The output shows the step ended (srun verdicts, rc line, teardown)."""
-    timings: dict[int, list[tuple[int, float, str]]] = field(default_factory=dict)
-    """rank → [(step, ms, node)] from per-rank timing lines."""
-    field_times: dict[str, dict[int, list[tuple[int, float, str]]]] = field(default_factory=dict)
-    """Per time field (`step_time_s`, `data_time`, `dt`...): rank → [(step, ms, node)], from
-    lines in any other format (used where `timings` has none)."""
-    slowest: list[tuple[str | None, int, float, LogLine]] = field(default_factory=list)
-    """Cross-rank timer summaries: (node, slowest rank, its time over the median, line)."""
-    advances: list[int] = field(default_factory=list)
-    """Orders of the lines that took training to a new iteration."""
-    progress_times: list[datetime] = field(default_factory=list)
-    """Wall-clock times progress lines carry, in order (naive, as printed)."""
-
-
-def normalise(text: str, hosts: Iterable[str] = ()) -> str:
-    """Message text without numbers, paths, addresses or host names (for comparison)."""
-    out = text
-    nccl = parse_nccl_prefix(out)
-    if nccl is not None:
-        out = nccl.rest
-    for host in sorted(set(hosts), key=len, reverse=True):
-        if host:
-            out = out.replace(host, "<node>")
-    return _NORMALISE.sub("#", out).strip()[:240]
-
-
-def actor_of(task: int | None, rank: int | None, host: str | None = None) -> str | None:
-    if task is not None:
-        return f"t{task}"
-    if rank is not None:
-        return f"r{rank}"
-    if host is not None:
-        return f"h{host}"
-    return None
 
 
 def split_attempt(lines: list[LogLine], restarts: int | None) -> list[LogLine]:
@@ -425,26 +250,6 @@ def _seconds(value: str, unit: str | None) -> float:
     return float(value) / 1000.0 if unit == "ms" else float(value)
 
 
-def _users_code(path: str | None) -> bool:
-    """The frame that raised is the job's own code, not an installed library or Python's."""
-    return bool(path) and not _LIBRARY_PATH.search(path or "")
-
-
-def _generic_exception(body: str, *, user_code: bool = False) -> PatternMatch:
-    """An exception no registry entry knows, ending a traceback: a weak root, the
-    application's when the job's own code raised it, else of unknown cause."""
-    return PatternMatch.model_construct(
-        id="python_user_exception" if user_code else "python_exception",
-        kind=AnomalyKind.CRASH,
-        category=Category.APPLICATION if user_code else Category.UNKNOWN,
-        role="root",
-        severity="error",
-        span=(0, len(body)),
-        groups={},
-        tags=(),
-    )
-
-
 def _line_node(text: str, task: int | None, rank: int | None, topo: Topology) -> str | None:
     nccl = parse_nccl_prefix(text)
     if nccl is not None:
@@ -511,64 +316,3 @@ def _elastic_failure(
             when=when,
         )
     )
-
-
-def scan_node_logs(
-    registry: Registry,
-    node_logs: Mapping[str, list[LogLine]],
-    hosts: HostMap,
-    *,
-    window: tuple[datetime | None, datetime | None] = (None, None),
-    boot: Mapping[str, datetime] | None = None,
-) -> list[Event]:
-    """Root events from node-side files, attributed to the node the file belongs to.
-
-    Lines clearly older than the job (more than `STALE_AFTER` before it started, within the same
-    couple of months) are left out; lines without a usable timestamp are kept.
-    """
-    start, _end = window
-    out: list[Event] = []
-    base = 1_000_000
-    for index, (host, lines) in enumerate(sorted(node_logs.items())):
-        node = hosts.canonical(host)
-        if node is None:
-            continue
-        year = start.year if start else None
-        for entry in lines:
-            found = registry.scan(entry.text)
-            if not any(m.role == "root" for m in found):
-                found += node_registry().scan(entry.text)
-            matches = [m for m in found if m.role in ("root", "cascade")]
-            if not matches:
-                continue
-            when = line_time(entry.text, year=year, boot=(boot or {}).get(node))
-            if when is not None and start is not None:
-                s = start.replace(tzinfo=None)
-                if STALE_AFTER < s - when < timedelta(days=60):
-                    continue  # from well before this job started (an old, unrelated fault)
-            if _CORRECTED.search(entry.text):
-                continue
-            body = strip_prefixes(entry.text).body
-            for match in matches:
-                out.append(
-                    Event(
-                        line=entry,
-                        order=base * (index + 1) + entry.line_no,
-                        origin="node",
-                        actor=None,
-                        task=None,
-                        rank=None,
-                        node=node,
-                        match=match,
-                        message=body.strip()[:300],
-                        key=f"{match.id}|{normalise(body, [host, node])}",
-                        when=when,
-                    )
-                )
-    return out
-
-
-def kind_of(events: Iterable[Event]) -> AnomalyKind:
-    """Hang if the decisive events are timeouts, else crash."""
-    kinds = {e.match.kind for e in events}
-    return AnomalyKind.HANG if kinds == {AnomalyKind.HANG} else AnomalyKind.CRASH

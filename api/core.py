@@ -1,0 +1,299 @@
+"""The gateway's common ground: the error a request turns into, page cursors, the one Temporal
+connection, and the reads every part of the gateway shares (visibility, the `status` query, the
+audit store) down to locating one job.
+
+Every workflow handle is run-less, so it follows continue-as-new.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from temporalio.client import (
+    Client,
+    WorkflowExecution,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+    WorkflowQueryRejectedError,
+)
+from temporalio.service import RPCError, RPCStatusCode
+
+from resurgo.api.history import job_ref
+from resurgo.api.models import JobRef
+from resurgo.audit.store import MAX_JOBS_LIMIT, AuditStore, JobSummary, StoredAuditEvent
+from resurgo.config import TemporalSettings
+from resurgo.contracts import JobStatus, RecoveryOutcome
+from resurgo.workflows import search_attributes as sa
+from resurgo.workflows.client import TemporalUnavailable, connect
+from resurgo.workflows.job_recovery import JobRecoveryWorkflow
+
+WORKFLOW_TYPE = "JobRecoveryWorkflow"
+QUERY_TIMEOUT = timedelta(seconds=5)
+LIST_TIMEOUT = timedelta(seconds=10)
+CONNECT_TIMEOUT = 5.0
+VISIBILITY_CHUNK = 50
+
+JobHandle = WorkflowHandle[JobRecoveryWorkflow, RecoveryOutcome]
+
+
+class ApiProblem(Exception):
+    """A request that cannot be served as asked: HTTP status and a message for a person."""
+
+    def __init__(self, status: int, detail: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.headers = headers
+
+
+@dataclass
+class Located:
+    ref: JobRef
+    execution: WorkflowExecution | None
+    live: bool
+
+
+# ------------------------------------------------------------------------- helpers
+
+
+def as_utc(value: datetime | None) -> datetime | None:
+    if value is None:
+        return None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def quote(value: str) -> str:
+    """A visibility-query string literal."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+class Cursors:
+    """Opaque page cursors: JSON, base64url, with a MAC so that only cursors this API handed
+    out are accepted (a forged one never reaches Temporal or the store)."""
+
+    def __init__(self, key: bytes) -> None:
+        self._key = key
+
+    def _mac(self, body: str) -> str:
+        digest = hmac.new(self._key, body.encode(), hashlib.sha256).digest()[:16]
+        return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+    def encode(self, payload: dict[str, Any]) -> str:
+        raw = json.dumps(payload, separators=(",", ":")).encode()
+        body = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+        return f"{body}.{self._mac(body)}"
+
+    def decode(self, cursor: str) -> dict[str, Any]:
+        body, _, mac = cursor.partition(".")
+        payload = None
+        if hmac.compare_digest(mac, self._mac(body)):
+            try:
+                payload = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+            except (binascii.Error, ValueError, UnicodeDecodeError):
+                payload = None
+        if not isinstance(payload, dict):
+            raise ApiProblem(400, "invalid cursor: pass back a next_cursor value unchanged")
+        return payload
+
+
+def parse_workflow_id(workflow_id: str) -> tuple[str, int] | None:
+    """`resurgo:<cluster>:<job id>:<submit epoch>` -> (cluster, job id)."""
+    if not workflow_id.startswith("resurgo:"):
+        return None
+    parts = workflow_id[len("resurgo:") :].rsplit(":", 2)
+    if len(parts) != 3 or not parts[1].isdigit():
+        return None
+    return parts[0], int(parts[1])
+
+
+def _latest(executions: Iterable[WorkflowExecution]) -> WorkflowExecution | None:
+    """The running run of a workflow id if any, else the most recently started one."""
+    best: WorkflowExecution | None = None
+    for e in executions:
+        if best is None or _rank(e) > _rank(best):
+            best = e
+    return best
+
+
+def _rank(e: WorkflowExecution) -> tuple[bool, datetime]:
+    running = e.status == WorkflowExecutionStatus.RUNNING
+    return running, as_utc(e.start_time) or datetime.min.replace(tzinfo=UTC)
+
+
+def is_running(e: WorkflowExecution | None) -> bool:
+    return e is not None and e.status == WorkflowExecutionStatus.RUNNING
+
+
+def attrs_of(e: WorkflowExecution) -> dict[str, Any]:
+    attrs = e.typed_search_attributes
+    return {
+        "cluster": attrs.get(sa.CLUSTER),
+        "job_id": attrs.get(sa.SLURM_JOB_ID),
+        "state": attrs.get(sa.STATE),
+        "mode": attrs.get(sa.MODE),
+        "attempt": attrs.get(sa.ATTEMPT),
+        "category": attrs.get(sa.LAST_CATEGORY),
+        "needs_approval": bool(attrs.get(sa.NEEDS_APPROVAL)),
+        "user": attrs.get(sa.USER),
+        "partition": attrs.get(sa.PARTITION),
+    }
+
+
+def ref_of(e: WorkflowExecution) -> JobRef | None:
+    parsed = parse_workflow_id(e.id)
+    attrs = attrs_of(e)
+    cluster = attrs["cluster"] or (parsed[0] if parsed else None)
+    raw_job = attrs["job_id"]
+    job_id = int(raw_job) if raw_job and str(raw_job).isdigit() else (parsed[1] if parsed else None)
+    if cluster is None or job_id is None:
+        return None
+    return job_ref(cluster, job_id, e.id)
+
+
+def summary_key(j: JobSummary) -> tuple[int, str, int, str]:
+    """Newest first (by when monitoring began, which never changes), then by identity: a total
+    and stable order for keyset pagination."""
+    first = as_utc(j.first_at)
+    assert first is not None
+    micros = int((first - datetime(1970, 1, 1, tzinfo=UTC)) / timedelta(microseconds=1))
+    return -micros, j.cluster, j.job_id, j.workflow_id
+
+
+# ------------------------------------------------------------------------- the gateway
+
+
+class TemporalConnection:
+    """One client for the gateway's lifetime, connected on first use (and again after a
+    failed connect), always with the shared pydantic data converter."""
+
+    def __init__(self, settings: TemporalSettings, client: Client | None = None) -> None:
+        self.settings = settings
+        self._client = client
+        self._lock = asyncio.Lock()
+
+    async def get(self) -> Client:
+        if self._client is not None:
+            return self._client
+        async with self._lock:
+            if self._client is None:
+                try:
+                    self._client = await asyncio.wait_for(
+                        connect(self.settings), timeout=CONNECT_TIMEOUT
+                    )
+                except (TemporalUnavailable, TimeoutError) as exc:
+                    raise ApiProblem(
+                        503, f"Temporal at {self.settings.address} is unreachable: {exc}"
+                    ) from exc
+        return self._client
+
+
+class GatewayCore:
+    """What every part of the gateway stands on: the connection, the store, the cursors, and
+    the reads they share."""
+
+    def __init__(self, temporal: TemporalConnection, store: AuditStore, cursor_key: bytes) -> None:
+        self.temporal = temporal
+        self.store = store
+        self.cursors = Cursors(cursor_key)
+
+    # ---- Temporal reads --------------------------------------------------------------------
+    async def _visibility_page(
+        self, query: str, page_size: int, token: bytes | None
+    ) -> tuple[Sequence[WorkflowExecution], bytes | None]:
+        client = await self.temporal.get()
+        it = client.list_workflows(
+            query, page_size=page_size, next_page_token=token, rpc_timeout=LIST_TIMEOUT
+        )
+        try:
+            await it.fetch_next_page()
+        except RPCError as exc:
+            if token and exc.status == RPCStatusCode.INVALID_ARGUMENT:
+                raise ApiProblem(400, "invalid cursor (or the filters changed)") from exc
+            raise
+        return it.current_page or [], it.next_page_token
+
+    async def _visibility_all(self, query: str, limit: int) -> list[WorkflowExecution]:
+        client = await self.temporal.get()
+        found: list[WorkflowExecution] = []
+        async for e in client.list_workflows(
+            query, limit=limit, page_size=min(limit, 1000), rpc_timeout=LIST_TIMEOUT
+        ):
+            found.append(e)
+        return found
+
+    async def _by_ids(self, ids: Sequence[str]) -> dict[str, WorkflowExecution]:
+        """The latest run of each workflow id that visibility still has."""
+        runs: dict[str, list[WorkflowExecution]] = {}
+        for start in range(0, len(ids), VISIBILITY_CHUNK):
+            chunk = ids[start : start + VISIBILITY_CHUNK]
+            query = f"WorkflowId IN ({', '.join(quote(i) for i in chunk)})"
+            for run in await self._visibility_all(query, limit=10 * len(chunk)):
+                runs.setdefault(run.id, []).append(run)
+        return {wid: e for wid, group in runs.items() if (e := _latest(group)) is not None}
+
+    async def _handle(self, workflow_id: str) -> JobHandle:
+        client = await self.temporal.get()
+        return client.get_workflow_handle_for(JobRecoveryWorkflow.run, workflow_id)
+
+    async def _status(self, workflow_id: str) -> tuple[JobStatus | None, str | None]:
+        handle = await self._handle(workflow_id)
+        try:
+            status = await handle.query(JobRecoveryWorkflow.status, rpc_timeout=QUERY_TIMEOUT)
+        except (RPCError, WorkflowQueryFailedError, WorkflowQueryRejectedError) as exc:
+            return None, f"status query of {workflow_id} failed (is a worker running?): {exc}"
+        return status, None
+
+    # ---- audit store reads -------------------------------------------------------------------
+    async def _events(self, workflow_id: str) -> list[StoredAuditEvent]:
+        return await asyncio.to_thread(lambda: list(self.store.iter_all(workflow_id=workflow_id)))
+
+    async def _summaries(self, cluster: str | None) -> list[JobSummary]:
+        found = await asyncio.to_thread(self.store.jobs, cluster, limit=MAX_JOBS_LIMIT)
+        return sorted(found, key=summary_key)
+
+    # ---- locating one job ---------------------------------------------------------------------
+    async def locate(self, cluster: str, job_id: int, workflow_id: str | None = None) -> Located:
+        query = (
+            f"WorkflowType = {quote(WORKFLOW_TYPE)} AND ResurgoCluster = {quote(cluster)} "
+            f"AND ResurgoSlurmJobId = {quote(str(job_id))}"
+        )
+        if workflow_id is not None:
+            query += f" AND WorkflowId = {quote(workflow_id)}"
+        runs: dict[str, list[WorkflowExecution]] = {}
+        for run in await self._visibility_all(query, limit=200):
+            runs.setdefault(run.id, []).append(run)
+        latest = [e for group in runs.values() if (e := _latest(group)) is not None]
+        if latest:
+            best = max(latest, key=_rank)
+            return Located(job_ref(cluster, job_id, best.id), best, is_running(best))
+        for j in await self._summaries(cluster):
+            if j.job_id == job_id and workflow_id in (None, j.workflow_id):
+                return Located(job_ref(cluster, job_id, j.workflow_id), None, False)
+        raise ApiProblem(404, f"no job {job_id} on cluster {cluster!r} is known to Resurgo")
+
+
+__all__ = [
+    "ApiProblem",
+    "Cursors",
+    "GatewayCore",
+    "JobHandle",
+    "Located",
+    "TemporalConnection",
+    "as_utc",
+    "attrs_of",
+    "is_running",
+    "parse_workflow_id",
+    "quote",
+    "ref_of",
+    "summary_key",
+]

@@ -1,0 +1,100 @@
+"""Narrowing a root failure down to its specific cause and place.
+
+The real error a generic wrapper reports just below it (a DataLoader worker's `Caught ...`, a
+DCP `CheckpointException`), and software drift: the one node running a different NCCL than
+the rest of the job, or whose environment (imports, shared libraries, modules) is missing what
+the other nodes' have. The root-failure stage asks these before it settles on a category.
+"""
+
+from __future__ import annotations
+
+import re
+
+from resurgo.attribute.analysis import Analysis, event_node
+from resurgo.attribute.events import Event
+from resurgo.attribute.topology import split_host_prefix
+from resurgo.contracts import Category
+from resurgo.detect.lines import parse_nccl_prefix, strip_prefixes
+
+_NCCL_VERSION = re.compile(r"\bNCCL version (?P<major>\d+)\.(?P<minor>\d+)\.(?P<patch>\d+)")
+_VERSION_PAIR = re.compile(r"\brank (?P<rank>\d+) version (?P<code>\d{4,6})\b")
+# A program's environment missing a piece: the job's own, or one node's image.
+ENVIRONMENT_IDS = frozenset({"shared_library_missing", "lmod_module_unknown"})
+_ENVIRONMENT = re.compile(
+    r"\b(?:ImportError|ModuleNotFoundError)\b|cannot open shared object file|"
+    r"undefined symbol: |GLIBC_\d[\d.]* not found"
+)
+# How far below a generic wrapper exception its real cause may be printed (one traceback).
+WRAPPED_CAUSE_LINES = 40
+
+
+def _version_drift(a: Analysis) -> list[str]:
+    """Nodes running a different NCCL than most of the job, from each host's `NCCL version`
+    line and NCCL's `Mismatched NCCL version detected : rank A version X rank B version Y`."""
+    on: dict[int, set[str]] = {}
+    for entry in a.lines:
+        if "version" not in entry.text:
+            continue
+        host, text = split_host_prefix(entry.text, a.topo.host_prefixes)
+        pre = strip_prefixes(text)
+        nccl = parse_nccl_prefix(text)
+        if m := _NCCL_VERSION.search(pre.body):
+            node = a.topo.hosts.canonical(nccl.host if nccl else host) or a.topo.node_of(
+                pre.task, pre.rank
+            )
+            code = int(m["major"]) * 10000 + int(m["minor"]) * 100 + int(m["patch"])
+            if node is not None:
+                on.setdefault(code, set()).add(node)
+        for m in _VERSION_PAIR.finditer(pre.body):
+            if (node := a.topo.node_of(None, int(m["rank"]))) is not None:
+                on.setdefault(int(m["code"]), set()).add(node)
+    if len(on) < 2:
+        return []
+    everyone = set().union(*on.values())
+    common = max(on, key=lambda code: len(on[code]))
+    drifted = everyone - on[common]
+    return sorted(drifted) if len(drifted) * 2 < len(everyone) else []
+
+
+def _environment_error(e: Event) -> bool:
+    return e.match.id in ENVIRONMENT_IDS or bool(_ENVIRONMENT.search(e.message))
+
+
+def _drifted_node(a: Analysis, first: Event, primaries: list[Event]) -> str | None:
+    """The one node whose software environment is missing what the others' have.
+
+    An import, shared-library or module error is the job's own environment when every node
+    hits it; when it comes from one node's ranks only while ranks elsewhere ran on (their
+    first sign is a cascade, or nothing), that node's image has drifted (taxonomy B.18).
+    """
+    if not _environment_error(first):
+        return None
+    failing = [e for e in primaries if _environment_error(e)]
+    nodes = {event_node(a, e) for e in failing}
+    if len(nodes) != 1 or None in nodes:
+        return None
+    node = next(iter(nodes))
+    assert node is not None
+    failed = {e.actor for e in failing}
+    others = {x for x in a.actors() - failed if a.node_of_actor(x) != node}
+    if not others or any(e.actor in others for e in primaries):
+        return None
+    return node
+
+
+def _specific_cause(first: Event, primaries: list[Event]) -> Event:
+    """The known cause a generic wrapper reports just after it (same rank).
+
+    Wrappers print first and carry the real error below them: a DataLoader worker's `Caught
+    OSError ... Original Traceback`, a DCP `CheckpointException` listing each rank's failure.
+    """
+    if first.category != Category.UNKNOWN or first.actor is None:
+        return first
+    for e in sorted(primaries, key=lambda e: e.order):
+        if e.order <= first.order or e.actor != first.actor:
+            continue
+        if e.order - first.order > WRAPPED_CAUSE_LINES:
+            break
+        if e.category != Category.UNKNOWN:
+            return e
+    return first

@@ -1,0 +1,77 @@
+"""Scanning node-side files (kernel logs, journal, slurmd): root events per host.
+
+`scan_node_logs` runs the job registry, then the node patterns, over each host's files and
+attributes what it finds to the node the file belongs to, leaving out faults from well before
+the job started. Kept apart from the job-log scan: these lines have no ranks or tasks, only a
+host and a timestamp.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+
+from resurgo.attribute.bundle import line_time
+from resurgo.attribute.events import _CORRECTED, Event, normalise
+from resurgo.attribute.node_patterns import node_registry
+from resurgo.attribute.topology import HostMap
+from resurgo.contracts import LogLine
+from resurgo.detect.lines import strip_prefixes
+from resurgo.detect.registry import Registry
+
+STALE_AFTER = timedelta(hours=6)
+
+
+def scan_node_logs(
+    registry: Registry,
+    node_logs: Mapping[str, list[LogLine]],
+    hosts: HostMap,
+    *,
+    window: tuple[datetime | None, datetime | None] = (None, None),
+    boot: Mapping[str, datetime] | None = None,
+) -> list[Event]:
+    """Root events from node-side files, attributed to the node the file belongs to.
+
+    Lines clearly older than the job (more than `STALE_AFTER` before it started, within the same
+    couple of months) are left out; lines without a usable timestamp are kept.
+    """
+    start, _end = window
+    out: list[Event] = []
+    base = 1_000_000
+    for index, (host, lines) in enumerate(sorted(node_logs.items())):
+        node = hosts.canonical(host)
+        if node is None:
+            continue
+        year = start.year if start else None
+        for entry in lines:
+            found = registry.scan(entry.text)
+            if not any(m.role == "root" for m in found):
+                found += node_registry().scan(entry.text)
+            matches = [m for m in found if m.role in ("root", "cascade")]
+            if not matches:
+                continue
+            when = line_time(entry.text, year=year, boot=(boot or {}).get(node))
+            if when is not None and start is not None:
+                s = start.replace(tzinfo=None)
+                if STALE_AFTER < s - when < timedelta(days=60):
+                    continue  # from well before this job started (an old, unrelated fault)
+            if _CORRECTED.search(entry.text):
+                continue
+            body = strip_prefixes(entry.text).body
+            for match in matches:
+                out.append(
+                    Event(
+                        line=entry,
+                        order=base * (index + 1) + entry.line_no,
+                        origin="node",
+                        actor=None,
+                        task=None,
+                        rank=None,
+                        node=node,
+                        match=match,
+                        message=body.strip()[:300],
+                        key=f"{match.id}|{normalise(body, [host, node])}",
+                        when=when,
+                    )
+                )
+    return out

@@ -1,0 +1,266 @@
+"""Attribution stages that blame a node's hardware.
+
+3. node failure: a node of the job DOWN/not responding, `NODE FAILURE`, `Node failure on` →
+   `hardware_host` (or the node's more specific hardware fault) naming that node;
+4. hardware evidence: GPU/network/host errors in the job log (attributed to a node through the
+   rank→node map), in a node's kernel log, in its metrics or in a hardware drain reason → that
+   category, naming the node. A transport error naming an unreachable peer blames the peer
+   when several reporters agree; the same ambiguous symptom on every node blames none.
+
+(Numbers are the stages' places in `rules.analyse`.)
+"""
+
+from __future__ import annotations
+
+import re
+
+from resurgo.attribute.analysis import Analysis, Verdict, event_node
+from resurgo.attribute.events import Event
+from resurgo.attribute.metrics import Finding
+from resurgo.attribute.scheduler import node_failed
+from resurgo.attribute.stages_common import _exit_lines, _peer_node, _primary_candidates
+from resurgo.contracts import AnomalyKind, Category, LogLine
+
+# Job-log "hardware" symptoms that software can produce too: on every node at once they are
+# not a node's fault.
+AMBIGUOUS_HARDWARE = frozenset(
+    {"cuda_launch_failure", "nccl_system_error", "nccl_ib_completion_error", "ib_retry_exceeded"}
+)
+_SOFTWARE_REASON = re.compile(
+    r"hostengine|daemon|service|not running|version|mount|filesystem|file system|munge|"
+    r"slurmd|upgrade|package|check_(?:fs|ps|file)_"
+)
+
+
+def _node_failure(a: Analysis, outcome: str | None) -> Verdict | None:
+    failed: dict[str, LogLine | None] = {}
+    for name, node in a.facts.nodes.items():
+        if a.in_job(name) and node_failed(node):
+            failed[name] = _node_record_line(a, name)
+    for name, line in a.facts.failed_nodes.items():
+        canonical = a.topo.hosts.canonical(name)
+        if canonical and a.in_job(canonical):
+            failed.setdefault(canonical, line)
+    for e in a.events:
+        if e.match.id == "srun_node_failure":
+            for name in re.split(r"[,\s]+", e.match.groups.get("node", "")):
+                canonical = a.topo.hosts.canonical(name)
+                if canonical and a.in_job(canonical):
+                    failed.setdefault(canonical, e.line)
+    node_fail = outcome == "node_fail"
+    if not failed and not node_fail:
+        return None
+    if not failed and len(a.node_list) <= 1:
+        # Nobody else to blame: the node the notice names (slurmctld lost contact with it).
+        for e in a.events:
+            if e.match.id == "slurm_cancelled_node_failure":
+                reported = a.topo.hosts.canonical(e.match.groups.get("node"))
+                if reported and (not a.node_list or a.node_list == [reported]):
+                    failed[reported] = e.line
+    culprits = sorted(failed)
+    category = Category.HARDWARE_HOST
+    evidence = [line for line in failed.values() if line is not None]
+    specific = [e for e in _hardware_events(a) if e.node in failed]
+    if specific:
+        category = specific[0].category
+        evidence = [e.line for e in specific] + evidence
+    evidence += [e.line for e in a.events if e.match.id.startswith("slurm_cancelled_node")]
+    where = ", ".join(culprits) or "an unidentified node"
+    return Verdict(
+        category, "node_failure", f"node failure: {where} failed or stopped responding",
+        0.9 if culprits else 0.7, culprits=culprits, evidence=evidence,
+        kind=AnomalyKind.CRASH, outcome="node_fail" if node_fail or not a.running else None,
+    )  # fmt: skip
+
+
+def _node_record_line(a: Analysis, node: str) -> LogLine | None:
+    for entry in a.facts.lines:
+        if entry.text.lstrip().startswith(f"NodeName={node} ") or (
+            f"NodeName={node}" in entry.text and "State=" in entry.text
+        ):
+            return entry
+    for entry in a.facts.lines:
+        if re.search(rf"\b{re.escape(node)}\b", entry.text) and re.search(
+            r"(?i)not responding|DOWN", entry.text
+        ):
+            return entry
+    return None
+
+
+def _hardware_events(a: Analysis) -> list[Event]:
+    """Serious hardware root events attributable to one of the job's nodes."""
+    victims = a.victims()
+    primaries = _primary_candidates(a, victims)
+    first_primary = min((p.order for p in primaries if not p.hardware), default=None)
+    out: list[Event] = []
+    for e in a.events:
+        if not (e.root and e.hardware and e.serious):
+            continue
+        if e.category == Category.HARDWARE_NETWORK and (
+            e.actor in victims or (first_primary is not None and first_primary < e.order)
+        ):
+            continue  # a survivor's link errors after its peer died are a consequence
+        out.append(e)
+    out += [e for e in a.node_events if e.root and e.hardware and e.serious and a.in_job(e.node)]
+    return out
+
+
+def _drain_findings(a: Analysis) -> list[Finding]:
+    """Nodes of the job an operator or health check drained for a hardware reason."""
+    reasons: dict[str, tuple[str, LogLine | None]] = {}
+    for name, record in a.facts.nodes.items():
+        if record.reason:
+            reasons[name] = (record.reason, _node_record_line(a, name))
+    for r in a.facts.reasons:
+        reasons.setdefault(r.node, (r.reason, None))
+    out: list[Finding] = []
+    for name, (reason, line) in reasons.items():
+        node = a.topo.hosts.canonical(name)
+        if node is None or not a.in_job(node) or reason.lower().startswith("resurgo"):
+            continue
+        category = _hardware_reason(reason)
+        if category is None:
+            continue
+        where = line or next(
+            (e for e in a.facts.lines if name in e.text and reason[:20] in e.text), None
+        )
+        if where is not None:
+            out.append(Finding(node, category, "fatal", f"drained: {reason}", where))
+    return out
+
+
+def _hardware_reason(reason: str) -> Category | None:
+    text = reason.lower()
+    if _SOFTWARE_REASON.search(text):
+        return None  # a daemon, a mount, a package: the node's software (or an operator's)
+    if re.search(r"\bxid\b|\becc\b|\bgpu|nvlink|nvswitch|fallen off|dcgm|row remap", text):
+        return Category.HARDWARE_GPU
+    if re.search(r"infiniband|\bib\b|\bhca\b|mlx\d|link (?:down|flap)|\bnic\b|port down", text):
+        return Category.HARDWARE_NETWORK
+    if re.search(
+        r"machine check|\bmce\b|dimm|memory error|power supply|\bpsu\b|\bfan\b|thermal|"
+        r"overheat|\bnvme\b|disk fail|hardware|hw error|\bbmc\b|\bnhc\b|health ?check",
+        text,
+    ):
+        return Category.HARDWARE_HOST
+    return None
+
+
+def _hardware(a: Analysis) -> Verdict | None:
+    events = _hardware_events(a)
+    fatal_metrics = [f for f in a.metric_findings if f.severity == "fatal" and a.in_job(f.host)]
+    fatal_metrics += _drain_findings(a)
+    if not events and not fatal_metrics:
+        return None
+    by_node: dict[str, list[Event]] = {}
+    unplaced: list[Event] = []
+    blamed = _blamed_peers(a, events)
+    for e in events:
+        node = e.node
+        if node is None and e.actor is not None:
+            node = a.node_of_actor(e.actor)
+        node = blamed.get(id(e), node)
+        if node is None:
+            unplaced.append(e)
+        else:
+            by_node.setdefault(node, []).append(e)
+    metric_nodes: dict[str, list[Finding]] = {}
+    for f in fatal_metrics:
+        metric_nodes.setdefault(f.host, []).append(f)
+    if unplaced and not by_node:
+        node = _sole_failing_node(a)
+        if node is not None:
+            by_node[node] = unplaced
+            unplaced = []
+    corroborated = {e.node for e in events if e.origin == "node"} | set(metric_nodes)
+    nodes = sorted(set(by_node) | set(metric_nodes))
+    if corroborated:
+        # Where a host's own logs show the fault, a peer's ambiguous symptom (retries exceeded
+        # talking to it) does not make the peer a culprit too.
+        nodes = [
+            n for n in nodes
+            if n in corroborated
+            or any(e.match.id not in AMBIGUOUS_HARDWARE for e in by_node.get(n, []))
+        ]  # fmt: skip
+    ordered = sorted(events, key=lambda e: (e.origin != "job", e.order))
+    placed = [e for e in ordered if event_node(a, e) in nodes]
+    ordered = placed + [e for e in ordered if e not in placed] if placed else ordered
+    first_cat = ordered[0].category if ordered else fatal_metrics[0].category
+    head = ordered[0] if ordered else None
+    confidence = 0.95 if corroborated else 0.9
+    everywhere = len(a.node_list) >= 2 and set(nodes) >= set(a.node_list)
+    ambiguous = all(e.match.id in AMBIGUOUS_HARDWARE for e in events) and not fatal_metrics
+    if (
+        everywhere
+        and not corroborated
+        and ambiguous
+        and (first_cat != Category.HARDWARE_NETWORK or len(a.node_list) >= 3)
+    ):
+        # The same "hardware" error on every node at once is the fabric or the software.
+        nodes, confidence = [], 0.6
+    if not nodes:
+        confidence = min(confidence, 0.7)
+    gpus: list[str] = []
+    for node in nodes:
+        for e in by_node.get(node, []):
+            pci = e.match.groups.get("pci")
+            if pci:
+                gpus.append(f"{node}:{_bus_id(pci)}")
+        for f in metric_nodes.get(node, []):
+            if f.gpu:
+                gpus.append(f"{node}:{f.gpu}")
+    what = head.match.id if head is not None else fatal_metrics[0].what
+    if head is not None and head.match.groups.get("xid"):
+        what = f"Xid {head.match.groups['xid']}"
+    key = head.key if head is not None else f"metric|{fatal_metrics[0].what}"
+    evidence = [e.line for e in ordered] + [f.line for f in fatal_metrics]
+    evidence += _exit_lines(a, nodes)
+    ranks = sorted({e.rank if e.rank is not None else e.task for e in events
+                    if e.node in nodes and (e.rank is not None or e.task is not None)}
+                   )  # type: ignore[type-var]  # fmt: skip
+    return Verdict(
+        first_cat, key, f"{what} on {', '.join(nodes) or 'an unidentified node'}", confidence,
+        culprits=nodes, ranks=[r for r in ranks if r is not None], gpus=sorted(set(gpus)),
+        evidence=evidence,
+    )  # fmt: skip
+
+
+def _blamed_peers(a: Analysis, events: list[Event]) -> dict[int, str]:
+    """Network errors that name the peer they could not reach, blamed on that peer.
+
+    A link that fails shows up as transport errors on every host talking to it. When hosts on
+    two or more other nodes name the same peer, or the peer's own logs show a network fault,
+    the peer is the culprit and the reporters are not.
+    """
+    named: dict[str, set[str]] = {}
+    naming: dict[int, str] = {}
+    for e in events:
+        if e.category != Category.HARDWARE_NETWORK or e.origin != "job":
+            continue
+        peer = _peer_node(a, e)
+        reporter = event_node(a, e)
+        if peer is None or reporter is None or peer == reporter:
+            continue
+        named.setdefault(peer, set()).add(reporter)
+        naming[id(e)] = peer
+    if not named:
+        return {}
+    self_reported = {
+        event_node(a, e)
+        for e in events
+        if e.category == Category.HARDWARE_NETWORK and id(e) not in naming
+    }
+    blamed = {p for p, reporters in named.items() if len(reporters) >= 2 or p in self_reported}
+    return {i: peer for i, peer in naming.items() if peer in blamed}
+
+
+def _bus_id(pci: str) -> str:
+    """`0000:3B:00.0` and `0000:3b:00` name the same GPU: lower case, no PCI function."""
+    return re.sub(r"\.\d$", "", pci.lower())
+
+
+def _sole_failing_node(a: Analysis) -> str | None:
+    if len(a.node_list) == 1:
+        return a.node_list[0]
+    failing = {x.node for x in a.scan.exit_order if x.status != "terminated" and x.node}
+    return next(iter(failing)) if len(failing) == 1 else None

@@ -1,0 +1,378 @@
+"""Attribution stages that find the failure the others followed from.
+
+5. the earliest root-candidate failure across ranks. A rank whose first error is a cascade
+   (connection closed/reset by peer, collective timeouts, aborted communicators) is a victim and
+   never the root cause, nor is anything it does afterwards. The same deterministic application
+   error on every rank is the application's (no culprit, stop-grade confidence); an error on
+   some ranks only is retried. A rank killed by a signal names its node (unless its node's
+   kernel log shows the OOM killer: the application);
+7. only cascades: the ranks that stayed silent while their peers timed out are suspects.
+
+(Numbers are the stages' places in `rules.analyse`.)
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+from resurgo.attribute.analysis import Analysis, Verdict, actor_node, event_node
+from resurgo.attribute.causes import _drifted_node, _specific_cause, _version_drift
+from resurgo.attribute.events import Event, TaskExit, normalise
+from resurgo.attribute.stages_common import _exit_lines, _peer_node, _primary_candidates
+from resurgo.contracts import AnomalyKind, Category
+
+# Application errors that reproduce wherever the job runs (a retry cannot help).
+DETERMINISTIC_APP = frozenset(
+    {
+        "python_app_exception",
+        "application_shape_mismatch",
+        "nccl_invalid_usage",
+        "cuda_invalid_device",
+        "cuda_device_side_assert",
+    }
+)
+# System-software failures that live on one node (driver, device, mount, image, launch).
+NODE_LOCAL_SYSTEM = frozenset(
+    {
+        "cuda_driver_insufficient",
+        "cuda_device_busy",
+        "cuda_system_not_ready",
+        "illegal_instruction",
+        "container_start_failed",
+        "slurm_task_launch_failed",
+        "slurm_prolog_failed",
+        "fs_stale_handle",
+        "fs_read_only",
+        "dataloader_shm_bus_error",
+        "nfs_not_responding",
+        "lustre_error",
+        "kernel_hung_task",
+        "kernel_soft_lockup",
+        # Both sides of a version mismatch report it; _version_drift names the odd node.
+        "nccl_version_mismatch",
+        # A port held on the rendezvous host (a leftover process): the next attempt should
+        # rendezvous elsewhere.
+        "address_in_use",
+    }
+)
+# A process's own native crash report: without a hardware fault on its host, it is the
+# framework's or the node's software (failure taxonomy B.14).
+NATIVE_CRASH = frozenset(
+    {"segmentation_fault", "sigsegv_signal", "bus_error", "abort_signal", "python_fatal_signal"}
+)
+# Application errors that a retry (from the last checkpoint, elsewhere) may well get past.
+NONDETERMINISTIC_APP = frozenset(
+    {"loss_nan", "nonfinite_values", "cuda_oom", "host_oom_kill", "slurm_oom_kill"}
+)
+# A path the job names that is missing or forbidden: on one node a mount (retry elsewhere), on
+# every rank of every node the job's own data or configuration (failure taxonomy B.8).
+CONFIGURED_PATHS = frozenset({"file_not_found", "permission_denied"})
+# Unknown-category roots about shared state (storage, checkpoints): no node to blame.
+SHARED_UNKNOWN = frozenset(
+    {"checkpoint_save_failed", "dcp_checkpoint_exception", "resume_load_failed", "python_exception"}
+)
+_TRANSIENT_EXCEPTION = re.compile(
+    r"(?i)connect|timeout|timed ?out|network|http|ssl|socket|unavailable|temporar|resource|"
+    r"busy|retry|oserror|ioerror|eoferror|interrupt|lock|quota|memory"
+)
+_RANK_LIST = re.compile(r"\d+")
+
+
+def _root_failure(a: Analysis) -> Verdict | None:
+    victims = a.victims()
+    primaries = [e for e in _primary_candidates(a, victims) if not e.hardware]
+    deaths = [
+        x
+        for x in a.scan.exit_order
+        if x.status in ("signal", "killed", "oom") and x.actor not in victims
+        and (a.kill_order is None or x.order < a.kill_order)
+    ]  # fmt: skip
+    node_app = [
+        e for e in a.node_events
+        if e.root and e.serious and e.category in (Category.APPLICATION, Category.SYSTEM_SOFTWARE)
+        and a.in_job(e.node)
+    ]  # fmt: skip
+    if primaries:
+        return _from_primaries(a, primaries, victims, deaths, node_app)
+    if deaths:
+        verdict = _from_death(a, deaths[0], node_app)
+        world = a.topo.world_size() or len(a.actors())
+        if world >= 2 and len({x.actor for x in deaths}) >= world:
+            # Every process died the same way at once: not one node's doing.
+            verdict.culprits = []
+            verdict.summary = f"every task died: {deaths[0].what}"
+        return verdict
+    elastic = [f for f in a.scan.elastic if f.root]
+    if elastic:
+        # One agent per node prints its own "first observed failure": the earliest is the
+        # job's (the others are their nodes' ranks aborting after it).
+        f = min(elastic, key=lambda f: (f.when is None, f.when or datetime.min, f.order))
+        node = f.node or (a.topo.node_of(None, f.rank) if f.rank is not None else None)
+        explained = _explain_by_node(a, node, node_app)
+        if explained is not None:
+            return explained
+        signal = f"signal {-f.exitcode}" if f.exitcode is not None and f.exitcode < 0 else (
+            f"exit code {f.exitcode}")  # fmt: skip
+        # SIGSEGV/SIGABRT/SIGBUS/SIGILL/SIGFPE: a native crash; SIGKILL & co: cause unknown.
+        native = f.exitcode in (-11, -6, -7, -4, -8)
+        return Verdict(
+            Category.SYSTEM_SOFTWARE if native else Category.UNKNOWN, f"elastic|{signal}",
+            f"rank {f.rank} on {node or '?'} failed first ({signal})", 0.6,
+            culprits=[node] if node else [],
+            ranks=[f.rank] if f.rank is not None else [], evidence=[f.line],
+        )  # fmt: skip
+    # A task that exited without a word, where nothing else on its node spoke either (srun's
+    # task numbers and the log's rank prefixes name the same processes differently).
+    spoke = {e.actor for e in a.events} | {
+        n for e in a.events if (n := event_node(a, e)) is not None
+    }
+    silent = [
+        x for x in a.scan.exit_order
+        if x.status == "exit" and x.code and not x.after_termination
+        and x.actor not in spoke and x.node not in spoke
+    ]  # fmt: skip
+    if silent:
+        x = silent[0]
+        explained = _explain_by_node(a, x.node, node_app)
+        if explained is not None:
+            return explained
+        local = [e for e in node_app if e.node == x.node and e.category == Category.SYSTEM_SOFTWARE]
+        if local:
+            # Its node's own logs say what broke there (a daemon, a mount, the kernel).
+            return Verdict(
+                Category.SYSTEM_SOFTWARE, local[0].key,
+                f"{local[0].match.id} on {x.node}; task {x.task} exited with code {x.code}",
+                0.7, culprits=[x.node] if x.node else [], ranks=[x.task],
+                evidence=[local[0].line, x.line],
+            )  # fmt: skip
+        return Verdict(
+            Category.UNKNOWN, f"exit|{x.code}", f"task {x.task} on {x.node} exited with code "
+            f"{x.code} first, without an error message", 0.5,
+            culprits=[x.node] if x.node else [], ranks=[x.task], evidence=[x.line],
+        )  # fmt: skip
+    if node_app:
+        e = node_app[0]
+        return Verdict(
+            e.category, e.key, f"{e.match.id} on {e.node}", 0.65,
+            culprits=[e.node] if e.match.id in NODE_LOCAL_SYSTEM and e.node else [],
+            evidence=[e.line],
+        )  # fmt: skip
+    return None
+
+
+def _explain_by_node(a: Analysis, node: str | None, node_app: list[Event]) -> Verdict | None:
+    """A rank that died without a word: did its node's kernel kill it (OOM)?"""
+    for e in node_app:
+        if e.node == node and e.category == Category.APPLICATION:
+            return Verdict(
+                Category.APPLICATION, e.key, f"{e.match.id} on {node}: the job ran out of "
+                "host memory", 0.7, evidence=[e.line],
+            )  # fmt: skip
+    return None
+
+
+def _from_death(a: Analysis, x: TaskExit, node_app: list[Event]) -> Verdict:
+    explained = _explain_by_node(a, x.node, node_app)
+    if explained is not None:
+        explained.evidence.append(x.line)
+        explained.ranks = [x.task]
+        return explained
+    if x.status == "oom":
+        return Verdict(
+            Category.APPLICATION, "oom|task", f"task {x.task} on {x.node} ran out of memory",
+            0.7, ranks=[x.task], evidence=[x.line],
+        )  # fmt: skip
+    local = [e for e in node_app if e.node == x.node and e.match.id in NODE_LOCAL_SYSTEM]
+    if local:
+        e = local[0]
+        return Verdict(
+            Category.SYSTEM_SOFTWARE, e.key, f"{e.match.id} on {x.node}", 0.7,
+            culprits=[x.node] if x.node else [], ranks=[x.task], evidence=[e.line, x.line],
+        )  # fmt: skip
+    # A native crash (SIGSEGV/SIGABRT/SIGBUS/SIGILL/SIGFPE) with no hardware fault on its host
+    # is the framework's or the node's software; a bare SIGKILL says nothing about the cause.
+    native = x.status == "signal"
+    return Verdict(
+        Category.SYSTEM_SOFTWARE if native else Category.UNKNOWN,
+        f"signal|{normalise(x.what)}", f"task {x.task} on {x.node} died first: {x.what}",
+        0.6, culprits=[x.node] if x.node else [], ranks=[x.task], evidence=[x.line],
+    )  # fmt: skip
+
+
+def _from_primaries(
+    a: Analysis,
+    primaries: list[Event],
+    victims: set[str],
+    deaths: list[TaskExit],
+    node_app: list[Event],
+) -> Verdict:
+    first = _specific_cause(min(primaries, key=lambda e: e.order), primaries)
+    same = [e for e in primaries if e.key == first.key]
+    actors = {e.actor for e in same if e.actor is not None}
+    others = {e.actor for e in primaries if e.actor is not None and e.key != first.key}
+    world = a.topo.world_size() or len(a.actors())
+    everywhere = (
+        len(actors) >= 2
+        and not victims
+        and not (others - actors)
+        and (len(actors) >= world or (world >= 3 and len(actors) >= world - 1))
+    )
+    if len(actors) >= 2 and all(x.startswith("h") for x in actors):
+        # Host prefixes only (pdsh, `srun --label` off with a host tag): several ranks share
+        # one actor, so "everywhere" means every node of the job said it.
+        known = set(a.node_list) or {
+            n for h in a.topo.hosts_seen if (n := a.topo.hosts.canonical(h))
+        }
+        covered = {a.node_of_actor(x) for x in actors}
+        everywhere = not victims and not (others - actors) and covered >= known
+    if not actors and world >= 2:
+        # No labels or rank prefixes: the same error printed once per process, by every one.
+        unlabeled = [e for e in same if e.actor is None and e.origin == "job"]
+        everywhere = len({e.line.line_no for e in unlabeled}) >= world and not others
+    nodes = sorted({n for e in same if (n := event_node(a, e)) is not None})
+    if not nodes and not everywhere and first.actor is None:
+        # An unlabelled crash report: srun's verdict says whose process died of a signal.
+        dead = {x.node for x in deaths if x.node} or {
+            x.node for x in a.scan.exit_order
+            if x.node and x.status == "exit" and x.code and x.actor not in victims
+            and not x.after_termination
+        }  # fmt: skip
+        if len(dead) == 1:
+            nodes = sorted(dead)
+        elif first.category == Category.SYSTEM_SOFTWARE:
+            # A node-local software failure printed without a label: the task srun saw end
+            # first after it is the one that printed it (the rest ended waiting for it).
+            after = [
+                x for x in a.scan.exit_order
+                if x.node and x.status != "terminated" and x.actor not in victims
+                and not x.after_termination and x.order > first.order
+            ]  # fmt: skip
+            nodes = [after[0].node] if after and after[0].node else []
+    ranks = sorted({r for e in same if (r := _rank(e)) is not None})
+    evidence = [e.line for e in same] + [
+        x.line for x in a.scan.exit_order if x.actor in actors and x.status != "terminated"
+    ]
+    evidence += [e.line for e in a.events if e.cascade][:3]  # fmt: skip
+    category = first.category
+    mid = first.match.id
+    if everywhere:
+        scope = "every rank"
+    elif ranks:
+        scope = f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
+    else:
+        scope = "one rank"
+    summary = f"{first.message[:160]} ({scope})"
+    if category == Category.APPLICATION and not everywhere:
+        drifted = _drifted_node(a, first, primaries)
+        if drifted is not None:
+            evidence += [e.line for e in a.node_events if e.node == drifted]
+            return Verdict(
+                Category.SYSTEM_SOFTWARE, first.key,
+                f"{summary}: only on {drifted}, where the other nodes got past it "
+                "(the node's software image)", 0.7,
+                culprits=[drifted], ranks=ranks, evidence=evidence,
+            )  # fmt: skip
+    if category == Category.APPLICATION:
+        on_line = [e for e in a.events if e.line == first.line]
+        spread = len({n for e in same if (n := event_node(a, e))}) >= 2
+        deterministic = (
+            mid in DETERMINISTIC_APP
+            or (mid in CONFIGURED_PATHS and everywhere and spread)
+            or (mid == "python_user_exception" and not _transient(first))
+        ) and not any(e.match.id in NONDETERMINISTIC_APP or "nan" in e.match.tags for e in on_line)
+        if everywhere:
+            confidence = 0.95 if deterministic else 0.75
+        else:
+            confidence = 0.7 if deterministic else 0.6
+        return Verdict(category, first.key, summary, confidence, ranks=ranks, evidence=evidence)
+    if category == Category.SYSTEM_SOFTWARE:
+        troubled = {
+            e.node for e in a.node_events
+            if e.root and e.category == Category.SYSTEM_SOFTWARE and e.node is not None
+        }  # fmt: skip
+        if mid == "nccl_version_mismatch" and (odd := _version_drift(a)):
+            nodes = odd
+            summary = f"NCCL version differs on {', '.join(odd)} ({summary})"
+        node_local = mid in NODE_LOCAL_SYSTEM or (bool(nodes) and set(nodes) <= troubled)
+        local = node_local and not everywhere and nodes and (
+            len(a.node_list) < 2 or set(nodes) < set(a.node_list)
+        )  # fmt: skip
+        if local:
+            evidence += [e.line for e in a.node_events if e.node in nodes and e.root]
+        return Verdict(
+            category, first.key, summary, 0.8 if local else 0.75,
+            culprits=nodes if local else [], ranks=ranks, evidence=evidence,
+        )  # fmt: skip
+    # unknown root (segfault, abort, CUDA error of no known class, exception of no known type)
+    if everywhere and mid == "python_exception":
+        # The same exception, same message, from every rank: the job's code, data or config
+        # (stop-grade), unless its type is about reaching something shared (a hub, a
+        # tracker, a store) that may be back on the next try.
+        return Verdict(Category.APPLICATION, first.key, summary,
+                       0.75 if _transient(first) else 0.85, ranks=ranks,
+                       evidence=evidence)  # fmt: skip
+    if first.actor is not None:
+        explained = _explain_by_node(a, actor_node(a, first.actor), node_app)
+        if explained is not None:
+            explained.evidence += evidence
+            explained.ranks = ranks
+            return explained
+    named = mid not in SHARED_UNKNOWN and not everywhere
+    category = Category.SYSTEM_SOFTWARE if mid in NATIVE_CRASH else Category.UNKNOWN
+    return Verdict(
+        category, first.key, summary, 0.6 if named else 0.5,
+        culprits=nodes if named else [], ranks=ranks, evidence=evidence,
+    )  # fmt: skip
+
+
+def _transient(e: Event) -> bool:
+    """An exception whose type is about reaching something shared (a hub, a tracker, a
+    store, a file system) may pass on the next try, whatever rank raised it."""
+    return bool(_TRANSIENT_EXCEPTION.search(e.message.split(":", 1)[0]))
+
+
+def _rank(e: Event) -> int | None:
+    return e.rank if e.rank is not None else e.task
+
+
+def _cascade_only(a: Analysis) -> Verdict | None:
+    cascades = [e for e in a.events if e.cascade and e.serious and e.actor is not None]
+    if not cascades:
+        return None
+    reporting = {e.actor for e in cascades}
+    actors = a.actors()
+    # Silent: an actor of the kind that reported (ranks vs srun tasks vs hosts name the same
+    # processes differently; a task number is not a rank that kept quiet).
+    kinds = {x[0] for x in reporting if x}
+    silent = sorted(
+        x for x in actors - reporting - {e.actor for e in a.events if e.root} if x[:1] in kinds
+    )
+    hang = any(e.match.kind == AnomalyKind.HANG for e in cascades)
+    culprits: list[str] = []
+    ranks: list[int] = []
+    if silent and len(silent) < len(actors):
+        culprits = sorted({n for s in silent if (n := a.node_of_actor(s)) is not None})
+        ranks = sorted(int(s[1:]) for s in silent if s[1:].isdigit())
+    # The peers they lost, where the address names one of the job's nodes (NodeAddr).
+    peers = {n for e in cascades if (n := _peer_node(a, e)) is not None and n in a.node_list}
+    # Ranks a reporter names as the ones that never arrived (monitored_barrier).
+    named = sorted({int(r) for e in cascades for r in _RANK_LIST.findall(
+        e.match.groups.get("peer_ranks") or "")})  # fmt: skip
+    if named:
+        ranks = named
+        culprits = sorted({n for r in named if (n := a.topo.node_of(None, r)) is not None})
+    if peers and len(peers) < len(a.node_list):
+        narrowed = sorted(peers & set(culprits)) if culprits else []
+        culprits = narrowed or sorted(peers)
+    what = "timed out waiting" if hang else "lost their connection"
+    who = f"; silent: rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}" + (
+        f" on {', '.join(culprits)}" if culprits else "") if ranks else ""  # fmt: skip
+    evidence = [e.line for e in cascades[:6]] + _exit_lines(a, culprits)
+    first = min(cascades, key=lambda e: e.order)
+    return Verdict(
+        Category.UNKNOWN, "hang|collective" if hang else f"cascade|{first.match.id}",
+        f"{len(reporting)} rank(s) {what} for a peer{who}", 0.5 if culprits else 0.4,
+        culprits=culprits, ranks=ranks, evidence=evidence,
+        kind=AnomalyKind.HANG if hang else AnomalyKind.CRASH,
+    )  # fmt: skip

@@ -1,0 +1,11 @@
+"""`workflow.patched` ids of JobRecoveryWorkflow, in one place: never rename or reuse one (they
+are recorded in running workflows' histories). Add a new id for every change of the commands a
+workflow issues, and a recorded history that replays with it (`tests/replay`)."""
+
+ANOMALY_FIRST = "2026-11-anomaly-audited-before-attribution"
+FAIL_OPEN_RELEASE = "2026-11-fail-open-release-after-failed-step"
+NO_REASK = "2026-11-declined-cause-not-asked-again"
+ENDED_EVENT = "2026-11-monitoring-ended-event"
+EXCLUSION_CAP = "2026-11-per-job-exclusion-cap"
+ONE_REPORT_PER_FAILURE = "2026-11-one-report-per-failure"
+PROGRESS_WITH_ANOMALY = "2026-11-progress-read-with-the-anomaly"
