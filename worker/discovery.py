@@ -20,18 +20,25 @@ from temporalio.common import (
     WorkflowIDReusePolicy,
 )
 from temporalio.exceptions import WorkflowAlreadyStartedError
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from resurgo.config import ClusterSettings, ConfigError, ResurgoConfig
 from resurgo.contracts import CORE_TASK_QUEUE, TERMINAL_STATES, JobKey, RecoveryInput
 from resurgo.policy.directive import parse_directive
 from resurgo.slurm.client import SlurmClient
-from resurgo.slurm.errors import SchedulerError
+from resurgo.slurm.errors import CommandTimeout, SchedulerError, SchedulerUnavailable
 from resurgo.slurm.parsers import DiscoveredJob
 from resurgo.workflows import search_attributes as sa
 from resurgo.workflows.job_recovery import JobRecoveryWorkflow
 
 log = logging.getLogger("resurgo.discovery")
+
+# A job whose data fails is looked at again after this long (seconds), not at every poll.
+BAD_JOB_RETRY = 60.0
+# Temporal itself is unavailable: the poll ends (and is retried), no job is blamed.
+_TEMPORAL_DOWN = frozenset(
+    {RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED}
+)
 
 
 def recovery_input(
@@ -98,49 +105,104 @@ class Discovery:
                 log.warning("discovery on %s: Slurm unavailable: %s", self.cluster, exc)
             except RPCError as exc:
                 log.warning("discovery on %s: Temporal unavailable: %s", self.cluster, exc)
+            except Exception:
+                # Nothing a poll meets may end discovery: log it and poll again.
+                log.exception("discovery on %s: poll failed", self.cluster)
             await asyncio.sleep(self.settings.discovery_interval)
 
     async def poll_once(self) -> list[str]:
-        """Start workflows for newly seen opted-in jobs; returns the ids started now."""
-        started = []
+        """Start workflows for newly seen opted-in jobs; returns the ids started now.
+
+        Each job is handled on its own: whatever its fields hold (a directive that breaks the
+        parser, text that cannot be serialised, a value Temporal rejects) costs that job alone,
+        logged and looked at again later. Only Slurm or Temporal being unavailable ends a poll.
+        """
+        started: list[str] = []
         now = datetime.now(UTC)
         clock = asyncio.get_running_loop().time()
         not_opted: dict[str, str] = {}
         for job in await self.slurm.list_jobs():
-            if job.submit_time is None:
-                continue
-            wf_id = JobKey(cluster=self.cluster, job_id=job.job_id,
-                           submit_time=job.submit_time).workflow_id()  # fmt: skip
-            recheck = self.known.get(wf_id, 0.0)
-            if recheck is None or recheck > clock:
-                continue
-            # Directives are parsed once per job and comment, not at every poll: a cluster
-            # holds thousands of jobs, most of which never opt in (or opt in later, by
-            # `scontrol update Comment=`, which changes the text and is seen then).
-            if self._not_opted.get(wf_id) == job.comment:
-                not_opted[wf_id] = job.comment
-                continue
-            inp = recovery_input(self.cluster, self.settings, self.config, job)
-            if inp is None:
-                not_opted[wf_id] = job.comment
-                continue
-            if not is_recent(job, self.settings.discovery_lookback, now):
-                continue
-            # Slurm rewrites SubmitTime on every requeue, so a requeued job shows up under a new
-            # candidate id. A running workflow for the same job id is that job: leave it be, and
-            # look again later in case it ends because the id was reused by a different job.
-            # A finished job also counts as handled when a workflow for it ran recently (its last
-            # requeue changed SubmitTime after that workflow started).
-            recent = now - timedelta(seconds=self.settings.discovery_lookback)
-            closed_since = recent if job.state in TERMINAL_STATES else None
-            if await self.existing_workflow_for(job.job_id, closed_since=closed_since):
-                self.known[wf_id] = clock + 30.0
-                continue
-            if await self.start(inp):
-                started.append(wf_id)
-            self.known[wf_id] = None
+            try:
+                await self._consider(job, now, clock, not_opted, started)
+            except (SchedulerUnavailable, CommandTimeout):
+                raise
+            except RPCError as exc:
+                if exc.status in _TEMPORAL_DOWN:
+                    raise
+                self._job_failed(job, exc, clock)
+            except Exception as exc:
+                self._job_failed(job, exc, clock)
         self._not_opted = not_opted
         return started
+
+    def _job_failed(self, job: DiscoveredJob, exc: BaseException, clock: float) -> None:
+        # repr: the message may quote the job's own text, newlines and all.
+        log.error(
+            "discovery on %s: job %s skipped (looked at again in %.0fs): %s: %s",
+            self.cluster, job.job_id, BAD_JOB_RETRY, type(exc).__name__, repr(str(exc))[:500],
+        )  # fmt: skip
+        if job.submit_time is not None:
+            wf_id = JobKey(cluster=self.cluster, job_id=job.job_id,
+                           submit_time=job.submit_time).workflow_id()  # fmt: skip
+            self.known[wf_id] = clock + BAD_JOB_RETRY
+
+    async def _consider(
+        self,
+        job: DiscoveredJob,
+        now: datetime,
+        clock: float,
+        not_opted: dict[str, str],
+        started: list[str],
+    ) -> None:
+        if job.submit_time is None:
+            return
+        wf_id = JobKey(cluster=self.cluster, job_id=job.job_id,
+                       submit_time=job.submit_time).workflow_id()  # fmt: skip
+        recheck = self.known.get(wf_id, 0.0)
+        if recheck is None or recheck > clock:
+            return
+        # Directives are parsed once per job and comment, not at every poll: a cluster
+        # holds thousands of jobs, most of which never opt in (or opt in later, by
+        # `scontrol update Comment=`, which changes the text and is seen then).
+        if self._not_opted.get(wf_id) == job.comment:
+            not_opted[wf_id] = job.comment
+            return
+        inp = recovery_input(self.cluster, self.settings, self.config, job)
+        if inp is None:
+            not_opted[wf_id] = job.comment
+            return
+        if not is_recent(job, self.settings.discovery_lookback, now):
+            return
+        if not await self._own_comment_agrees(job):
+            self.known[wf_id] = clock + BAD_JOB_RETRY
+            return
+        # Slurm rewrites SubmitTime on every requeue, so a requeued job shows up under a new
+        # candidate id. A running workflow for the same job id is that job: leave it be, and
+        # look again later in case it ends because the id was reused by a different job.
+        # A finished job also counts as handled when a workflow for it ran recently (its last
+        # requeue changed SubmitTime after that workflow started).
+        recent = now - timedelta(seconds=self.settings.discovery_lookback)
+        closed_since = recent if job.state in TERMINAL_STATES else None
+        if await self.existing_workflow_for(job.job_id, closed_since=closed_since):
+            self.known[wf_id] = clock + 30.0
+            return
+        if await self.start(inp):
+            started.append(wf_id)
+        self.known[wf_id] = None
+
+    async def _own_comment_agrees(self, job: DiscoveredJob) -> bool:
+        """Slurm without `squeue --json`: a row in the text listing may be forged in another
+        job's comment, so the job's own comment is read on its own and must be the same."""
+        if await self.slurm.structured():
+            return True
+        own = await self.slurm.job_comment(job.job_id)
+        if (own or "") == job.comment:
+            return True
+        log.error(
+            "discovery on %s: job %s's listed comment is not its own (a row forged in another "
+            "job's comment?); ignored", self.cluster, job.job_id,
+        )  # fmt: skip
+        return False
 
     async def existing_workflow_for(
         self, job_id: int, *, closed_since: datetime | None = None

@@ -4,12 +4,15 @@ Workflows are per job and cannot see each other; the controller can. Everything 
 from Slurm itself, so it survives controller restarts and holds across several controller
 replicas. The facts (`Remediation`) are read from:
 
-- jobs (`scontrol show -o job`, all jobs slurmctld still remembers) whose AdminComment carries a
+- jobs (all jobs slurmctld still remembers) whose AdminComment carries a
   Resurgo tag (`resurgo:hold`, `resurgo:released`, `resurgo:released-by-watchdog`) with a key of
   this cluster: every node of their ExcNodeList counts as excluded by Resurgo for that job, at
   the tag's `at=` time (older tags without it: the job's SubmitTime, which requeue resets);
 - nodes (`scontrol show -o node`) in a DRAIN state whose Reason starts with `resurgo`, at the
   time Slurm appends to the reason (`[user@time]`).
+
+The AdminComment is read from structured records (`squeue --json`, see `SlurmClient.all_jobs`):
+only root can write it, and no user text (a name, a work dir) can pose as one there.
 
 Approximations (documented, all on the conservative side except the last two):
 - a user's own `--exclude` on a job Resurgo later held counts as a Resurgo exclusion;
@@ -33,6 +36,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from resurgo.contracts import JobObservation, NodeObservation
+from resurgo.slurm.parsers import compress_hostlist
 
 TAG_PREFIX = "resurgo:"
 DRAIN_PREFIX = "resurgo"
@@ -206,7 +210,7 @@ def refusal(
     after = current | wanted
     if new and len(after) > limit:
         return (
-            f"circuit breaker: remediating {','.join(sorted(new))} would make {len(after)} "
+            f"circuit breaker: remediating {compress_hostlist(new)} would make {len(after)} "
             f"distinct node(s) excluded/drained by Resurgo on cluster {cluster} in the last "
             f"{settings.window_seconds:.0f}s, over max_excluded_share="
             f"{settings.max_excluded_share:g} of {total_nodes} node(s) (limit {limit})"

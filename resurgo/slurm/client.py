@@ -1,4 +1,8 @@
-"""A typed client over Slurm's CLI: one command path, errors mapped once."""
+"""A typed client over Slurm's CLI: one command path, errors mapped once.
+
+Jobs are read from `squeue --json` wherever this Slurm has it (21.08 on; decided at the first
+read and kept): there no user text can pose as another field or another job. Slurm without it
+is read from text output, with the defences of `parsers` and `snapshot`."""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ from resurgo.slurm.errors import (
     ParseError,
     SchedulerUnavailable,
 )
+from resurgo.slurm.json_records import Listing
 from resurgo.slurm.parsers import (
     SQUEUE_DISCOVERY_FORMAT,
     SQUEUE_SEP,
@@ -31,6 +36,11 @@ _UNAVAILABLE = re.compile(
     re.IGNORECASE,
 )
 _GONE = re.compile(r"Invalid job id specified|Invalid job id|Job has already finished", re.I)
+# What an old squeue says to `--json` (no such option, or no JSON serializer plugin).
+_NO_JSON = re.compile(r"unrecognized option|invalid option|unknown option|serializ|plugin", re.I)
+# 22.05 ignores -t/-j with --json (every job is printed); later versions honour them.
+SQUEUE_JSON = ["squeue", "--json", "-t", "all"]
+LISTING_TIMEOUT = 60.0
 _NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
@@ -42,9 +52,46 @@ def check_node_name(name: str) -> str:
 
 
 class SlurmClient:
-    def __init__(self, runner: CommandRunner) -> None:
+    def __init__(self, runner: CommandRunner, *, structured: bool | None = None) -> None:
+        """`structured`: read jobs from `squeue --json` (True), from text (False), or decide
+        at the first read (None, the default)."""
         self.runner = runner
         self._kill_wait: float | None = None
+        self._structured = structured
+
+    async def structured(self) -> bool:
+        """Whether jobs are read from `squeue --json` (asks Slurm once if not yet known)."""
+        if self._structured is None:
+            await self.squeue_json()
+        return bool(self._structured)
+
+    async def squeue_json(self, job_id: int | None = None) -> Listing | None:
+        """`squeue --json` (all jobs, or `job_id`'s where Slurm filters), None without JSON."""
+        if self._structured is False:
+            return None
+        argv = SQUEUE_JSON + (["-j", str(job_id)] if job_id is not None else [])
+        try:
+            shown = await self._run(argv, timeout=LISTING_TIMEOUT)
+        except CommandFailed as exc:
+            if self._structured is None and _NO_JSON.search(str(exc)):
+                self._decide(False, str(exc))
+                return None
+            raise
+        if self._structured is None:
+            # An squeue that ignores the option prints its table: no JSON here.
+            self._decide(shown.stdout.lstrip().startswith("{"), shown.stdout[:200])
+            if not self._structured:
+                return None
+        return Listing(shown.stdout)
+
+    def _decide(self, structured: bool, evidence: str) -> None:
+        self._structured = structured
+        if structured:
+            log.info("reading jobs from squeue --json")
+        else:
+            log.warning(
+                "this Slurm has no squeue --json (%r): reading jobs from text output", evidence
+            )
 
     async def _run(self, argv: list[str], *, timeout: float = 30.0) -> CommandResult:
         result = await self.runner.run(argv, timeout=timeout)
@@ -58,16 +105,29 @@ class SlurmClient:
         return result
 
     async def show_job(self, job_id: int) -> JobObservation | None:
-        """A fresh observation of one job, or None when slurmctld no longer knows it."""
+        """A fresh observation of one job, or None when slurmctld no longer knows it.
+
+        ParseError when that job's record cannot be read: it costs that job, no other."""
+        try:
+            listing = await self.squeue_json(job_id)
+        except JobGone:
+            return None
+        if listing is not None:
+            return listing.observation(job_id)
         try:
             shown = await self._run(["scontrol", "show", "-o", "job", str(job_id)])
         except JobGone:
             return None
-        lines = [ln for ln in shown.stdout.splitlines() if ln.startswith("JobId=")]
+        # A newline in the job's own text can start a line posing as a record: only lines
+        # headed by this job's id count, and two of them make the answer unreadable.
+        head = f"JobId={job_id} "
+        lines = [ln for ln in shown.stdout.split("\n") if ln.startswith(head)]
         if not lines:
             if "No jobs" in shown.stdout:
                 return None
             raise ParseError(f"scontrol show job {job_id} printed no job: {shown.stdout[:200]!r}")
+        if len(lines) > 1:
+            raise ParseError(f"scontrol show job {job_id} printed {len(lines)} records for it")
         name, comment = await self.job_texts(job_id)
         return parse_job(lines[0], comment, name)
 
@@ -106,15 +166,47 @@ class SlurmClient:
             return ""
 
     async def list_jobs(self) -> list[DiscoveredJob]:
+        """Every job slurmctld holds, for discovery."""
+        listing = await self.squeue_json()
+        if listing is not None:
+            return listing.discovered()
         shown = await self._run(["squeue", "-h", "-t", "all", "-o", SQUEUE_DISCOVERY_FORMAT])
         return parse_squeue_discovery(shown.stdout)
+
+    async def all_jobs(self, want: set[int] | None = None) -> dict[int, JobObservation]:
+        """Every job slurmctld holds (or those of `want`), as observations; a job whose record
+        cannot be read is logged and left out (ask about it on its own to get its error)."""
+        listing = await self.squeue_json()
+        if listing is not None:
+            return listing.observations(want)
+        shown = await self._run(["scontrol", "show", "-o", "job"], timeout=LISTING_TIMEOUT)
+        listed = {job.job_id: job for job in await self.list_jobs()}
+        lines: dict[int, list[str]] = {}
+        for line in shown.stdout.split("\n"):
+            if line.startswith("JobId="):
+                head = line.split(None, 1)[0].removeprefix("JobId=")
+                if head.isdigit() and (want is None or int(head) in want):
+                    lines.setdefault(int(head), []).append(line)
+        jobs: dict[int, JobObservation] = {}
+        for job_id, found in lines.items():
+            # A job id squeue does not know, or printed twice, is user text posing as a record.
+            if job_id not in listed or len(found) != 1:
+                continue
+            texts = listed[job_id]
+            try:
+                jobs[job_id] = parse_job(found[0], texts.comment or None, texts.name or None)
+            except ParseError as exc:
+                log.error("job listing: skipping job %s: %s", job_id, exc)
+        return jobs
 
     async def show_nodes(self, names: list[str] | None = None) -> list[NodeObservation]:
         argv = ["scontrol", "show", "-o", "node"]
         if names:
             argv.append(",".join(check_node_name(n) for n in names))
         shown = await self._run(argv)
-        return [parse_node(ln) for ln in shown.stdout.splitlines() if ln.startswith("NodeName=")]
+        # Only "\n" ends a record: a drain reason may hold text from a job (\x0b, \u2028, ...).
+        lines = shown.stdout.split("\n")
+        return [parse_node(ln) for ln in lines if ln.startswith("NodeName=")]
 
     async def kill_wait(self) -> float:
         """slurm.conf KillWait in seconds (read once; Slurm's default 30 if unreadable)."""
@@ -124,7 +216,7 @@ class SlurmClient:
                 shown = await self._run(["scontrol", "show", "config"])
             except (CommandFailed, SchedulerUnavailable):
                 return self._kill_wait
-            for line in shown.stdout.splitlines():
+            for line in shown.stdout.split("\n"):
                 key, _, value = line.partition("=")
                 if key.strip() == "KillWait":
                     match = re.match(r"\s*(\d+)", value)

@@ -7,13 +7,18 @@ at keys Slurm really prints, and the comment is cut out by its exact text before
 
 from __future__ import annotations
 
+import logging
 import re
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
+import hostlist
 from pydantic import BaseModel
 
 from resurgo.contracts import JobObservation, NodeObservation
 from resurgo.slurm.errors import ParseError
+
+log = logging.getLogger(__name__)
 
 # Keys `scontrol show -o job` prints (Slurm 22.05-24.x); others are kept but never split values.
 _KEY = re.compile(r"(?:^| )([A-Z][A-Za-z0-9_:/]*)=")
@@ -61,48 +66,65 @@ def parse_duration(value: str | None) -> timedelta | None:
     )
 
 
-def expand_hostlist(expr: str) -> list[str]:
-    """Expand a Slurm hostlist like `node[1-3,7],gpu-a[01-02]` into names, in order."""
+# A node list is user text in places (`--exclude`, names, log lines): bound what it may cost.
+MAX_HOSTLIST_NAMES = 100_000
+MAX_HOSTLIST_CHARS = 256 * 1024
+MAX_HOSTLIST_GROUPS = 16
+
+
+def expand_hostlist(expr: str, limit: int = MAX_HOSTLIST_NAMES) -> list[str]:
+    """Expand a Slurm hostlist like `node[1-3,7],rack[1-2]-gpu[01-02]` into names, in order.
+
+    The kept library (python-hostlist) does the expansion; duplicates are dropped. Anything it
+    rejects, or a list of more than `limit` names, is a ParseError (never a huge list)."""
     expr = expr.strip()
     if expr in _NULLS:
         return []
-    names: list[str] = []
+    if len(expr) > MAX_HOSTLIST_CHARS:
+        raise ParseError(f"hostlist of {len(expr)} characters refused (limit {MAX_HOSTLIST_CHARS})")
+    names: dict[str, None] = {}
+    # Part by part, so that the total is checked before the next part is expanded: the library
+    # bounds one range (and one part), not a list of many parts.
     for part in _split_top_level(expr):
-        match = re.fullmatch(r"([^\[\]]*)\[([^\[\]]+)\]([^\[\]]*)", part)
-        if not match:
-            if "[" in part or "]" in part:
-                raise ParseError(f"unsupported hostlist {expr!r}")
-            names.append(part)
-            continue
-        prefix, ranges, suffix = match.groups()
-        for item in ranges.split(","):
-            if "-" in item:
-                lo, hi = item.split("-", 1)
-                if not (lo.isdigit() and hi.isdigit()) or int(hi) < int(lo):
-                    raise ParseError(f"bad range {item!r} in hostlist {expr!r}")
-                width = len(lo)
-                names.extend(f"{prefix}{n:0{width}d}{suffix}" for n in range(int(lo), int(hi) + 1))
-            else:
-                names.append(f"{prefix}{item}{suffix}")
-    return names
+        if part.count("[") > MAX_HOSTLIST_GROUPS:
+            # The library recurses once per bracket group: refuse before that gets deep.
+            raise ParseError(f"hostlist {_short(expr)} has too many bracket groups; refused")
+        try:
+            got = hostlist.expand_hostlist(part, allow_duplicates=True)
+        except (hostlist.BadHostlist, RecursionError) as exc:
+            raise ParseError(f"bad hostlist {_short(expr)}: {exc or type(exc).__name__}") from None
+        names.update(dict.fromkeys(got))
+        if len(names) > limit:
+            raise ParseError(f"hostlist {_short(expr)} names more than {limit} nodes; refused")
+    return list(names)
+
+
+def compress_hostlist(names: Iterable[str]) -> str:
+    """`node1,node2,node3,gpu7` → `gpu7,node[1-3]` (Slurm's notation), for messages and args."""
+    unique = sorted(set(names))
+    try:
+        return str(hostlist.collect_hostlist(unique))
+    except (hostlist.BadHostlist, RecursionError, ValueError):
+        return ",".join(unique)
+
+
+def _short(text: str, limit: int = 80) -> str:
+    return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
 def _split_top_level(expr: str) -> list[str]:
+    """Top-level comma parts (commas inside brackets belong to ranges)."""
     parts: list[str] = []
-    current: list[str] = []
-    depth = 0
-    for char in expr:
+    depth, start = 0, 0
+    for index, char in enumerate(expr):
         if char == "[":
             depth += 1
         elif char == "]":
             depth -= 1
-        if char == "," and depth == 0:
-            parts.append("".join(current))
-            current = []
-        else:
-            current.append(char)
-    if current:
-        parts.append("".join(current))
+        elif char == "," and depth == 0:
+            parts.append(expr[start:index])
+            start = index + 1
+    parts.append(expr[start:])
     return [p for p in (s.strip() for s in parts) if p]
 
 
@@ -136,6 +158,9 @@ def parse_job(line: str, comment: str | None = None, name: str | None = None) ->
     fields = split_record(record)
     if "JobId" not in fields or "JobState" not in fields:
         raise ParseError(f"not a job record: {line[:200]!r}")
+    state = fields["JobState"].split()
+    if not state:
+        raise ParseError(f"job record without a state: {line[:200]!r}")
     exit_code, _, exit_signal = fields.get("ExitCode", "0:0").partition(":")
     user = fields.get("UserId", "")
     return JobObservation(
@@ -143,7 +168,7 @@ def parse_job(line: str, comment: str | None = None, name: str | None = None) ->
         name=name if name is not None else fields.get("JobName", ""),
         user=user.split("(", 1)[0],
         partition=fields.get("Partition", ""),
-        state=fields["JobState"].split()[0],
+        state=state[0],
         reason=fields.get("Reason", ""),
         restarts=_int(fields.get("Restarts")),
         requeue=fields.get("Requeue", "1") == "1",
@@ -176,8 +201,13 @@ def parse_node(line: str) -> NodeObservation:
 
 
 SQUEUE_SEP = "\x1f"
-# Comment last: it is free user text and may contain anything, including the separator.
-SQUEUE_DISCOVERY_FORMAT = SQUEUE_SEP.join(["%i", "%V", "%T", "%e", "%u", "%P", "%j", "%k"])
+SQUEUE_END = "\x1e"
+# Comment last: it is free user text and may contain anything, including the separators. Each
+# row ends with SQUEUE_END + the newline squeue adds; rows are split there and nowhere else
+# (`str.splitlines()` also splits at \x0b, \x0c, \x1c-\x1e, \x85, \u2028, \u2029 and \r).
+SQUEUE_DISCOVERY_FORMAT = (
+    SQUEUE_SEP.join(["%i", "%V", "%T", "%e", "%u", "%P", "%j", "%k"]) + SQUEUE_END
+)
 
 
 class DiscoveredJob(BaseModel):
@@ -192,14 +222,22 @@ class DiscoveredJob(BaseModel):
 
 
 def parse_squeue_discovery(output: str) -> list[DiscoveredJob]:
-    """Rows printed with SQUEUE_DISCOVERY_FORMAT; rows that do not fit are skipped."""
-    rows = []
-    for raw in output.splitlines():
+    """Rows printed with SQUEUE_DISCOVERY_FORMAT (Slurm without `--json` only).
+
+    A comment holding the row terminator can make a row of its own: it then carries the id of a
+    job that has its own, real row too. A job id seen twice is dropped altogether (and logged);
+    rows that do not fit are skipped. A forged row for an id absent from the listing cannot be
+    told apart here: discovery re-reads each candidate's comment on its own (`job_comment`).
+    """
+    rows: list[DiscoveredJob] = []
+    seen: dict[int, int] = {}
+    for raw in output.split(SQUEUE_END + "\n"):
         parts = raw.split(SQUEUE_SEP, 7)
         if len(parts) != 8 or not parts[0].strip().isdigit():
             # Array jobs print ids like 12_3; they are out of scope here and skipped.
             continue
         job_id, submit, state, end, user, partition, name, comment = parts
+        seen[int(job_id)] = seen.get(int(job_id), 0) + 1
         rows.append(
             DiscoveredJob(
                 job_id=int(job_id),
@@ -212,4 +250,8 @@ def parse_squeue_discovery(output: str) -> list[DiscoveredJob]:
                 comment="" if comment == "(null)" else comment,
             )
         )
-    return rows
+    twice = sorted(j for j, n in seen.items() if n > 1)
+    if twice:
+        log.error("squeue listing: job id(s) %s printed more than once (a forged row in some "
+                  "job's comment); left out", twice[:20])  # fmt: skip
+    return [row for row in rows if seen[row.job_id] == 1]

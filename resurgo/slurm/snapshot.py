@@ -1,10 +1,15 @@
 """One cluster-wide job listing per poll, shared by every watch of a controller.
 
-Asking slurmctld about each watched job on its own costs two commands per job per poll: at a
+Asking slurmctld about each watched job on its own costs a command per job per poll: at a
 thousand jobs that is thousands of RPCs a second, which neither slurmctld nor a 2-core controller
-can serve. Instead one `scontrol show -o job` (all jobs) plus one `squeue -j <watched ids>` (their
-exact names and comments, for the anti-spoof cut-out in `parse_job`) refresh a shared snapshot,
-and concurrent watches that want fresher state than the snapshot wait for the same refresh.
+can serve. Instead one `squeue --json` (all jobs; each field a JSON value, so no user text can
+pose as another job or field) refreshes a shared snapshot, and concurrent watches that want
+fresher state than the snapshot wait for the same refresh. A job whose record cannot be read is
+left out of the snapshot (logged) and so asked about on its own: it fails alone.
+
+Slurm without `squeue --json` is read from text: one `scontrol show -o job` (all jobs) plus one
+`squeue -j <watched ids>` (their exact names and comments, for the anti-spoof cut-out in
+`parse_job`), with the defences described at `parse_texts` and `parse_listing`.
 
 Only watches read through here: scheduler actions and verification always ask for fresh state.
 A job missing from the listing (submitted after it, or purged) is asked about on its own.
@@ -23,7 +28,6 @@ from typing import Protocol
 from resurgo.contracts import JobObservation
 from resurgo.errors import PermanentError
 from resurgo.slurm.client import SlurmClient
-from resurgo.slurm.errors import ParseError
 from resurgo.slurm.parsers import parse_job
 
 log = logging.getLogger(__name__)
@@ -95,7 +99,7 @@ def parse_listing(
     """
     jobs: dict[int, JobObservation] = {}
     seen: set[int] = set()
-    for line in scontrol.splitlines():
+    for line in scontrol.split("\n"):
         if not line.startswith("JobId="):
             continue
         head = line[6 : line.find(" ", 6)] if " " in line else line[6:]
@@ -114,8 +118,8 @@ def parse_listing(
             continue
         try:
             jobs[job_id] = parse_job(line, comment, name)
-        except ParseError as exc:
-            log.warning("job listing: skipping job %s: %s", job_id, exc)
+        except Exception as exc:  # one job's record, whatever it holds, costs only that job
+            log.error("job listing: skipping job %s: %s: %r", job_id, type(exc).__name__, exc)
             continue
         if cache is not None:
             cache[job_id] = (key, jobs[job_id])
@@ -180,6 +184,11 @@ class JobSnapshot:
         self._interest = {j: t for j, t in self._interest.items() if t >= cutoff}
         ids = sorted(self._interest)
         listing = _Listing(taken_at=started)
+        if await self.slurm.structured():
+            listing.jobs = await self.slurm.all_jobs(set(ids))
+            self.refreshes += 1
+            self._listing = listing
+            return listing
         try:
             # The listing first: a job purged before it is then gone from squeue too, so a
             # record forged in another job's text never stands alone for it.

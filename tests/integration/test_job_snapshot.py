@@ -21,9 +21,12 @@ pytestmark = [pytest.mark.timeout(120)]
 Submit = Callable[..., int]
 
 
-@pytest.fixture
-def client(slurm_conf: str) -> SlurmClient:
-    return SlurmClient(LocalRunner(slurm_conf))
+@pytest.fixture(params=["json", "text"])
+def client(request: pytest.FixtureRequest, slurm_conf: str) -> SlurmClient:
+    """`squeue --json` (this Slurm has it) and the text fallback of Slurm without it."""
+    return SlurmClient(
+        LocalRunner(slurm_conf), structured=None if request.param == "json" else False
+    )
 
 
 @pytest.fixture
@@ -107,7 +110,8 @@ async def test_a_newline_in_user_text_cannot_impersonate_another_job(
     assert seen is not None and seen.state == "RUNNING" and seen.restarts == 0
     mine = await snapshot.show_job(attacker)
     assert mine is not None and mine.job_id == attacker and mine.comment == forged
-    assert snapshot.fallbacks >= 1, "the victim, heading two records, is asked about alone"
+    if not await client.structured():
+        assert snapshot.fallbacks >= 1, "the victim, heading two records, is asked about alone"
 
 
 async def test_a_listing_older_than_a_requeue_is_not_reported_to_the_next_attempt(

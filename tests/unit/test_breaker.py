@@ -5,6 +5,7 @@ property over any sequence of requests, and SlurmActions against a scripted Slur
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -19,7 +20,7 @@ from resurgo.slurm.actions import SlurmActions
 from resurgo.slurm.breaker import BreakerSettings, Remediation
 from resurgo.slurm.client import SlurmClient
 from resurgo.slurm.errors import PreconditionFailed
-from resurgo.slurm.parsers import SQUEUE_SEP, parse_job, parse_node
+from resurgo.slurm.parsers import SQUEUE_SEP, compress_hostlist, parse_job, parse_node
 from resurgo.slurm.runner import CommandResult
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
@@ -253,8 +254,30 @@ class TestBreakerProperty:
                 assert len(jobs) <= cap
 
 
+def squeue_record(obs: JobObservation) -> dict[str, object]:
+    """The job as Slurm 22.05's `squeue --json` prints it (the fields Resurgo reads)."""
+
+    def epoch(when: datetime | None) -> int:
+        return int(when.timestamp()) if when else 0
+
+    return {
+        "job_id": obs.job_id, "name": obs.name, "user_name": obs.user,
+        "partition": obs.partition, "job_state": obs.state, "state_reason": obs.reason,
+        "restart_cnt": obs.restarts, "requeue": obs.requeue, "priority": obs.priority,
+        "nodes": compress_hostlist(obs.node_list),
+        "excluded_nodes": compress_hostlist(obs.exc_node_list),
+        "exit_code": obs.exit_code << 8 | obs.exit_signal, "comment": obs.comment,
+        "admin_comment": obs.admin_comment, "standard_output": obs.std_out,
+        "current_working_directory": "/tmp", "submit_time": epoch(obs.submit_time),
+        "start_time": epoch(obs.start_time), "end_time": epoch(obs.end_time),
+        "node_count": obs.num_nodes, "batch_flag": bool(obs.batch_flag),
+        "array_job_id": 0, "het_job_id": 0,
+    }  # fmt: skip
+
+
 class FakeSlurm:
-    """Just enough of scontrol/squeue for SlurmActions: jobs and nodes as real-format lines."""
+    """Just enough of scontrol/squeue for SlurmActions: jobs and nodes as real-format lines,
+    jobs listed the way `squeue --json` prints them."""
 
     def __init__(self, jobs: dict[int, str], nodes: dict[str, str]) -> None:
         self.jobs = jobs
@@ -271,6 +294,9 @@ class FakeSlurm:
             )
         if argv[:4] == ["scontrol", "show", "-o", "node"]:
             return CommandResult(tuple(argv), 0, "".join(n + "\n" for n in self.nodes.values()), "")
+        if argv[:2] == ["squeue", "--json"]:  # 22.05 prints every job whatever -j says
+            records = [squeue_record(parse_job(line)) for line in self.jobs.values()]
+            return CommandResult(tuple(argv), 0, json.dumps({"meta": {}, "jobs": records}), "")
         if argv[0] == "squeue":
             rows = []
             for job_id, line in self.jobs.items():
@@ -298,7 +324,12 @@ class FakeSlurm:
             return CommandResult(tuple(argv), 0, "", "")
         raise AssertionError(f"unexpected command {argv}")
 
-    async def read_file(self, path: str, offset: int, max_bytes: int) -> tuple[bytes, int, int]:
+    async def read_file(
+        self, path: str, offset: int, max_bytes: int, *, owner: str | int | None = None
+    ) -> tuple[bytes, int, int]:
+        raise NotImplementedError
+
+    async def stat_files(self, paths: list[str]) -> dict[str, tuple[int, int] | None]:
         raise NotImplementedError
 
 

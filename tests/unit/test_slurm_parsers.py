@@ -8,6 +8,7 @@ import pytest
 
 from resurgo.slurm.errors import ParseError
 from resurgo.slurm.parsers import (
+    SQUEUE_END,
     SQUEUE_SEP,
     expand_hostlist,
     parse_job,
@@ -105,6 +106,7 @@ class TestNodesAndSqueue:
             ["42", "2026-11-29T13:54:31", "RUNNING", "2027-11-29T13:54:31", "root", "debug",
              "x;touch /tmp/pwned", '{"resurgo":{}}' + SQUEUE_SEP + "junk"]
         )  # fmt: skip
-        (job,) = parse_squeue_discovery(row + "\n12_3" + SQUEUE_SEP + "garbage\n\n")
+        end = SQUEUE_END + "\n"
+        (job,) = parse_squeue_discovery(row + end + "12_3" + SQUEUE_SEP + "garbage" + end + "\n")
         assert job.job_id == 42 and job.name == "x;touch /tmp/pwned"
         assert job.comment.endswith("junk") and job.submit_time is not None
