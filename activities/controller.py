@@ -9,6 +9,7 @@ cluster's gates once more before acting.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from collections.abc import AsyncIterator
@@ -53,9 +54,12 @@ from resurgo.slurm.client import SlurmClient
 from resurgo.slurm.errors import (
     ActionsNotAllowed,
 )
+from resurgo.slurm.output_files import OutputRefused
 from resurgo.slurm.runner import CommandRunner
 from resurgo.slurm.snapshot import JobSnapshot
 from resurgo.sources import MetricsSettings, SignalsSettings, build_prometheus
+
+log = logging.getLogger("resurgo.controller")
 
 MAX_ATTRIBUTION_LINES = 50_000
 # Watch heartbeats (the resume checkpoint) at most this often; the heartbeat timeout is 15 s.
@@ -210,7 +214,10 @@ class ControllerActivities:
             obs = await self._settle(req)
             nodes = await self.slurm.show_nodes(req.node_list) if req.node_list else []
         activity.heartbeat()
-        lines = await self._attempt_lines(req.log_path, req.attempt_start_line)
+        # The job's own user must own the file (an unknown user: nothing is read).
+        lines, unread = await self._attempt_lines(
+            req.log_path, req.attempt_start_line, obs.user if obs else ""
+        )
         activity.heartbeat()
         node_list = req.node_list or (obs.node_list if obs else [])
         extra = await gather_evidence(
@@ -229,9 +236,9 @@ class ControllerActivities:
             verdict, anomaly=req.anomaly, lines=lines, obs=obs, nodes=nodes, node_list=node_list,
             cluster=self.cluster, job_id=req.job.job_id,
         )  # fmt: skip
-        if extra.notes:
+        if extra.notes or unread:
             # Say what the verdict had to do without (an unreachable Prometheus, say).
-            summary = "; ".join([verdict.summary, *extra.notes])
+            summary = "; ".join([verdict.summary, *extra.notes, *unread])
             verdict = verdict.model_copy(update={"summary": summary})
         if obs is not None and obs.running and kept_training(req.anomaly, lines):
             verdict = Attribution(
@@ -260,19 +267,28 @@ class ControllerActivities:
             activity.heartbeat()
             await asyncio.sleep(0.25)
 
-    async def _attempt_lines(self, path: str | None, start_line: int) -> list[LogLine]:
+    async def _attempt_lines(
+        self, path: str | None, start_line: int, owner: str
+    ) -> tuple[list[LogLine], list[str]]:
+        """The attempt's lines of the output file, and why it was not read, if it was not."""
         if not path:
-            return []
+            return [], []
         lines: list[LogLine] = []
-        async for got in read_until_eof(self.runner, LogCursor(path=path)):
-            lines.extend(
-                LogLine(source="job.log", line_no=n, text=t) for n, t in got.lines if n > start_line
-            )
-            if len(lines) > MAX_ATTRIBUTION_LINES:
-                # Keep the head (the first errors) and the tail (the end of the failure).
-                half = MAX_ATTRIBUTION_LINES // 2
-                lines = lines[:half] + lines[-half:]
-        return lines
+        try:
+            async for got in read_until_eof(self.runner, LogCursor(path=path), owner=owner):
+                lines.extend(
+                    LogLine(source="job.log", line_no=n, text=t)
+                    for n, t in got.lines
+                    if n > start_line
+                )
+                if len(lines) > MAX_ATTRIBUTION_LINES:
+                    # Keep the head (the first errors) and the tail (the end of the failure).
+                    half = MAX_ATTRIBUTION_LINES // 2
+                    lines = lines[:half] + lines[-half:]
+        except OutputRefused as exc:
+            log.error("attribution: %s", exc)
+            return [], [f"output file not read: {exc}"]
+        return lines, []
 
     @activity.defn(name="scheduler_action")
     async def scheduler_action(self, req: ActionRequest) -> ActionResult:

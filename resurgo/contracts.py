@@ -324,6 +324,8 @@ class WatchResult(Frozen):
     last_iteration: int | None = None
     checkpoint_failure: bool = False
     source_cursor: str | None = None
+    # What the watch could not look at, and why (a refused output file, an unusable pattern).
+    notes: list[str] = Field(default_factory=list)
 
 
 class AttributeRequest(Frozen):

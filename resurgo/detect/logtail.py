@@ -3,6 +3,10 @@
 Handles what real job logs do: files that appear late, truncation and replacement (new inode),
 partial last lines (left for the next read), invalid UTF-8 and lines of many megabytes (the head
 is kept, the rest skipped without buffering it).
+
+The path is the job owner's choice: reads pass the job's user as `owner`, and the runner
+refuses (`OutputRefused`) anything but a regular file of that user's (see
+resurgo.slurm.output_files).
 """
 
 from __future__ import annotations
@@ -27,18 +31,26 @@ class TailRead:
 
 
 async def read_new_lines(
-    runner: CommandRunner, cursor: LogCursor, *, max_bytes: int = CHUNK_BYTES
+    runner: CommandRunner,
+    cursor: LogCursor,
+    *,
+    max_bytes: int = CHUNK_BYTES,
+    owner: str | int | None = None,
 ) -> TailRead:
-    """Read the complete lines after `cursor`; never raises for a missing file."""
+    """Read the complete lines after `cursor`; never raises for a missing file.
+
+    `owner`: the job's user, whom the file must belong to (None: no owner check)."""
     try:
-        data, size, inode = await runner.read_file(cursor.path, cursor.offset, max_bytes)
+        data, size, inode = await runner.read_file(
+            cursor.path, cursor.offset, max_bytes, owner=owner
+        )
     except FileNotFoundError:
         return TailRead([], cursor, at_eof=True)
     reset = False
     if (cursor.inode is not None and inode != cursor.inode) or size < cursor.offset:
         # Truncated or replaced: start over from the top of the new file.
         cursor = LogCursor(path=cursor.path, offset=0, line_no=0, inode=inode)
-        data, size, inode = await runner.read_file(cursor.path, 0, max_bytes)
+        data, size, inode = await runner.read_file(cursor.path, 0, max_bytes, owner=owner)
         reset = True
     offset, line_no, in_long = cursor.offset, cursor.line_no, cursor.in_long_line
     read_to_end = cursor.offset + len(data) >= size
@@ -72,7 +84,9 @@ async def read_new_lines(
     return TailRead(lines, new_cursor, at_eof=read_to_end, reset=reset)
 
 
-async def read_until_eof(runner: CommandRunner, cursor: LogCursor) -> AsyncIterator[TailRead]:
+async def read_until_eof(
+    runner: CommandRunner, cursor: LogCursor, *, owner: str | int | None = None
+) -> AsyncIterator[TailRead]:
     """Successive reads from `cursor` until the end of the file.
 
     A read can hold no complete line (the middle of a huge line being skipped) without being
@@ -80,7 +94,7 @@ async def read_until_eof(runner: CommandRunner, cursor: LogCursor) -> AsyncItera
     """
     while True:
         before = cursor.offset
-        got = await read_new_lines(runner, cursor)
+        got = await read_new_lines(runner, cursor, owner=owner)
         cursor = got.cursor
         yield got
         if got.at_eof or (cursor.offset == before and not got.reset):

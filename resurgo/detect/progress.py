@@ -17,13 +17,20 @@ started, not that it advanced.
 A job may bring its own `progress_pattern`: one capturing group, or a named group
 `iteration`, holding the number. It replaces the built-in formats. A line it matches without a
 parsable non-negative integer gives None; nothing here raises on any input line.
+
+A job's pattern is written by any cluster user and runs on the controller's event loop, so it
+is compiled with RE2 (`google-re2`): matching is linear in the line whatever the pattern, and
+what RE2 cannot run in linear time (backreferences, lookaround) is refused when the directive
+is read, with the reason, instead of freezing every watch on the controller.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
+
+import re2
 
 from resurgo.detect.lines import split_srun_label, strip_prefixes
 
@@ -31,6 +38,9 @@ MAX_PATTERN_CHARS = 1000
 MAX_CUSTOM_LINE_CHARS = 4096
 """A custom pattern only sees this much of a line (bounds the cost of a careless regex)."""
 MAX_ITERATION = 10**15
+# RE2's memory budget for one compiled pattern (its default is 8 MiB); a pattern needing more
+# (huge counted repetitions) fails to compile and is reported as unusable.
+PATTERN_MAX_MEM = 2 << 20
 
 _FLAGS = re.ASCII
 
@@ -99,21 +109,57 @@ def _to_iteration(text: str | None) -> int | None:
     return value if value <= MAX_ITERATION else None
 
 
-def compile_progress_pattern(pattern: str) -> tuple[re.Pattern[str], int | str]:
-    """Validate a job's `progress_pattern`; returns the regex and the group holding the number.
+class UserMatch(Protocol):
+    def group(self, group: int | str, /) -> str | None: ...
 
-    Raises ValueError with a message fit for the job owner when the pattern is unusable.
+
+class UserRegex(Protocol):
+    """The part of a compiled RE2 pattern used here (google-re2 ships no type hints)."""
+
+    groups: int
+    groupindex: dict[str, int]
+
+    def search(self, text: str, /) -> UserMatch | None: ...
+
+
+class CustomPattern(NamedTuple):
+    """A job's validated `progress_pattern`: the RE2 regex and the group holding the number."""
+
+    regex: UserRegex
+    group: int | str
+
+
+def _re2_options() -> object:
+    options = re2.Options()
+    options.log_errors = False  # RE2 would print every refused pattern to stderr
+    options.max_mem = PATTERN_MAX_MEM
+    return options
+
+
+def compile_progress_pattern(pattern: object) -> CustomPattern:
+    """Validate a job's `progress_pattern` and compile it with RE2 (linear-time matching).
+
+    Raises ValueError with a message fit for the job owner when the pattern is unusable: not a
+    non-empty string, longer than MAX_PATTERN_CHARS, not RE2 syntax, or not exactly one
+    capturing group (or a named group `iteration`) around the number.
     """
     if not isinstance(pattern, str) or not pattern.strip():
         raise ValueError("progress_pattern must be a non-empty regular expression")
     if len(pattern) > MAX_PATTERN_CHARS:
         raise ValueError(f"progress_pattern is longer than {MAX_PATTERN_CHARS} characters")
     try:
-        regex = re.compile(pattern)
-    except (re.error, OverflowError, RecursionError, ValueError) as exc:
+        regex: UserRegex = re2.compile(pattern, _re2_options())
+    except re2.error as exc:
+        reason = exc.args[0] if exc.args else exc
+        text = reason.decode("utf-8", "replace") if isinstance(reason, bytes) else str(reason)
+        raise ValueError(
+            f"progress_pattern is not a valid regular expression for RE2 (no backreferences "
+            f"or lookaround): {text[:200]}"
+        ) from None
+    except (UnicodeError, TypeError, ValueError, OverflowError) as exc:
         raise ValueError(f"progress_pattern is not a valid regular expression: {exc}") from None
     if "iteration" in regex.groupindex:
-        return regex, "iteration"
+        return CustomPattern(regex, "iteration")
     if regex.groups == 0:
         raise ValueError(
             "progress_pattern needs one capturing group (or a named group "
@@ -124,25 +170,27 @@ def compile_progress_pattern(pattern: str) -> tuple[re.Pattern[str], int | str]:
             f"progress_pattern has {regex.groups} capturing groups; use exactly one, or name "
             "the one holding the iteration number '(?P<iteration>...)'"
         )
-    return regex, 1
+    return CustomPattern(regex, 1)
 
 
 class ProgressParser:
     """Recognises the iteration number in training-progress lines."""
 
-    def __init__(self, custom_pattern: str | None = None) -> None:
-        self.custom_pattern = custom_pattern
-        self._custom: tuple[re.Pattern[str], int | str] | None = None
-        if custom_pattern is not None:
+    def __init__(self, custom_pattern: str | CustomPattern | None = None) -> None:
+        """`custom_pattern`: a job's pattern, as text (validated here) or already validated."""
+        self._custom: CustomPattern | None = None
+        if isinstance(custom_pattern, CustomPattern):
+            self._custom = custom_pattern
+        elif custom_pattern is not None:
             self._custom = compile_progress_pattern(custom_pattern)
 
     def parse(self, line: str) -> int | None:
         """The iteration/step this line reports, or None (never raises)."""
         try:
             if self._custom is not None:
-                return _parse_custom(line, *self._custom)
+                return _parse_custom(line, self._custom)
             return _parse_builtin(line)
-        except (RecursionError, OverflowError, ValueError, IndexError):
+        except (RecursionError, OverflowError, ValueError, IndexError, TypeError):
             return None
 
 
@@ -152,7 +200,8 @@ def _last(regex: re.Pattern[str], text: str) -> re.Match[str] | None:
     return matches[-1] if matches else None
 
 
-def _parse_custom(line: str, regex: re.Pattern[str], group: int | str) -> int | None:
+def _parse_custom(line: str, custom: CustomPattern) -> int | None:
+    regex, group = custom
     text = line[:MAX_CUSTOM_LINE_CHARS]
     m = regex.search(text)
     if m is None:

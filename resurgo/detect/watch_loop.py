@@ -3,12 +3,24 @@
 It returns at each milestone the workflow records (attempt started, first progress, anomaly,
 completion) and otherwise after a bounded window, so the workflow can continue-as-new between
 watches. Progress is heartbeated: a retried watch resumes where the last one stopped.
+
+Time: every interval (hang bounds, the window) is measured on a monotonic clock, so a step of
+the wall clock (NTP, an operator's `date -s`) neither makes a healthy job look hung nor hides a
+hang. The watcher sees wall-clock datetimes anchored once per watch and advanced by the
+monotonic clock (`steady_clock`).
+
+The output path is the job owner's: it is read only as a regular file of the job's user (see
+resurgo.slurm.output_files). A refused path is logged and named in what the watch reports; the
+watch goes on watching Slurm state without it.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
 from pydantic import BaseModel
@@ -27,8 +39,12 @@ from resurgo.detect.logtail import read_until_eof
 from resurgo.detect.progress import ProgressParser
 from resurgo.detect.registry import Registry
 from resurgo.detect.remote_tail import RemoteLogs, RemoteTail
+from resurgo.policy.directive import check_progress_pattern
+from resurgo.slurm.output_files import OutputRefused
 from resurgo.slurm.runner import CommandRunner
 from resurgo.slurm.snapshot import JobReader
+
+log = logging.getLogger("resurgo.watch")
 
 # Waits between looks: until the output file changes or a bound passes (`FileChanges.wait`),
 # by default a plain sleep of `poll_seconds`.
@@ -36,6 +52,10 @@ Pause = Callable[[LogCursor | None], Awaitable[None]]
 
 # How long a terminal job's output may keep arriving after Slurm says it ended (NFS, buffering).
 DRAIN_SECONDS = 0.5
+# A read holding more text than this is scanned off the event loop: a chunk of hostile lines
+# must not freeze every other watch and heartbeat on the controller.
+INLINE_SCAN_CHARS = 32 * 1024
+_scan_pool: ThreadPoolExecutor | None = None
 
 
 class WatchCheckpoint(BaseModel):
@@ -51,6 +71,59 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+def steady_clock(
+    now: Callable[[], datetime], monotonic: Callable[[], float]
+) -> Callable[[], datetime]:
+    """Wall-clock datetimes read once, then advanced by the monotonic clock only."""
+    anchor, start = now(), monotonic()
+    return lambda: anchor + timedelta(seconds=monotonic() - start)
+
+
+def progress_parser(pattern: str | None, job: str) -> tuple[ProgressParser, str | None]:
+    """The parser for the directive's pattern, checked by the directive's own validator.
+
+    Discovery refuses a directive whose pattern fails that check, so this only finds one in a
+    workflow started before the check existed: it falls back to the built-in formats rather
+    than failing the watch at every retry."""
+    if pattern is None:
+        return ProgressParser(None), None
+    custom, problem = check_progress_pattern(pattern)
+    if custom is None:
+        log.warning("job %s: progress_pattern not used, built-in formats instead: %s", job,
+                    problem)  # fmt: skip
+        return ProgressParser(None), f"progress_pattern not used: {problem}"
+    return ProgressParser(custom), None
+
+
+async def feed_lines(
+    watcher: AttemptWatcher, lines: Sequence[tuple[int, str]], now: datetime, source: str
+) -> None:
+    """Feed lines to the watcher; a large chunk is scanned on a worker thread, in slices of
+    about INLINE_SCAN_CHARS (the event loop waits at most for one slice's longest C call)."""
+    global _scan_pool
+    if sum(len(text) for _, text in lines) <= INLINE_SCAN_CHARS:
+        watcher.feed_many(lines, now, source=source)
+        return
+    if _scan_pool is None:
+        _scan_pool = ThreadPoolExecutor(2, thread_name_prefix="resurgo-scan")
+    loop = asyncio.get_running_loop()
+    start = 0
+    while start < len(lines):
+        end, size = start, 0
+        while end < len(lines) and (end == start or size + len(lines[end][1]) <= INLINE_SCAN_CHARS):
+            size += len(lines[end][1])
+            end += 1
+        # The watch waits for it: nothing else touches this watcher in the meantime.
+        await loop.run_in_executor(_scan_pool, _feed, watcher, lines[start:end], now, source)
+        start = end
+
+
+def _feed(
+    watcher: AttemptWatcher, lines: Sequence[tuple[int, str]], now: datetime, source: str
+) -> None:
+    watcher.feed_many(lines, now, source=source)
+
+
 async def watch_attempt(
     req: WatchRequest,
     slurm: JobReader,
@@ -61,9 +134,11 @@ async def watch_attempt(
     now: Callable[[], datetime] = _now,
     remote: RemoteLogs | None = None,
     pause: Pause | None = None,
+    monotonic: Callable[[], float] = time.monotonic,
 ) -> WatchResult:
     """Watch one attempt (see the module docstring); `remote` is the cluster's Loki or
-    VictoriaLogs source, whose lines for the job are fed to the same detectors as the file's."""
+    VictoriaLogs source, whose lines for the job are fed to the same detectors as the file's.
+    `now` and `monotonic` are the wall and monotonic clocks (injected by tests)."""
     saved = resume.source_cursor if resume else req.source_cursor
     tail = RemoteTail(remote, str(req.job.job_id), saved) if remote is not None else None
     try:
@@ -72,7 +147,8 @@ async def watch_attempt(
             async def pause(_: LogCursor | None) -> None:
                 await asyncio.sleep(req.poll_seconds)
 
-        return await _watch(req, slurm, runner, registry, heartbeat, resume, now, tail, pause)
+        clock = steady_clock(now, monotonic)
+        return await _watch(req, slurm, runner, registry, heartbeat, resume, clock, tail, pause)
     finally:
         if tail is not None:
             tail.stop()
@@ -92,9 +168,12 @@ async def _watch(
     state = resume.state if resume else WatchState()
     cursor = resume.cursor if resume else req.cursor
     start_line = resume.attempt_start_line if resume else req.attempt_start_line
+    parser, pattern_note = progress_parser(req.progress_pattern, str(req.job.job_id))
+    notes = [pattern_note] if pattern_note else []
+    refused: str | None = None  # why the output file is not read, once refused
     watcher = AttemptWatcher(
         registry,
-        ProgressParser(req.progress_pattern),
+        parser,
         hang_timeout=req.hang_timeout,
         state=state,
         straggler=req.straggler,
@@ -103,22 +182,30 @@ async def _watch(
     deadline = watch_started + timedelta(seconds=req.max_window_seconds)
     seen_started = req.seen_started
 
-    async def read_all(feed: bool) -> None:
-        nonlocal cursor
-        if cursor is None:
+    async def read_all(feed: bool, owner: str) -> None:
+        nonlocal cursor, refused
+        if cursor is None or refused is not None:
             return
-        async for got in read_until_eof(runner, cursor):
-            cursor = got.cursor
-            if feed:
-                watcher.feed_many(got.lines, now())
-                if tail is not None:
-                    tail.file_lines(got.lines)
+        try:
+            async for got in read_until_eof(runner, cursor, owner=owner):
+                cursor = got.cursor
+                if feed:
+                    await feed_lines(watcher, got.lines, now(), "job.log")
+                    if tail is not None:
+                        tail.file_lines(got.lines)
+        except OutputRefused as exc:
+            refused = f"output file not read: {exc}"
+            notes.append(refused)
+            log.error("job %s: %s", req.job.job_id, refused)
+        except TimeoutError as exc:
+            # A stalled file system: try again at the next look, Slurm state meanwhile.
+            log.warning("job %s: %s", req.job.job_id, exc)
 
-    def feed_remote(attempt_start: datetime | None) -> None:
+    async def feed_remote(attempt_start: datetime | None) -> None:
         # Never waits on the backend: lines of reads finished since the last poll, if any.
         if tail is not None:
             for source, lines in tail.poll(attempt_start):
-                watcher.feed_many(lines, now(), source=source)
+                await feed_lines(watcher, lines, now(), source)
 
     def checkpoint() -> WatchCheckpoint:
         source_cursor = tail.saved_cursor if tail is not None else None
@@ -146,12 +233,27 @@ async def _watch(
                 "last_iteration": state.last_iteration,
                 "checkpoint_failure": state.checkpoint_failure,
                 "source_cursor": tail.saved_cursor if tail is not None else None,
+                "notes": list(notes),
                 **extra,
             }
         )
 
+    def anomaly(
+        obs: JobObservation, kind: AnomalyKind, suspects: list[str] | None = None
+    ) -> Anomaly:
+        found = _anomaly(req, obs, watcher, kind, suspects)
+        if not notes:
+            return found
+        # What the watch could not look at is part of the finding (and of the audit trail).
+        return found.model_copy(update={"summary": "; ".join([found.summary, *notes])})
+
     loop = asyncio.get_running_loop()
     obs: JobObservation | None = None
+
+    async def look(current: LogCursor | None) -> None:
+        # A refused file is not waited on either: Slurm state is looked at on the timeout.
+        await pause(None if refused is not None else current)
+
     next_observe = 0.0
     while True:
         if loop.time() >= next_observe:
@@ -171,22 +273,23 @@ async def _watch(
             if now() >= deadline:
                 return result("window_elapsed", obs)
             heartbeat(checkpoint())
-            await pause(cursor)
+            await look(cursor)
             continue
 
+        owner = obs.user
         if not seen_started:
             if obs.state == "PENDING":
                 # Output written before this attempt runs (the previous attempt's tail, Slurm's
                 # requeue notice) belongs to the previous attempt: skip it.
-                await read_all(feed=False)
+                await read_all(feed=False, owner=owner)
                 start_line = cursor.line_no if cursor else 0
                 heartbeat(checkpoint())
-                await pause(cursor)
+                await look(cursor)
                 continue
             return result("started", obs)
 
-        await read_all(feed=True)
-        feed_remote(obs.start_time)
+        await read_all(feed=True, owner=owner)
+        await feed_remote(obs.start_time)
         current = now()
         reported = req.failure_reported
         # Once the attempt's failure was reported, the cascade that follows (other ranks'
@@ -197,37 +300,37 @@ async def _watch(
             # (bounded) for the failure to play out. A collective timeout as the first fatal
             # sign means the job hung before it died.
             kind = state.fatal_kind or AnomalyKind.CRASH
-            anomaly = _anomaly(req, obs, watcher, kind)
-            return result("anomaly", obs, anomaly=anomaly, progress=unreported_progress())
+            found = anomaly(obs, kind)
+            return result("anomaly", obs, anomaly=found, progress=unreported_progress())
         if (mark := unreported_progress()) is not None:
             return result("progress", obs, progress=mark)
         if obs.terminal:
             await asyncio.sleep(DRAIN_SECONDS)
-            await read_all(feed=True)
+            await read_all(feed=True, owner=owner)
             if obs.state == "COMPLETED" and obs.exit_code == 0 and obs.exit_signal == 0:
                 return result("completed", obs)
             if reported:
                 return result("ended", obs)
             kind = state.fatal_kind or AnomalyKind.CRASH
-            return result("anomaly", obs, anomaly=_anomaly(req, obs, watcher, kind))
+            return result("anomaly", obs, anomaly=anomaly(obs, kind))
         quiet_since = max(t for t in (obs.start_time, watch_started) if t is not None)
         watching = obs.running and not reported
         if watching and watcher.hung(current, quiet_since):
-            return result("anomaly", obs, anomaly=_anomaly(req, obs, watcher, AnomalyKind.HANG))
+            return result("anomaly", obs, anomaly=anomaly(obs, AnomalyKind.HANG))
         if watching and (slow := watcher.stragglers()):
-            anomaly = _anomaly(req, obs, watcher, AnomalyKind.STRAGGLER, suspects=slow)
-            return result("anomaly", obs, anomaly=anomaly)
+            found = anomaly(obs, AnomalyKind.STRAGGLER, suspects=slow)
+            return result("anomaly", obs, anomaly=found)
         if watching and (factor := watcher.throughput_drop()) is not None:
-            anomaly = _anomaly(req, obs, watcher, AnomalyKind.STRAGGLER)
-            anomaly = anomaly.model_copy(
+            found = _anomaly(req, obs, watcher, AnomalyKind.STRAGGLER)
+            found = found.model_copy(
                 update={"summary": f"throughput dropped: iterations take {factor:.1f}x the "
                         "job's own baseline"}
             )  # fmt: skip
-            return result("anomaly", obs, anomaly=anomaly)
+            return result("anomaly", obs, anomaly=found)
         if current >= deadline:
             return result("window_elapsed", obs)
         heartbeat(checkpoint())
-        await pause(cursor)
+        await look(cursor)
 
 
 def replaced(req: WatchRequest, obs: JobObservation) -> bool:

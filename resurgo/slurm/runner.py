@@ -17,6 +17,7 @@ from typing import Protocol
 from opentelemetry import metrics, trace
 
 from resurgo.slurm.errors import CommandTimeout, SchedulerUnavailable
+from resurgo.slurm.output_files import off_loop, read_checked, stat_paths
 
 DEFAULT_TIMEOUT = 30.0
 MAX_ARGV_ATTRIBUTE = 1024
@@ -40,13 +41,19 @@ class CommandResult:
 class CommandRunner(Protocol):
     async def run(self, argv: list[str], *, timeout: float = DEFAULT_TIMEOUT) -> CommandResult: ...
 
-    async def read_file(self, path: str, offset: int, max_bytes: int) -> tuple[bytes, int, int]:
-        """Read up to max_bytes from offset; returns (data, file size, inode)."""
+    async def read_file(
+        self, path: str, offset: int, max_bytes: int, *, owner: str | int | None = None
+    ) -> tuple[bytes, int, int]:
+        """Read up to max_bytes from offset; returns (data, file size, inode).
+
+        A job's output path is user input: it is read only if it is a regular file (not a
+        symlink, FIFO or device) owned by `owner` (the job's user; None: any owner), else
+        `OutputRefused` says why. A missing file is FileNotFoundError."""
         ...
 
     async def stat_files(self, paths: list[str]) -> dict[str, tuple[int, int] | None]:
-        """(size, inode) of each path, None for a missing one; paths it could not tell about
-        (e.g. unreadable) are left out."""
+        """(size, inode) of each path itself (symlinks not followed), None for a missing one;
+        paths it could not tell about (e.g. unreadable) are left out."""
         ...
 
 
@@ -87,12 +94,17 @@ class LocalRunner:
             err.decode("utf-8", "replace"),
         )
 
-    async def read_file(self, path: str, offset: int, max_bytes: int) -> tuple[bytes, int, int]:
-        return await asyncio.to_thread(_read_local, path, offset, max_bytes)
+    async def read_file(
+        self, path: str, offset: int, max_bytes: int, *, owner: str | int | None = None
+    ) -> tuple[bytes, int, int]:
+        # On the output pool, never the default one: a dead mount strands only its threads.
+        return await off_loop(
+            lambda: read_checked(path, offset, max_bytes, owner), f"reading {path}"
+        )
 
     async def stat_files(self, paths: list[str]) -> dict[str, tuple[int, int] | None]:
         # One thread hop for all of them: a stat on a shared file system may block.
-        return await asyncio.to_thread(_stat_local, paths)
+        return await off_loop(lambda: stat_paths(paths), f"stat of {len(paths)} output files")
 
 
 async def traced_command(
@@ -132,26 +144,3 @@ async def traced_command(
         return result
     finally:
         COMMAND_DURATION.record(time.monotonic() - start, {**labels, "outcome": outcome})
-
-
-def _read_local(path: str, offset: int, max_bytes: int) -> tuple[bytes, int, int]:
-    with open(path, "rb") as handle:
-        stat = os.fstat(handle.fileno())
-        if offset > stat.st_size:
-            return b"", stat.st_size, stat.st_ino
-        handle.seek(offset)
-        return handle.read(max_bytes), stat.st_size, stat.st_ino
-
-
-def _stat_local(paths: list[str]) -> dict[str, tuple[int, int] | None]:
-    stats: dict[str, tuple[int, int] | None] = {}
-    for path in paths:
-        try:
-            st = os.stat(path)
-        except FileNotFoundError:
-            stats[path] = None
-        except OSError:
-            continue
-        else:
-            stats[path] = (st.st_size, st.st_ino)
-    return stats

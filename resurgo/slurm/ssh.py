@@ -32,6 +32,7 @@ from typing import Any
 import asyncssh
 
 from resurgo.slurm.errors import CommandTimeout, SchedulerUnavailable
+from resurgo.slurm.output_files import OutputRefused, owner_uid
 from resurgo.slurm.runner import DEFAULT_TIMEOUT, CommandResult, traced_command
 
 log = logging.getLogger("resurgo.ssh")
@@ -46,6 +47,40 @@ KEEPALIVE_INTERVAL = 15.0
 KEEPALIVE_COUNT_MAX = 3
 # The remote `timeout` fires this long after the local deadline: the local one reports first.
 REMOTE_GRACE = 5
+
+# The remote half of `read_file` (argv: path offset max_bytes owner-or-empty): the same checks
+# as resurgo.slurm.output_files, on the login node. Exit 2 "missing:", exit 3 "refused:".
+_REMOTE_READ = """
+import errno, os, pwd, stat, sys
+path, offset, size, owner = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+def stop(code, why):
+    sys.stderr.write(why + "\\n"); sys.exit(code)
+try:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)
+except (FileNotFoundError, NotADirectoryError) as e:
+    stop(2, "missing: " + e.strerror)
+except OSError as e:
+    stop(3, "refused: " + ("it is a symbolic link; output files are read only when they are "
+         "the file itself" if e.errno == errno.ELOOP else "cannot be opened: " + e.strerror))
+st = os.fstat(fd)
+if not stat.S_ISREG(st.st_mode):
+    kinds = {stat.S_IFIFO: "FIFO", stat.S_IFDIR: "directory", stat.S_IFCHR: "character device",
+             stat.S_IFBLK: "block device", stat.S_IFSOCK: "socket"}
+    stop(3, "refused: it is a %s, not a regular file; it is not read"
+         % kinds.get(stat.S_IFMT(st.st_mode), "special file"))
+if owner:
+    try:
+        uid = int(owner) if owner.isdigit() else pwd.getpwnam(owner).pw_uid
+    except KeyError:
+        stop(3, "refused: the job's user %r is not known on the login node" % owner)
+    if st.st_uid != uid:
+        stop(3, "refused: it is owned by uid %d, not by the job's user (uid %d); it is not read"
+             % (st.st_uid, uid))
+out = sys.stdout.buffer
+out.write(b"%d %d\\n" % (st.st_size, st.st_ino))
+if offset < st.st_size:
+    out.write(os.pread(fd, size, offset))
+"""
 
 
 @dataclass(frozen=True)
@@ -113,25 +148,32 @@ class SshRunner:
             _text(result.stderr),
         )
 
-    async def read_file(self, path: str, offset: int, max_bytes: int) -> tuple[bytes, int, int]:
-        """Up to max_bytes from offset, with the file's size and inode, in one round trip."""
+    async def read_file(
+        self, path: str, offset: int, max_bytes: int, *, owner: str | int | None = None
+    ) -> tuple[bytes, int, int]:
+        """Up to max_bytes from offset, with the file's size and inode, in one round trip.
+
+        The login node's python3 opens the path with the checks `output_files` makes locally
+        (O_NOFOLLOW|O_NONBLOCK, then fstat: a regular file owned by `owner`), so a symlink,
+        FIFO or another user's file is refused there (`OutputRefused`), never read as root."""
         if offset < 0 or max_bytes < 0:
             raise ValueError(f"bad read window offset={offset} max_bytes={max_bytes}")
-        quoted = shlex.quote(path)
-        command = (
-            f"LC_ALL=C stat -L -c '%s %i' -- {quoted} && "
-            f"tail -c +{offset + 1} -- {quoted} | head -c {max_bytes}"
-        )
+        if owner is not None and not str(owner):
+            owner_uid(owner)  # raises OutputRefused: the job's user is unknown
+        # -I -S: no user site, no PYTHON* variables, no site import (and a faster start).
+        argv = ["python3", "-I", "-S", "-c", _REMOTE_READ, path, str(offset), str(max_bytes),
+                "" if owner is None else str(owner)]  # fmt: skip
         timeout = self.settings.command_timeout
+        command = self.remote_command(argv, timeout)
         result = await self._exec(command, timeout, f"read {path}", encoding=None)
         out = result.stdout if isinstance(result.stdout, bytes) else b""
         err = result.stderr.decode("utf-8", "replace") if isinstance(result.stderr, bytes) else ""
         header, newline, data = out.partition(b"\n")
         if result.exit_status != 0 or not newline:
-            if "No such file" in err or "Not a directory" in err:
-                raise FileNotFoundError(2, f"{err.strip()} (on {self.target})", path)
-            if "Permission denied" in err:
-                raise PermissionError(13, f"{err.strip()} (on {self.target})", path)
+            if result.exit_status == 2 and err.startswith("missing:"):
+                raise FileNotFoundError(2, f"{err[8:].strip()} (on {self.target})", path)
+            if result.exit_status == 3 and err.startswith("refused:"):
+                raise OutputRefused(f"{path} on {self.target}: {err[8:].strip()[:300]}")
             raise SchedulerUnavailable(
                 f"reading {path} on {self.target} failed ({_returncode(result)}): {err[:300]}"
             )
@@ -148,7 +190,8 @@ class SshRunner:
             chunk = [p for p in paths[i : i + 200] if "\n" not in p]
             if not chunk:
                 continue
-            command = "LC_ALL=C stat -L -c '%s %i %n' -- " + " ".join(map(shlex.quote, chunk))
+            # Without -L: the path itself, as the local runner sees it (symlinks not followed).
+            command = "LC_ALL=C stat -c '%s %i %n' -- " + " ".join(map(shlex.quote, chunk))
             result = await self._exec(
                 command, self.settings.command_timeout, f"stat {len(chunk)} files",
                 encoding="utf-8",

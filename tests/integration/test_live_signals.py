@@ -136,7 +136,8 @@ class Jobs:
     def __init__(self, out: Path) -> None:
         self.obs = JobObservation(
             job_id=JOB, state="RUNNING", node_list=["node1", "node2"], std_out=str(out),
-            submit_time=SUBMIT, start_time=datetime.now(UTC) - timedelta(seconds=30),
+            user="root", submit_time=SUBMIT,
+            start_time=datetime.now(UTC) - timedelta(seconds=30),
         )  # fmt: skip
 
     async def show_job(self, job_id: int, *, at_least_restarts: int = 0) -> JobObservation | None:
@@ -306,7 +307,8 @@ class FailedJob(SlurmClient):
         now = datetime.now(UTC)
         self.obs = JobObservation(
             job_id=JOB, state="FAILED", exit_code=1, node_list=["node1", "node2"],
-            std_out=str(out), submit_time=SUBMIT, start_time=now - timedelta(seconds=60),
+            std_out=str(out), user="root", submit_time=SUBMIT,
+            start_time=now - timedelta(seconds=60),
             end_time=now,
         )  # fmt: skip
 
