@@ -2,6 +2,11 @@
 """Attribution accuracy on a labelled corpus (default `tests/corpus`).
 
     .venv/bin/python bench/attribution_accuracy.py [CORPUS_DIR] [--json] [--show-failures]
+    .venv/bin/python bench/attribution_accuracy.py --per-set DIR [DIR ...]
+
+With `--per-set`, each directory is scored on its own and printed as one row of a table (kind,
+category, culprit F1, action, false stops, false exclusions), plus the pooled total; the exit
+code says whether every set met the targets.
 
 Every bundle goes through the `resurgo attribute --json` code path (`analyse_bundle`) and is
 compared with its `expected.json`. Prints per-category precision/recall, culprit-node
@@ -85,13 +90,48 @@ def render(result: Score, console: Console, *, seconds: float, show_failures: bo
         console.print(f"{len(wrong)} mismatch(es); --show-failures lists them")
 
 
+def per_set(dirs: list[Path], console: Console) -> int:
+    table = Table(
+        "set", "bundles", "kind", "category", "culprit F1", "action", "false stops",
+        "false exclusions", title="attribution per set (targets: 0.95, 0.95, 0.95, 0 stops)",
+    )  # fmt: skip
+    all_bundles: list[Path] = []
+    missed = False
+    for d in dirs:
+        bundles = corpus_dirs(d)
+        if not bundles:
+            console.print(f"[red]no labelled bundles (expected.json) under {d}[/red]")
+            return 2
+        all_bundles.extend(bundles)
+        r = score(bundles, attribute)
+        missed = missed or bool(r.failures())
+        name = f"{d.parent.name}/{d.name}" if d.name == "cases" else d.name
+        table.add_row(
+            name, str(len(bundles)), f"{r.kind_accuracy.value:.3f}",
+            f"{r.category_accuracy.value:.3f}", f"{r.culprit_f1:.3f}",
+            f"{r.action_accuracy.value:.3f}", str(r.false_stops.num),
+            f"{r.false_exclusions.value:.3f}",
+        )  # fmt: skip
+    r = score(all_bundles, attribute)
+    table.add_row(
+        "all", str(len(all_bundles)), f"{r.kind_accuracy.value:.3f}",
+        f"{r.category_accuracy.value:.3f}", f"{r.culprit_f1:.3f}",
+        f"{r.action_accuracy.value:.3f}", str(r.false_stops.num), f"{r.false_exclusions.value:.3f}",
+    )  # fmt: skip
+    Console(width=max(console.width, 120)).print(table)
+    return 1 if missed else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("corpus", nargs="?", type=Path, default=REPO / "tests" / "corpus")
     p.add_argument("--json", action="store_true", help="machine-readable summary")
     p.add_argument("--show-failures", action="store_true", help="list the mismatching bundles")
+    p.add_argument("--per-set", nargs="+", type=Path, metavar="DIR", help="one row per corpus")
     args = p.parse_args(argv)
     console = Console()
+    if args.per_set:
+        return per_set(args.per_set, console)
     try:
         bundles = corpus_dirs(args.corpus)
     except OSError as exc:

@@ -79,6 +79,7 @@ class Analysis:
         self.scan: JobScan = scan_job(registry, self.lines, self.topo)
         boot = {n: t for n in facts.node_fields if (t := facts.boot_time(n)) is not None}
         window = (job.start_time, job.end_time) if job is not None else (None, None)
+        self.node_logs = node_logs  # (diagnostic files: why a straggler's node is slow)
         self.node_events = scan_node_logs(
             registry, node_logs, self.topo.hosts, window=window, boot=boot
         )

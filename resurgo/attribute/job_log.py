@@ -27,6 +27,7 @@ from resurgo.attribute.topology import (
     Topology,
     expand_tasks,
     split_host_prefix,
+    task_nodes,
 )
 from resurgo.attribute.tracebacks import (
     _EXC_LINE,
@@ -36,7 +37,7 @@ from resurgo.attribute.tracebacks import (
     _generic_exception,
     _users_code,
 )
-from resurgo.contracts import LogLine
+from resurgo.contracts import Category, LogLine
 from resurgo.detect.lines import parse_nccl_prefix, strip_prefixes
 from resurgo.detect.progress import ProgressParser, parse_rank_timing, timing_fields
 from resurgo.detect.registry import Registry
@@ -101,10 +102,18 @@ def scan_job(registry: Registry, lines: list[LogLine], topo: Topology) -> JobSca
     elastic_section: str | None = None
     elastic_fields: dict[str, str] = {}
     elastic_line: LogLine | None = None
+    # One chunked scan of every line (the same matches as `registry.scan` line by line; the
+    # chunk engine skips benign lines without a Python call).
+    texts = [entry.text for entry in lines]
+    if topo.host_prefixes:
+        texts = [split_host_prefix(t, topo.host_prefixes)[1] for t in texts]
+    found = dict(registry.scan_chunk(texts))
     for order, entry in enumerate(lines):
         prefix_host, text = split_host_prefix(entry.text, topo.host_prefixes)
         pre = strip_prefixes(text)
         task, rank, body = pre.task, pre.rank, pre.body
+        if prefix_host is None:
+            prefix_host = pre.host
         if task is None and rank is not None and topo.rank_is_task:
             task = rank
         actor = actor_of(task, rank, prefix_host)
@@ -127,7 +136,7 @@ def scan_job(registry: Registry, lines: list[LogLine], topo: Topology) -> JobSca
             if scan.max_iteration is None or iteration > scan.max_iteration:
                 scan.advances.append(order)
             scan.max_iteration = max(scan.max_iteration or -1, iteration)
-            if (at := line_time(body.lstrip())) is not None:
+            if (at := line_time(pre.time or body.lstrip())) is not None:
                 scan.progress_times.append(at)
         maybe_resumed = "esum" in body or "estor" in body or "oaded" in body
         if scan.resumed_from is None and maybe_resumed and (r := _RESUMED.search(body)):
@@ -188,11 +197,15 @@ def scan_job(registry: Registry, lines: list[LogLine], topo: Topology) -> JobSca
                 _elastic_failure(scan, elastic_fields, elastic_section, elastic_line or entry,
                                  order, topo)  # fmt: skip
                 elastic_fields = {}
-        known = registry.scan(text)
+        known = found.get(order, [])
         ended = any(m.id in ENDED_IDS for m in known)
         if ended:
             scan.ended = True
         matches = [m for m in known if m.role in ("root", "cascade")]
+        if any(m.role == "root" and m.category != Category.UNKNOWN for m in matches):
+            # One line, its most specific reading: `CUDA error: no kernel image ...` is the
+            # catalogue's application entry, not also a CUDA error of unknown class.
+            matches = [m for m in matches if m.role != "root" or m.category != Category.UNKNOWN]
         exception_line = bool(_EXC_LINE.match(body)) and not body.startswith(" ")
         if not matches and not ended and exception_line and in_traceback.get(actor):
             # An exception no entry knows (a launcher's ChildFailedError reporting on its
@@ -266,7 +279,6 @@ def _line_node(text: str, task: int | None, rank: int | None, topo: Topology) ->
 
 def _task_exit(scan: JobScan, m: re.Match[str], entry: LogLine, order: int, topo: Topology) -> None:
     what = m.group("what").strip()
-    node = topo.hosts.canonical(m.group("node")) or m.group("node")
     code: int | None = None
     if ec := re.match(r"Exited with exit code (\d+)", what):
         code = int(ec.group(1))
@@ -284,7 +296,8 @@ def _task_exit(scan: JobScan, m: re.Match[str], entry: LogLine, order: int, topo
     else:
         status = "signal"
     after = scan.terminated_at is not None and order > scan.terminated_at
-    for task in expand_tasks(m.group("tasks")):
+    for task, name in task_nodes(m.group("node"), expand_tasks(m.group("tasks"))):
+        node = topo.hosts.canonical(name) or name
         actor = f"t{task}"
         item = TaskExit(actor, task, node, status, code, what, entry, order, after)
         scan.exit_order.append(item)

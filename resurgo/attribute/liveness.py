@@ -1,4 +1,15 @@
-"""Is a running job still training? Its progress lines' times against when Slurm was asked."""
+"""Is a job that has not ended still training? Its progress against how long it has been silent.
+
+A job whose output ends in steady progress with nothing wrong after it is running fine: a
+hang needs evidence that progress stopped for longer than the job's rhythm allows. The "now"
+that silence is measured to comes from the scheduler's record (a `date` printed with it,
+StartTime + RunTime, squeue's TIME from the log's first time stamp) or from an operator's note
+stating when the job was seen running (`# job still running at 2025-06-11 10:01:14`). Without
+any such "now" the silence is unknown, and an unknown silence is not a hang.
+
+Progress is a new iteration (`detect.progress`) or, for formats that print no step number,
+any periodic series the straggler reader recognises (throughput, epoch summaries).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +19,7 @@ import statistics
 from datetime import datetime
 
 from resurgo.attribute.analysis import Analysis, Verdict
+from resurgo.attribute.series import last_sample_order
 from resurgo.attribute.stragglers import stragglers
 from resurgo.contracts import Category
 
@@ -15,20 +27,78 @@ from resurgo.contracts import Category
 # (and at least the floor): a collective timeout is 10 minutes by default.
 HANG_SILENCE_FACTOR = 10.0
 HANG_SILENCE_FLOOR_SECONDS = 600.0
-_STAMP = re.compile(r"\b\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d\b")
+# Start-up before the first printed step (imports, rendezvous, loading a large checkpoint,
+# compiling) that an estimate of the silence grants the job.
+STARTUP_ALLOWANCE_SECONDS = 1800.0
+_STAMP = re.compile(r"\b(\d{4}-\d\d-\d\d)[T ](\d\d:\d\d:\d\d)\b")
+# An operator's note that the job was seen alive, and when (`# job still running at <time>`,
+# `# ... (squeue: R ...), collector snapshot <time>`).
+_ALIVE_NOTE = re.compile(r"(?i)\b(?:still running|running normally|squeue:? R\b|snapshot)")
+_TQDM_ELAPSED = re.compile(r"\|\s*\d+/\d+\s*\[(?:(?P<h>\d{1,4}):)?(?P<m>\d\d):(?P<s>\d\d)<")
+_HF_LOG_DICT = re.compile(r"\{'loss': [-\d.e+naif]+,.*'epoch': \d+(?:\.\d+)?\}")
+_RUNNING_NOTE = re.compile(r"(?i)\b(?:still running|running normally|squeue:? R\b)")
 
 
-def progress_silence(a: Analysis) -> tuple[float, float] | None:
-    """(seconds from the last progress line to the scheduler's observation, the silence that
-    would be a hang) where the log's progress lines carry times and the scheduler's record says
-    when it was taken (StartTime + RunTime; squeue's TIME from the log's first time stamp)."""
-    times = a.scan.progress_times
-    if len(times) < 2:
+def _any_time(text: str) -> datetime | None:
+    m = _STAMP.search(text[:400])
+    if m is None:
         return None
+    try:
+        return datetime.fromisoformat(f"{m.group(1)} {m.group(2)}")
+    except ValueError:
+        return None
+
+
+def noted_running(a: Analysis) -> bool:
+    """An operator's note (a `#` line) says the job was still running when collected."""
+    return any(e.text.startswith("#") and _RUNNING_NOTE.search(e.text) for e in a.lines[-20:])
+
+
+def observed_at(a: Analysis) -> datetime | None:
+    """When the job was last seen: the scheduler's record, else an operator's note."""
     observed = a.facts.observed_at()
+    if observed is None:
+        for entry in reversed(a.lines[-20:]):
+            noted = entry.text.startswith("#") and _ALIVE_NOTE.search(entry.text)
+            if noted and (t := _any_time(entry.text)) is not None:
+                return t
     if observed is None and (run := a.facts.run_time()) is not None:
         first = next((t for e in a.lines[:200] if (t := _any_time(e.text))), None)
         observed = first + run if first is not None else None
+    return observed
+
+
+def _logged_dicts(a: Analysis) -> int | None:
+    """Order of the last of several HF Trainer log dicts (`{'loss': 2.37, 'learning_rate':
+    0.001, 'epoch': 0.5}`, transformers' ProgressCallback.on_log): training advancing, though
+    they carry no step number."""
+    orders = [i for i, e in enumerate(a.lines) if _HF_LOG_DICT.search(e.text[:400])]
+    return orders[-1] if len(orders) >= 2 else None
+
+
+def last_progress(a: Analysis) -> int | None:
+    """Order of the last line that showed the job advancing (an iteration or a series sample)."""
+    candidates = [a.scan.advances[-1]] if a.scan.advances else []
+    if (sample := last_sample_order(a)) is not None:
+        candidates.append(sample)
+    if (logged := _logged_dicts(a)) is not None:
+        candidates.append(logged)
+    return max(candidates) if candidates else None
+
+
+def progress_times(a: Analysis) -> list[datetime]:
+    orders = list(a.scan.advances)
+    times = [t for o in orders if o < len(a.lines) and (t := _any_time(a.lines[o].text))]
+    return times if len(times) >= 2 else list(a.scan.progress_times)
+
+
+def progress_silence(a: Analysis) -> tuple[float, float] | None:
+    """(seconds from the last progress line to when the job was last seen, the silence that
+    would be a hang), where both are known."""
+    times = progress_times(a)
+    if len(times) < 2:
+        return None
+    observed = observed_at(a)
     if observed is None:
         return None
     gaps = [(b - a_).total_seconds() for a_, b in itertools.pairwise(times) if b > a_]
@@ -37,22 +107,66 @@ def progress_silence(a: Analysis) -> tuple[float, float] | None:
     return silence, max(HANG_SILENCE_FACTOR * typical, HANG_SILENCE_FLOOR_SECONDS)
 
 
-def _any_time(text: str) -> datetime | None:
-    m = _STAMP.search(text)
-    return datetime.fromisoformat(m.group().replace("T", " ")) if m else None
+def estimated_silence(a: Analysis) -> float | None:
+    """Without times on progress lines: how long the job has run beyond what its printed
+    iterations (from the attempt's first steps, at their printed time per iteration) and a
+    generous start-up account for. A lower bound of the silence, where one can be had."""
+    from resurgo.attribute.series import read_series
+
+    run = a.facts.run_time()
+    last = last_progress(a)
+    if run is not None and last is not None:
+        # tqdm bars print the time since the loop started: `[4:12:11<2 days, 13:08:28, ...]`.
+        # The last bar, wherever it is: the last step line may be another format (a
+        # checkpoint callback's `global step N`), printed between bars.
+        bars = (
+            _TQDM_ELAPSED.search(e.text) for e in reversed(a.lines[max(0, last - 50) : last + 1])
+        )
+        m = next((b for b in bars if b is not None), None)
+        if m is not None:
+            h, mi, sec = int(m["h"] or 0), int(m["m"]), int(m["s"])
+            return run.total_seconds() - (h * 3600 + mi * 60 + sec) - STARTUP_ALLOWANCE_SECONDS
+    first, last = a.scan.first_iteration, a.scan.max_iteration
+    per_iteration = read_series(a).get("iteration_ms", [])
+    if run is None or first is None or last is None or len(per_iteration) < 2:
+        return None
+    if first > (a.scan.resumed_from or 0) + 10:
+        return None  # the log is a tail: its iterations do not account for the whole run
+    typical = statistics.median(s.value for s in per_iteration) / 1000.0
+    return run.total_seconds() - (last - first + 1) * typical - STARTUP_ALLOWANCE_SECONDS
+
+
+def still_progressing(a: Analysis) -> bool:
+    """The job has not ended, its output shows progress, and no evidence says it went silent."""
+    if not a.running or last_progress(a) is None:
+        return False
+    measured = progress_silence(a)
+    if measured is None:
+        guess = estimated_silence(a)
+        return guess is None or guess <= HANG_SILENCE_FLOOR_SECONDS
+    return measured[0] <= measured[1]
 
 
 def running_fine(a: Analysis) -> Verdict | None:
-    """A running job whose output shows training advancing up to when Slurm was asked."""
-    measured = progress_silence(a)
-    if measured is None or measured[0] > measured[1] or stragglers(a) is not None:
+    """A running job whose output shows training advancing, with nothing failing after it."""
+    if not still_progressing(a) or stragglers(a) is not None:
         return None
-    last = a.scan.advances[-1] if a.scan.advances else -1
+    if a.kill_order is not None or a.scheduler_outcome() is not None:
+        return None  # Slurm ended (or is ending) this attempt: a time limit, a preemption
+    last = last_progress(a)
+    assert last is not None
     if any(e.serious and (e.root or e.cascade) and e.order > last for e in a.events):
         return None  # something failed after the last progress line
+    last_time = next((t for e in reversed(a.lines[: last + 1]) if (t := _any_time(e.text))), None)
+    for e in a.node_events:
+        # A fatal node fault after the last progress line (an Xid 79, a panic) stops the job.
+        fatal = e.root and e.match.severity == "fatal" and a.in_job(e.node)
+        if fatal and (last_time is None or e.when is None or e.when > last_time):
+            return None
+    measured = progress_silence(a)
+    when = f" {max(measured[0], 0.0):.0f}s before it was last seen" if measured is not None else ""
+    at = f" at iteration {a.scan.max_iteration}" if a.scan.max_iteration is not None else ""
     return Verdict(
-        Category.NONE, "none",
-        f"job running, training at iteration {a.scan.max_iteration} "
-        f"{max(measured[0], 0.0):.0f}s before the scheduler's record", 0.8,
-        evidence=a.lines[-2:], kind="none",
+        Category.NONE, "none", f"job running, training{at}{when}", 0.8,
+        evidence=[a.lines[last]], kind="none",
     )  # fmt: skip

@@ -15,9 +15,19 @@ from resurgo.attribute.bundle import line_time
 from resurgo.attribute.events import _CORRECTED, Event, normalise
 from resurgo.attribute.node_patterns import node_registry
 from resurgo.attribute.topology import HostMap
-from resurgo.contracts import LogLine
+from resurgo.contracts import Category, LogLine
 from resurgo.detect.lines import strip_prefixes
 from resurgo.detect.registry import Registry
+
+# Application-class signatures that, in a node's own logs, are the node's software.
+SITE_OWNED_IN_NODE_LOGS = frozenset(
+    {
+        "symbol_lookup_error",
+        "shared_library_missing",
+        "cuda_no_kernel_image",
+        "python_app_exception",
+    }
+)
 
 STALE_AFTER = timedelta(hours=6)
 
@@ -59,6 +69,10 @@ def scan_node_logs(
                 continue
             body = strip_prefixes(entry.text).body
             for match in matches:
+                if match.category == Category.APPLICATION and match.id in SITE_OWNED_IN_NODE_LOGS:
+                    # A node's own daemons logging a broken library or config: the site's
+                    # software on that node (who owns the setting decides), not the job's.
+                    match = match.model_copy(update={"category": Category.SYSTEM_SOFTWARE})
                 out.append(
                     Event(
                         line=entry,

@@ -14,10 +14,11 @@ _ENTRIES: list[dict[str, Any]] = [
     {
         "id": "sel_uncorrectable",
         "regex": (
-            r"(?i)\|\s*(?:Memory|Processor|Critical Interrupt|Power Supply|Power Unit|System "
-            r"Event|Add-in Card|Drive Slot[^|]*)(?:\s+#0x[0-9a-f]+)?\s*\|\s*(?:Uncorrectable ECC"
-            r"|Uncorrectable machine check exception|IERR|Thermal Trip|Bus (?:Fatal|Uncorrectable)"
-            r" Error|PCI SERR|Failure detected|Power Supply AC lost|Drive Fault)[^|]*"
+            r"(?i)\|\s*(?:Memory|Processor|Critical Interrupt|Power Supply[^|]*|Power Unit[^|]*|"
+            r"System Event|Add-in Card|Drive Slot[^|]*)(?:\s+#0x[0-9a-f]+)?\s*\|\s*"
+            r"(?:Uncorrectable ECC|Uncorrectable machine check exception|IERR|Thermal Trip|"
+            r"Bus (?:Fatal|Uncorrectable) Error|PCI SERR|Failure detected|Power Supply AC lost|"
+            r"Drive Fault)[^|]*"
             r"(?:\|\s*Asserted)"
         ),
         "kind": "crash",
@@ -29,6 +30,8 @@ _ENTRIES: list[dict[str, Any]] = [
             "   1 | 11/20/2026 | 08:12:01 | Memory #0x87 | Uncorrectable ECC | Asserted",
             "  2c | 11/20/2026 | 08:12:03 | Critical Interrupt #0x19 | Bus Fatal Error | Asserted",
             "  31 | 11/20/2026 | 09:01:44 | Processor #0x04 | IERR | Asserted",
+            "  2a1 | 04/23/2025 | 09:41:07 | Power Supply PS1 Status | Power Supply AC lost | "
+            "Asserted",
         ],
         "near_misses": [
             "   1 | 11/20/2026 | 08:12:01 | Memory #0x87 | Correctable ECC | Asserted",

@@ -35,10 +35,17 @@ from typing import NamedTuple
 
 from resurgo.attribute.analysis import Analysis, Kind, Verdict, fingerprint
 from resurgo.attribute.bundle import Bundle
-from resurgo.attribute.liveness import running_fine
+from resurgo.attribute.liveness import noted_running, running_fine, still_progressing
 from resurgo.attribute.scheduler import parse_scheduler
 from resurgo.attribute.stages_hardware import _hardware, _node_failure
-from resurgo.attribute.stages_outcome import _healthy, _nothing, _owner_cancel, _scheduler
+from resurgo.attribute.stages_outcome import (
+    _healthy,
+    _nothing,
+    _owner_cancel,
+    _scheduler,
+    _suspended,
+    refine_outcome,
+)
 from resurgo.attribute.stages_root import _cascade_only, _root_failure
 from resurgo.attribute.stragglers import stragglers
 from resurgo.contracts import (
@@ -107,16 +114,19 @@ def analyse(
         facts.nodes[node.name] = node
     a = Analysis(registry, lines, facts, node_list, node_logs or {}, metrics or [])
     a.offline = anomaly is None
+    if a.offline and a.state is None and noted_running(a):
+        a.state = "RUNNING"  # an operator's note states the job was still running
     if anomaly is None or anomaly.kind != AnomalyKind.CRASH:
         a.forget_survived()
-    outcome = a.scheduler_outcome()
+    outcome = refine_outcome(a, a.scheduler_outcome())
     live_straggler = anomaly is not None and anomaly.kind == AnomalyKind.STRAGGLER
     verdict = (
-        _healthy(a)
+        _healthy(a, outcome)
         or _owner_cancel(a, outcome)
         or _node_failure(a, outcome)
         or (running_fine(a) if a.offline and a.running and not live_straggler else None)
         or _hardware(a)
+        or _suspended(a)
         or (stragglers(a) if live_straggler else None)
         or _root_failure(a)
         or _scheduler(a, outcome)
@@ -146,8 +156,15 @@ def _kind(a: Analysis, verdict: Verdict, anomaly: Anomaly | None) -> Kind:
         return verdict.kind
     fatal_in_log = any(e.root and e.serious for e in a.events)
     if a.running and not fatal_in_log:
-        return AnomalyKind.HANG
-    decisive = [e for e in a.events if e.root and e.serious and e.line in verdict.evidence]
+        # Still advancing while something slows it: a straggler, not a hang.
+        slowed = still_progressing(a) and stragglers(a) is not None
+        return AnomalyKind.STRAGGLER if slowed else AnomalyKind.HANG
+    # By (source, line number): comparing pydantic LogLines one by one made this quadratic.
+    shown = {(x.source, x.line_no) for x in verdict.evidence}
+    decisive = [
+        e for e in a.events
+        if e.root and e.serious and (e.line.source, e.line.line_no) in shown
+    ]  # fmt: skip
     if decisive and all(e.match.kind == AnomalyKind.HANG for e in decisive):
         return AnomalyKind.HANG
     if not decisive and _hung_first(a):

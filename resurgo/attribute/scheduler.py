@@ -35,6 +35,9 @@ _CTLD_NODE_FAILED = re.compile(
     r"|\bsetting node (?P<f>[\w.-]+) DOWN\b)",
     re.IGNORECASE,
 )
+# slurmctld's log of `scontrol suspend` (src/slurmctld/proc_req.c: `_slurm_rpc_suspend(%s) for
+# %u`), and sacct/squeue's SUSPENDED state.
+_CTLD_SUSPEND = re.compile(r"\b_slurm_rpc_suspend\(suspend\) for \d+|\bJobState=SUSPENDED\b")
 _CANCELLED_BY = re.compile(r"\bCANCELLED(?:\+)? by (?P<who>\w+)")
 _KILL_RPC = re.compile(r"\bREQUEST_KILL_JOB(?:\S*)? JobId=(?P<job>\d+) uid (?P<uid>\d+)")
 # squeue's table, default or `-o` with the usual headers in any order (JOBID first).
@@ -69,6 +72,13 @@ class SchedulerFacts:
     failed_nodes: dict[str, LogLine] = field(default_factory=dict)
     """Nodes slurmctld/srun reported failed or not responding, with the line saying so."""
     cancelled_by: str | None = None
+    job_states: list[str] = field(default_factory=list)
+    """The job's own sacct rows (`sacct -D` prints one per requeued run), oldest first."""
+    step_states: dict[str, str] = field(default_factory=dict)
+    """Step id (`5520114.0`) → its sacct State."""
+    suspended: LogLine | None = None
+    """A line saying the job was suspended (slurmctld `_slurm_rpc_suspend(suspend)`, sacct's
+    Suspended column, scontrol's SuspendTime)."""
     elapsed: str | None = None
     """squeue's TIME or sacct's Elapsed for the job, as printed."""
     lines: list[LogLine] = field(default_factory=list)
@@ -170,7 +180,7 @@ def _sacct(text: str, header: list[str] | None) -> dict[str, str] | None:
         joined = " ".join(cells)
         m = re.search(
             r"\b(COMPLETED|FAILED|CANCELLED(?: by \w+)?|TIMEOUT|NODE_FAIL|PREEMPTED|"
-            r"OUT_OF_ME\w*|BOOT_FAIL|DEADLINE|RUNNING|PENDING)\+?",
+            r"OUT_OF_ME\w*|BOOT_FAIL|DEADLINE|RUNNING|PENDING|REQUEUED|SUSPENDED)\+?",
             joined,
         )
         if m:
@@ -253,6 +263,7 @@ def parse_scheduler(lines: list[LogLine]) -> SchedulerFacts:
             row = _sacct(stripped, sacct_header)
             if row:
                 sacct_rows.append(row)
+                _sacct_facts(facts, stripped, sacct_header, row, entry)
             continue
         parts = stripped.split("|")
         if len(parts) == 4 and re.fullmatch(r"[A-Za-z][\w.\[\],-]*", parts[0]):
@@ -268,6 +279,8 @@ def parse_scheduler(lines: list[LogLine]) -> SchedulerFacts:
                 continue
         if m := _CANCELLED_BY.search(stripped):
             facts.cancelled_by = m.group("who")
+        if facts.suspended is None and _CTLD_SUSPEND.search(stripped):
+            facts.suspended = entry
         if m := _KILL_RPC.search(stripped):
             job_id = facts.job.job_id if facts.job else None
             if job_id is None or int(m.group("job")) == job_id:
@@ -282,11 +295,32 @@ def parse_scheduler(lines: list[LogLine]) -> SchedulerFacts:
                 facts.failed_nodes.setdefault(name, entry)
     if facts.job is None and sacct_rows:
         facts.job, facts.job_fields = _job_from_sacct(sacct_rows)
+    suspend_time = facts.job_fields.get("SuspendTime", "None")
+    if facts.suspended is None and suspend_time not in ("", "None", "Unknown") and facts.job:
+        facts.suspended = next((e for e in lines if "SuspendTime=" in e.text), None)
     if sacct_rows and facts.cancelled_by is None:
         for row in sacct_rows:
             if m := _CANCELLED_BY.search(row.get("State", "")):
                 facts.cancelled_by = m.group("who")
     return facts
+
+
+def _sacct_facts(
+    facts: SchedulerFacts, text: str, header: list[str], row: dict[str, str], entry: LogLine
+) -> None:
+    """Per-run job states, step states and a non-zero Suspended time from one sacct row."""
+    job_id, state = row.get("JobID", ""), row.get("State", "").split(" ")[0]
+    if not state:
+        return
+    if re.fullmatch(r"\d+(?:_\d+)?", job_id):
+        facts.job_states.append(state)
+    elif re.fullmatch(r"\d+(?:_\d+)?\.\d+", job_id):
+        facts.step_states[job_id] = state
+    if "Suspended" in header and facts.suspended is None:
+        cells = [c.strip() for c in text.split("|")] if "|" in text else text.split()
+        at = header.index("Suspended")
+        if len(cells) == len(header) and (spent := parse_duration(cells[at])) and spent.seconds:
+            facts.suspended = entry
 
 
 def _add_reasons(facts: SchedulerFacts, nodes: str, state: str, reason: str) -> None:

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from datetime import datetime
 
-from resurgo.attribute.analysis import Analysis
+from resurgo.attribute.analysis import Analysis, Verdict
+from resurgo.attribute.bundle import line_time
 from resurgo.attribute.events import Event
-from resurgo.contracts import LogLine
+from resurgo.contracts import AnomalyKind, Category, LogLine
 
 
 def _peer_node(a: Analysis, e: Event) -> str | None:
@@ -26,6 +28,57 @@ def _exit_lines(a: Analysis, nodes: Iterable[str]) -> list[LogLine]:
     return [x.line for x in a.scan.exit_order if x.node in wanted and x.status != "terminated"]
 
 
+# How close in time the same fault on several nodes must be to be one shared event.
+SIMULTANEOUS_SECONDS = 5.0
+
+
+def _shared_outage(events: Iterable[Event], nodes: Iterable[str]) -> bool:
+    """The same node-side fault on two or more nodes within seconds of each other, and no other
+    fault on the blamed nodes: one shared cause behind them (a leaf switch reload, a rack PDU,
+    a file server), not each node's own fault, so no node is to blame (attribution-labels.md,
+    tie-breaker 5)."""
+    wanted = set(nodes)
+    if len(wanted) < 2:
+        return False
+    first: dict[str, dict[str, float]] = {}
+    spoke: set[str] = set()
+    for e in events:
+        if e.origin != "node" or e.node not in wanted:
+            continue
+        spoke.add(e.node)
+        at = _event_seconds(e)
+        if at is None:
+            continue
+        seen = first.setdefault(e.match.id, {})
+        if e.node not in seen or at < seen[e.node]:
+            seen[e.node] = at
+    for times in first.values():
+        together = max(times.values()) - min(times.values()) <= SIMULTANEOUS_SECONDS
+        if len(times) >= 2 and together and set(times) >= spoke:
+            return True
+    return False
+
+
+_SEL_TIME = re.compile(r"\|\s*(\d\d)/(\d\d)/(\d{4})\s*\|\s*(\d\d):(\d\d):(\d\d)\s*\|")
+
+
+def _event_seconds(e: Event) -> float | None:
+    """When a node-side event happened, for comparing nodes with each other: its parsed time,
+    else a syslog stamp read with a placeholder year, else an IPMI SEL row's date and time."""
+    if e.when is not None:
+        return e.when.timestamp()
+    at = line_time(e.line.text, year=2000)
+    if at is not None:
+        return at.timestamp()
+    if m := _SEL_TIME.search(e.line.text):
+        mon, day, year, h, mi, sec = (int(g) for g in m.groups())
+        try:
+            return datetime(year, mon, day, h, mi, sec).timestamp()
+        except ValueError:
+            return None
+    return None
+
+
 def _primary_candidates(a: Analysis, victims: set[str]) -> list[Event]:
     cut = a.kill_order
     out = []
@@ -36,3 +89,35 @@ def _primary_candidates(a: Analysis, victims: set[str]) -> list[Event]:
             continue
         out.append(e)
     return out
+
+
+def _shared_service(
+    a: Analysis, node_events: list[Event], primaries: list[Event]
+) -> Verdict | None:
+    """A shared service (a file system, a registry) failing as seen from two or more of the
+    job's nodes: the service, not the node that happened to log first, so no culprit and a
+    retry once it is back (attribution-labels.md tie-breaker 5). Catalogue entries say which
+    signatures are about a shared service (`scope: shared`). Only when the job's own output
+    shows nothing of a known other cause."""
+    if any(e.category not in (Category.SYSTEM_SOFTWARE, Category.UNKNOWN) for e in primaries):
+        return None
+    by_id: dict[str, dict[str, Event]] = {}
+    for e in node_events:
+        if e.node is None or e.match.id not in a.registry:
+            continue
+        if a.registry.get(e.match.id).scope != "shared":
+            continue
+        by_id.setdefault(e.match.id, {}).setdefault(e.node, e)
+    for mid, per_node in by_id.items():
+        if len(per_node) >= 2:
+            first = min(per_node.values(), key=lambda e: (e.when is None, e.when, e.order))
+            nodes = ", ".join(sorted(per_node))
+            return Verdict(
+                Category.SYSTEM_SOFTWARE, f"shared|{mid}",
+                f"{mid} on {nodes}: a shared service failed for several nodes at once, no "
+                "node to exclude", 0.7,
+                evidence=[first.line, *[e.line for e in per_node.values()][:6]],
+                # Nothing failed in the job's own output: it waited on the service.
+                kind=None if primaries else AnomalyKind.HANG,
+            )  # fmt: skip
+    return None

@@ -18,7 +18,13 @@ from resurgo.attribute.analysis import Analysis, Verdict, event_node
 from resurgo.attribute.events import Event
 from resurgo.attribute.metrics import Finding
 from resurgo.attribute.scheduler import node_failed
-from resurgo.attribute.stages_common import _exit_lines, _peer_node, _primary_candidates
+from resurgo.attribute.stages_common import (
+    _exit_lines,
+    _peer_node,
+    _primary_candidates,
+    _shared_outage,
+)
+from resurgo.attribute.topology import expand_nodes
 from resurgo.contracts import AnomalyKind, Category, LogLine
 
 # Job-log "hardware" symptoms that software can produce too: on every node at once they are
@@ -43,7 +49,7 @@ def _node_failure(a: Analysis, outcome: str | None) -> Verdict | None:
             failed.setdefault(canonical, line)
     for e in a.events:
         if e.match.id == "srun_node_failure":
-            for name in re.split(r"[,\s]+", e.match.groups.get("node", "")):
+            for name in expand_nodes(e.match.groups.get("node", "")):
                 canonical = a.topo.hosts.canonical(name)
                 if canonical and a.in_job(canonical):
                     failed.setdefault(canonical, e.line)
@@ -58,7 +64,9 @@ def _node_failure(a: Analysis, outcome: str | None) -> Verdict | None:
                 if reported and (not a.node_list or a.node_list == [reported]):
                     failed[reported] = e.line
     culprits = sorted(failed)
-    category = Category.HARDWARE_HOST
+    # Known only from Slurm (NODE_FAIL, `Not responding`, BOOT_FAIL): a scheduler event whose
+    # node is still excluded (attribution-labels.md); node evidence below names the hardware.
+    category = Category.SCHEDULER
     evidence = [line for line in failed.values() if line is not None]
     specific = [e for e in _hardware_events(a) if e.node in failed]
     if specific:
@@ -66,6 +74,12 @@ def _node_failure(a: Analysis, outcome: str | None) -> Verdict | None:
         evidence = [e.line for e in specific] + evidence
     evidence += [e.line for e in a.events if e.match.id.startswith("slurm_cancelled_node")]
     where = ", ".join(culprits) or "an unidentified node"
+    if _shared_outage(specific, culprits):
+        return Verdict(
+            category, "node_failure|shared", f"{where} failed at the same moment with the same "
+            "fault: a shared cause (power, switch), no node to exclude", 0.7,
+            evidence=evidence, kind=AnomalyKind.CRASH, outcome="node_fail",
+        )  # fmt: skip
     return Verdict(
         category, "node_failure", f"node failure: {where} failed or stopped responding",
         0.9 if culprits else 0.7, culprits=culprits, evidence=evidence,
@@ -197,6 +211,11 @@ def _hardware(a: Analysis) -> Verdict | None:
         and (first_cat != Category.HARDWARE_NETWORK or len(a.node_list) >= 3)
     ):
         # The same "hardware" error on every node at once is the fabric or the software.
+        nodes, confidence = [], 0.6
+    shared = _shared_outage(events, nodes)
+    if shared:
+        # Several nodes' own logs show the same fault at the same second: a switch or a
+        # power feed they share, not each of them.
         nodes, confidence = [], 0.6
     if not nodes:
         confidence = min(confidence, 0.7)

@@ -10,15 +10,64 @@
 
 from __future__ import annotations
 
+import itertools
+import re
+import statistics
+from datetime import datetime
+
 from resurgo.attribute.analysis import Analysis, Verdict
-from resurgo.attribute.liveness import running_fine
+from resurgo.attribute.liveness import (
+    HANG_SILENCE_FACTOR,
+    HANG_SILENCE_FLOOR_SECONDS,
+    last_progress,
+    progress_times,
+    running_fine,
+)
 from resurgo.attribute.stragglers import stragglers
-from resurgo.contracts import AnomalyKind, Category
+from resurgo.contracts import AnomalyKind, Category, LogLine
+
+# A checkpoint written (Megatron `successfully saved checkpoint`, HF Trainer `Saving model
+# checkpoint to`, Lightning `saving model to`, NeMo `Async checkpoint save`, DeepSpeed
+# `Saving ... global_step`): the next attempt can resume.
+_SAVED = re.compile(
+    r"(?i)\b(?:sav(?:e|ed|ing))\b[^|]{0,60}\b(?:checkpoint|ckpt|model|global_step\d+)"
+    r"|\bcheckpoint\b[^|]{0,40}\b(?:saved|written|save for)\b"
+)
+# An operator's (or the job's) statement that no checkpoint exists.
+_NO_CHECKPOINT = re.compile(
+    r"(?i)\bno (?:checkpoint|ckpt)s?\b|\b(?:checkpoint|ckpt)s?\b[^.;]{0,40}\b(?:never|not)\b"
+    r"[^.;]{0,20}\b(?:written|saved|created)\b|\bnever (?:saved|wrote|written)\b[^.;]{0,30}"
+    r"\b(?:checkpoint|ckpt)"
+)
+_KILLED_AT = re.compile(r"\bCANCELLED AT (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)")
 
 
-def _healthy(a: Analysis) -> Verdict | None:
-    if not a.completed():
-        return None
+def refine_outcome(a: Analysis, outcome: str | None) -> str | None:
+    """Slurm's outcome from the finer facts: the state of each run in `sacct -D` (a PREEMPTED
+    or REQUEUED run followed by PENDING), a step's own TIMEOUT while the job COMPLETED, and a
+    time limit reached with no checkpoint ever written (a resubmission would start over)."""
+    runs = [s for s in a.facts.job_states if s != "PENDING"]
+    if outcome is None and runs and runs[-1] == "PREEMPTED":
+        outcome = "preempted"
+    if outcome is None and a.offline and runs and runs[-1] == "REQUEUED":
+        outcome = "requeued"  # requeued by Slurm (or by the job itself: `scontrol requeue`)
+    if outcome is None and "TIMEOUT" in a.facts.step_states.values():
+        outcome = "timeout"  # the step's own time limit (`srun -t`), the batch script went on
+    if outcome == "timeout" and _never_checkpointed(a):
+        outcome = "timeout_no_checkpoint"
+    return outcome
+
+
+def _never_checkpointed(a: Analysis) -> bool:
+    if a.scan.resumed_from is not None or any(_SAVED.search(e.text) for e in a.lines):
+        return False
+    stated = itertools.chain(a.lines, a.facts.lines)
+    return any(e.text.lstrip().startswith("#") and _NO_CHECKPOINT.search(e.text) for e in stated)
+
+
+def _healthy(a: Analysis, outcome: str | None = None) -> Verdict | None:
+    if not a.completed() or outcome in ("timeout", "timeout_no_checkpoint", "preempted"):
+        return None  # (a step killed by Slurm while the batch script went on to exit 0)
     slow = stragglers(a, timings_only=True)
     if slow is not None and slow.culprits:
         return slow  # it finished, but one node held everybody back
@@ -40,16 +89,58 @@ def _owner_cancel(a: Analysis, outcome: str | None) -> Verdict | None:
 
 
 def _scheduler(a: Analysis, outcome: str | None) -> Verdict | None:
-    if outcome not in ("timeout", "preempted", "admin_cancelled"):
+    if outcome not in ("timeout", "timeout_no_checkpoint", "preempted", "admin_cancelled",
+                       "requeued"):  # fmt: skip
         return None
     lines = [e.line for e in a.events if e.match.id.startswith("slurm_")][:3]
+    if outcome == "timeout" and (hung := _hung_until_time_limit(a, lines)) is not None:
+        return hung
     what = {
         "timeout": "the job reached its time limit",
+        "timeout_no_checkpoint": "the job reached its time limit without ever writing a checkpoint",
         "preempted": "the job was preempted",
         "admin_cancelled": "the job was cancelled by an administrator",
+        "requeued": "the job was requeued (by Slurm or by its own time-limit signal handler)",
     }[outcome]
     return Verdict(Category.SCHEDULER, outcome, what, 0.9, evidence=lines,
                    kind=AnomalyKind.CRASH, outcome=outcome)  # fmt: skip
+
+
+def _hung_until_time_limit(a: Analysis, kill: list[LogLine]) -> Verdict | None:
+    """A time-limit kill long after the last progress line: the job was hung, not cut short."""
+    times = progress_times(a)
+    last = last_progress(a)
+    killed = next((m.group(1) for e in kill if (m := _KILLED_AT.search(e.text))), None)
+    if len(times) < 2 or last is None or killed is None:
+        return None
+    gaps = [(y - x).total_seconds() for x, y in itertools.pairwise(times) if y > x]
+    allowed = max(HANG_SILENCE_FACTOR * statistics.median(gaps or [0.0]),
+                  HANG_SILENCE_FLOOR_SECONDS)  # fmt: skip
+    silence = (datetime.fromisoformat(killed) - times[-1]).total_seconds()
+    if silence <= allowed:
+        return None
+    return Verdict(
+        Category.UNKNOWN, "hang|time_limit", f"progress stopped at {times[-1]} and the job "
+        f"stayed silent {silence / 3600:.1f} h until its time limit", 0.6,
+        evidence=[a.lines[last], *kill[:2]], kind=AnomalyKind.HANG, outcome="timeout",
+    )  # fmt: skip
+
+
+def _suspended(a: Analysis) -> Verdict | None:
+    """Slurm suspended the job and, on resume, its collectives timed out (the watchdog counts
+    the suspended time): every failure is a consequence of the suspend."""
+    if a.facts.suspended is None or a.running:
+        return None
+    if any(e.root and e.serious for e in a.events):
+        return None
+    if not any(e.match.kind == AnomalyKind.HANG for e in a.events):
+        return None
+    timeouts = [e.line for e in a.events if e.match.kind == AnomalyKind.HANG][:2]
+    return Verdict(
+        Category.SCHEDULER, "suspended", "the job was suspended by Slurm and its collectives "
+        "timed out on resume", 0.75, evidence=[a.facts.suspended, *timeouts],
+        kind=AnomalyKind.CRASH,
+    )  # fmt: skip
 
 
 def _nothing(a: Analysis) -> Verdict:

@@ -19,7 +19,12 @@ from datetime import datetime
 from resurgo.attribute.analysis import Analysis, Verdict, actor_node, event_node
 from resurgo.attribute.causes import _drifted_node, _specific_cause, _version_drift
 from resurgo.attribute.events import Event, TaskExit, normalise
-from resurgo.attribute.stages_common import _exit_lines, _peer_node, _primary_candidates
+from resurgo.attribute.stages_common import (
+    _exit_lines,
+    _peer_node,
+    _primary_candidates,
+    _shared_service,
+)
 from resurgo.contracts import AnomalyKind, Category
 
 # Application errors that reproduce wherever the job runs (a retry cannot help).
@@ -49,6 +54,13 @@ NODE_LOCAL_SYSTEM = frozenset(
         "lustre_error",
         "kernel_hung_task",
         "kernel_soft_lockup",
+        # catalogue_system.json: a node's driver, file-system client, network configuration.
+        "nvidia_driver_library_mismatch",
+        "fs_transport_shutdown",
+        "dhcp_address_changed",
+        # NCCL's own detail of a node's network setup (catalogue_nccl.json).
+        "nccl_no_socket_interface",
+        "nccl_ib_no_device",
         # Both sides of a version mismatch report it; _version_drift names the odd node.
         "nccl_version_mismatch",
         # A port held on the rendezvous host (a leftover process): the next attempt should
@@ -65,6 +77,8 @@ NATIVE_CRASH = frozenset(
 NONDETERMINISTIC_APP = frozenset(
     {"loss_nan", "nonfinite_values", "cuda_oom", "host_oom_kill", "slurm_oom_kill"}
 )
+# The kernel's or Slurm's OOM killer ending a process of the job (its memory use).
+OOM_KILLS = frozenset({"host_oom_kill", "slurm_oom_kill", "dataloader_worker_killed"})
 # A path the job names that is missing or forbidden: on one node a mount (retry elsewhere), on
 # every rank of every node the job's own data or configuration (failure taxonomy B.8).
 CONFIGURED_PATHS = frozenset({"file_not_found", "permission_denied"})
@@ -77,6 +91,12 @@ _TRANSIENT_EXCEPTION = re.compile(
     r"busy|retry|oserror|ioerror|eoferror|interrupt|lock|quota|memory"
 )
 _RANK_LIST = re.compile(r"\d+")
+# Node-local storage: a full disk there is that node's state (another job's leftovers), while
+# ENOSPC on a shared file system is the file system's (or the project's quota).
+_LOCAL_PATH = re.compile(
+    r"'(?:/tmp|/var/tmp|/dev/shm|/local|/localscratch|/scratch/local|/raid|/nvme|/mnt/local|"
+    r"/lscratch|/ssd)\b"
+)
 
 
 def _root_failure(a: Analysis) -> Verdict | None:
@@ -93,6 +113,11 @@ def _root_failure(a: Analysis) -> Verdict | None:
         if e.root and e.serious and e.category in (Category.APPLICATION, Category.SYSTEM_SOFTWARE)
         and a.in_job(e.node)
     ]  # fmt: skip
+    shared = _shared_service(
+        a, [e for e in a.node_events if e.root and a.in_job(e.node)], primaries
+    )
+    if shared is not None:
+        return shared
     if primaries:
         return _from_primaries(a, primaries, victims, deaths, node_app)
     if deaths:
@@ -164,10 +189,10 @@ def _root_failure(a: Analysis) -> Verdict | None:
 def _explain_by_node(a: Analysis, node: str | None, node_app: list[Event]) -> Verdict | None:
     """A rank that died without a word: did its node's kernel kill it (OOM)?"""
     for e in node_app:
-        if e.node == node and e.category == Category.APPLICATION:
+        if e.node == node and e.category == Category.APPLICATION and e.match.id in OOM_KILLS:
             return Verdict(
                 Category.APPLICATION, e.key, f"{e.match.id} on {node}: the job ran out of "
-                "host memory", 0.7, evidence=[e.line],
+                "host memory", 0.8, evidence=[e.line],
             )  # fmt: skip
     return None
 
@@ -181,7 +206,7 @@ def _from_death(a: Analysis, x: TaskExit, node_app: list[Event]) -> Verdict:
     if x.status == "oom":
         return Verdict(
             Category.APPLICATION, "oom|task", f"task {x.task} on {x.node} ran out of memory",
-            0.7, ranks=[x.task], evidence=[x.line],
+            0.8, ranks=[x.task], evidence=[x.line],
         )  # fmt: skip
     local = [e for e in node_app if e.node == x.node and e.match.id in NODE_LOCAL_SYSTEM]
     if local:
@@ -276,26 +301,61 @@ def _from_primaries(
     if category == Category.APPLICATION:
         on_line = [e for e in a.events if e.line == first.line]
         spread = len({n for e in same if (n := event_node(a, e))}) >= 2
+        recurs = mid in a.registry and a.registry.get(mid).determinism == "recurs"
         deterministic = (
             mid in DETERMINISTIC_APP
+            or recurs
             or (mid in CONFIGURED_PATHS and everywhere and spread)
+            # A checkpoint path only the saving rank writes: the job's configured directory;
+            # and permissions do not change on a retry (a missing file may be a mount).
+            or (mid in CONFIGURED_PATHS and any(e.checkpoint_save for e in same))
+            or mid == "permission_denied"
             or (mid == "python_user_exception" and not _transient(first))
         ) and not any(e.match.id in NONDETERMINISTIC_APP or "nan" in e.match.tags for e in on_line)
-        if everywhere:
-            confidence = 0.95 if deterministic else 0.75
+        # The job's code, data, configuration or environment: the same fault comes back on
+        # any nodes, so it is stop-grade on its first occurrence (attribution-labels.md). OOM
+        # and NaN are the model's or the batch's too; only an exception about reaching
+        # something shared (a hub, a store) may pass on a retry.
+        job_scoped = mid == "python_user_exception" or (
+            mid in a.registry and a.registry.get(mid).scope == "job"
+        )
+        if mid == "cuda_oom" and (held := _held_by_other(first.message)) is not None:
+            # Another process holds the GPU's memory (a leftover of an earlier job): the
+            # node's state, not the job's batch size (attribution-labels tie-breaker 4).
+            return Verdict(
+                Category.SYSTEM_SOFTWARE, f"oom|held_by_other|{held}", f"{summary}: another "
+                "process holds the GPU's memory", 0.75, culprits=nodes, ranks=ranks,
+                evidence=evidence,
+            )  # fmt: skip
+        if deterministic:
+            confidence = 0.95 if everywhere else (0.85 if job_scoped else 0.7)
+        elif (mid == "python_user_exception" and _transient(first)) or mid == "file_not_found":
+            # Reaching something shared, or a path missing on some nodes only (a mount):
+            # a retry may pass.
+            confidence = 0.6
         else:
-            confidence = 0.7 if deterministic else 0.6
+            confidence = 0.85 if everywhere else 0.8
         return Verdict(category, first.key, summary, confidence, ranks=ranks, evidence=evidence)
     if category == Category.SYSTEM_SOFTWARE:
         troubled = {
             e.node for e in a.node_events
             if e.root and e.category == Category.SYSTEM_SOFTWARE and e.node is not None
         }  # fmt: skip
+        odd_node = False
         if mid == "nccl_version_mismatch" and (odd := _version_drift(a)):
-            nodes = odd
+            # Every rank reports the mismatch; the odd node out is the one to exclude.
+            nodes, odd_node = odd, True
             summary = f"NCCL version differs on {', '.join(odd)} ({summary})"
-        node_local = mid in NODE_LOCAL_SYSTEM or (bool(nodes) and set(nodes) <= troubled)
-        local = node_local and not everywhere and nodes and (
+        # (A checkpoint only the saving rank writes says nothing about whose disk is full.)
+        local_disk = (
+            mid == "fs_no_space"
+            and bool(_LOCAL_PATH.search(first.message))
+            and not any(e.checkpoint_save for e in same)
+        )
+        node_local = (
+            mid in NODE_LOCAL_SYSTEM or local_disk or (bool(nodes) and set(nodes) <= troubled)
+        )
+        local = node_local and (odd_node or not everywhere) and nodes and (
             len(a.node_list) < 2 or set(nodes) < set(a.node_list)
         )  # fmt: skip
         if local:
@@ -326,6 +386,59 @@ def _from_primaries(
     )  # fmt: skip
 
 
+_OTHER_PROCESS = re.compile(r"\bProcess \d+ has (?P<gib>\d+(?:\.\d+)?) GiB memory in use")
+
+
+def _held_by_other(message: str) -> str | None:
+    """PyTorch's OOM message names other processes on the GPU and what they hold: one holding
+    a gigabyte or more is not this job's doing."""
+    for m in _OTHER_PROCESS.finditer(message):
+        if float(m["gib"]) >= 1.0:
+            return "gpu"
+    return None
+
+
+# ProcessGroupNCCL's watchdog names the work that timed out: `WorkNCCL(SeqNum=73312,
+# OpType=BROADCAST, NumelIn=1, ...)`.
+_WORK = re.compile(r"\bSeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)(?:, NumelIn=(?P<numel>\d+))?")
+
+
+# Pipeline stages legitimately wait in SEND and RECV at the same sequence number.
+_POINT_TO_POINT = frozenset({"SEND", "RECV", "RECVANYSOURCE", "_SEND", "_RECV"})
+_PG = re.compile(r"\bPG(?: ID)? (\d+)\b")
+
+
+def _collective_mismatch(cascades: list[Event]) -> Verdict | None:
+    """Ranks stuck in *different* collectives at the same sequence number: the job's code
+    issued collectives in a different order (or shape) on some ranks, a deterministic bug
+    (PyTorch's desync debugging reports the same); not a peer that went away."""
+    seen: dict[str, dict[tuple[str, str], list[Event]]] = {}
+    for e in cascades:
+        if "SeqNum=" not in e.message:
+            continue
+        if (m := _WORK.search(e.message)) is not None and m["op"] not in _POINT_TO_POINT:
+            # Sequence numbers count per process group: compare within one group only.
+            pg = _PG.search(e.message)
+            at = f"{pg.group(1) if pg else '?'}/{m['seq']}"
+            seen.setdefault(at, {}).setdefault((m["op"], m["numel"] or ""), []).append(e)
+    for seq, kinds in seen.items():
+        if len(kinds) >= 2 and len({op for op, _ in kinds}) >= 2:
+            groups = sorted(kinds.items(), key=lambda kv: len(kv[1]))
+            odd = groups[0][1]
+            ranks = sorted({r for e in odd if (r := _rank(e)) is not None})
+            what = ", ".join(f"{op} on {len(es)} rank(s)" for (op, _), es in groups)
+            ops = "/".join(sorted({o for o, _ in kinds}))
+            return Verdict(
+                Category.APPLICATION, f"collective_mismatch|{ops}",
+                f"ranks are in different collectives at sequence number {seq.split('/')[-1]} "
+                f"({what}): the "
+                "job's code issues collectives in a different order on some ranks", 0.85,
+                ranks=ranks, evidence=[e.line for _, es in groups for e in es[:2]],
+                kind=AnomalyKind.HANG,
+            )  # fmt: skip
+    return None
+
+
 def _transient(e: Event) -> bool:
     """An exception whose type is about reaching something shared (a hub, a tracker, a
     store, a file system) may pass on the next try, whatever rank raised it."""
@@ -340,6 +453,9 @@ def _cascade_only(a: Analysis) -> Verdict | None:
     cascades = [e for e in a.events if e.cascade and e.serious and e.actor is not None]
     if not cascades:
         return None
+    mismatch = _collective_mismatch(cascades)
+    if mismatch is not None:
+        return mismatch
     reporting = {e.actor for e in cascades}
     actors = a.actors()
     # Silent: an actor of the kind that reported (ranks vs srun tasks vs hosts name the same

@@ -11,12 +11,23 @@ import re
 import statistics
 
 from resurgo.attribute.analysis import Analysis, Verdict
+from resurgo.attribute.node_diagnostics import diagnose_slow_nodes
+from resurgo.attribute.rank_tables import read_rank_reports
+from resurgo.attribute.series import jobwide_slowdown
 from resurgo.contracts import AnomalyKind, Category, LogLine
 from resurgo.detect.lines import strip_prefixes
 
 STRAGGLER_RATIO = 1.5
 STRAGGLER_WINDOW = 10
 STRAGGLER_MIN_MS = 10.0  # below this, per-rank differences are timer noise
+# What a slow rank's own output says when its slowness is the code's, not its node's:
+# torch._dynamo giving up on recompiling (torch/_dynamo/convert_frame.py) and CPython's
+# `gc.set_debug(gc.DEBUG_STATS)` reports of long collections (Modules/gcmodule.c).
+_SUMMARY_RANK = re.compile(r"\((?:global )?rank[\s=:]+(\d{1,7})")
+_APPLICATION_SLOWNESS = re.compile(
+    r"torch\._dynamo hit config\.(?:cache_size_limit|recompile_limit)|"
+    r"\bgc: done, .*\b\d+\.\d+s elapsed"
+)
 
 
 Samples = dict[int, list[tuple[int, float, str]]]
@@ -55,8 +66,24 @@ def stragglers(a: Analysis, *, timings_only: bool = False) -> Verdict | None:
         found = [_slow_ranks(by_rank) for by_rank in a.scan.field_times.values()]
         slow, node_of, _ = max(found, key=lambda f: (bool(f[0]), f[2]), default=([], {}, 0.0))
     summary_nodes, summary_lines = _slow_in_summaries(a)
+    reports = read_rank_reports(a)
+    for rank, node in reports.ranks.items():
+        host = a.topo.hosts.canonical(node) if node else a.topo.node_of(rank, rank)
+        if host is None and node is None:
+            host = _node_major(a, rank, reports.world)
+        slow.append(rank)
+        if host is not None:
+            node_of[rank] = host
+    summary_nodes |= {n for n in reports.nodes if a.topo.hosts.canonical(n) or a.in_job(n)}
+    summary_lines += reports.lines[-4:]
     if timings_only and not slow and not summary_nodes:
         return None
+    summary_ranks = {int(r) for e in summary_lines for r in _SUMMARY_RANK.findall(e.text)}
+    code = _application_straggler(
+        a, sorted(set(slow) | summary_ranks), reports.rotating, reports.ranks, reports.known
+    )
+    if code is not None:
+        return code
     report = [e for e in a.events if e.match.id == "straggler_report"]
     degraded = [f for f in a.metric_findings if f.severity == "degraded" and a.in_job(f.host)]
     warn = [
@@ -64,7 +91,7 @@ def stragglers(a: Analysis, *, timings_only: bool = False) -> Verdict | None:
         if e.match.kind == AnomalyKind.STRAGGLER and e.root and a.in_job(e.node)
     ]  # fmt: skip
     if not slow and not report and not degraded and not warn and not summary_nodes:
-        return None
+        return _jobwide(a)
     nodes = {node_of[r] for r in slow if node_of.get(r)} | summary_nodes
     for e in report:
         named = {n for n in a.node_list if re.search(rf"\b{re.escape(n)}\b", e.line.text)}
@@ -92,6 +119,11 @@ def stragglers(a: Analysis, *, timings_only: bool = False) -> Verdict | None:
     elif explained_logs:
         category, confidence = explained_logs[0].category, 0.75
         evidence += [e.line for e in explained_logs]
+    if (diagnosed := diagnose_slow_nodes(a, culprits)) is not None:
+        # The node's own diagnostics say why it is slow (a setting, a degraded link): that
+        # decides the category over a symptom (low clocks in DCGM) or an unknown.
+        category, confidence = diagnosed[0], 0.8
+        evidence = diagnosed[1] + evidence
     for rank in slow:
         evidence += [e for e in a.lines if "time" in e.text and _said_by(e.text, rank)][-2:]
     evidence += [e.line for e in report] + summary_lines
@@ -122,3 +154,70 @@ def _slow_in_summaries(a: Analysis) -> tuple[set[str], list[LogLine]]:
         counts[node] = counts.get(node, 0) + 1
     nodes = {n for n, c in counts.items() if c >= 3 and c * 2 > len(recent)}
     return nodes, [line for node, line in slow if node in nodes][-2:]
+
+
+def _shares_node_with_peers(
+    a: Analysis, rank: int, reported: dict[int, str | None], known: dict[int, str]
+) -> bool:
+    """Other ranks run on this rank's node (so the node itself is not what is slow)."""
+    node = reported.get(rank) or a.topo.node_of(rank, rank)
+    if node is None:
+        return False
+    if any(n == node for r, n in reported.items() if r != rank):
+        return False
+    if any(n == node for r, n in known.items() if r != rank):
+        return True
+    world = min(a.topo.world_size() or 0, 4096)
+    peers = [r for r in range(world) if r != rank and a.topo.node_of(r, r) == node]
+    return bool(peers)
+
+
+def _application_straggler(
+    a: Analysis,
+    slow: list[int],
+    rotating: bool,
+    reported: dict[int, str | None],
+    known: dict[int, str],
+) -> Verdict | None:
+    """Slowness that is the code's: only rank 0 (it does the job's extra work: logging,
+    evaluation, checkpoint I/O, as the NVRx usage guide notes), a slowest rank that moves
+    around every report, or slow ranks whose own output shows recompilation or long GC."""
+    signs = [e for e in a.lines if _APPLICATION_SLOWNESS.search(e.text)]
+    own = [e for e in signs if slow and any(_said_by(e.text, r) for r in slow)]
+    why = ""
+    if slow and own:
+        why = "the slow ranks' own output shows the code's recompilation or garbage collection"
+    elif slow == [0] and _shares_node_with_peers(a, 0, reported, known):
+        why = "only rank 0 is slow: it does extra work for the whole job"
+    elif rotating and not slow:
+        why = "the slowest rank changes from report to report"
+        own = signs
+    if not why:
+        return None
+    return Verdict(
+        Category.APPLICATION if (own or slow == [0]) else Category.UNKNOWN,
+        "straggler|application", f"straggler in the application ({why})", 0.6,
+        ranks=slow, evidence=own[-3:], kind=AnomalyKind.STRAGGLER,
+    )  # fmt: skip
+
+
+def _jobwide(a: Analysis) -> Verdict | None:
+    """Throughput dropped for the whole job, with no rank singled out."""
+    found = jobwide_slowdown(a)
+    if found is None:
+        return None
+    return Verdict(
+        Category.UNKNOWN, f"straggler|jobwide|{found.metric}",
+        f"job-wide slowdown: {found.metric} {found.baseline:.4g} -> {found.recent:.4g} "
+        f"({found.ratio:.2f}x slower), no rank or node singled out", 0.5,
+        evidence=found.lines, kind=AnomalyKind.STRAGGLER,
+    )  # fmt: skip
+
+
+def _node_major(a: Analysis, rank: int, world: int) -> str | None:
+    """Global rank → node where only the world size is known: node-major placement
+    (attribution-labels.md; torchrun and srun's default block distribution)."""
+    nodes = a.node_list
+    if not nodes or world < len(nodes) or world % len(nodes) or rank >= world:
+        return None
+    return nodes[rank // (world // len(nodes))]

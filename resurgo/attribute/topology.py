@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 from resurgo.contracts import LogLine
 from resurgo.detect.lines import parse_nccl_prefix, strip_prefixes
+from resurgo.slurm.errors import ParseError
+from resurgo.slurm.parsers import expand_hostlist
 
 SRUN_TASK = re.compile(
     r"srun: error: (?P<node>[\w.\-\[\],]+): tasks? (?P<tasks>[\d,\-]+): (?P<what>.+?)\s*$"
@@ -81,6 +83,31 @@ def split_host_prefix(text: str, prefixes: frozenset[str]) -> tuple[str | None, 
     if m and m.group("host") in prefixes:
         return m.group("host"), text[m.end() :]
     return None, text
+
+
+def expand_nodes(expr: str) -> list[str]:
+    """A Slurm hostlist (`gpu[001-002],dgx-b-07`) as node names; what is not a valid
+    hostlist is kept as one name (minus stray brackets)."""
+    expr = expr.strip().strip(":").rstrip(",.")
+    if "[" not in expr and "," not in expr:
+        return [expr] if expr else []
+    try:
+        return expand_hostlist(expr)
+    except ParseError:
+        return [expr.strip("[]")]
+
+
+def task_nodes(node_expr: str, tasks: list[int]) -> list[tuple[int, str]]:
+    """Which node each task of one srun verdict line ran on: `gpu[001-002]: tasks 0-1` names
+    two nodes for two tasks (in order); more tasks than nodes fill each node in turn."""
+    nodes = expand_nodes(node_expr)
+    if not nodes:
+        return []
+    if len(nodes) == 1 or len(nodes) >= len(tasks):
+        return [(t, nodes[min(i, len(nodes) - 1)] if len(nodes) > 1 else nodes[0])
+                for i, t in enumerate(tasks)]  # fmt: skip
+    per = -(-len(tasks) // len(nodes))
+    return [(t, nodes[min(i // per, len(nodes) - 1)]) for i, t in enumerate(tasks)]
 
 
 def expand_tasks(spec: str) -> list[int]:
@@ -192,6 +219,12 @@ def learn_topology(
         prefix_host, text = split_host_prefix(entry.text, topo.host_prefixes)
         pre = strip_prefixes(text)
         task, rank, body = pre.task, pre.rank, pre.body
+        if (
+            prefix_host is None
+            and pre.host is not None
+            and (not hosts.nodes or hosts.canonical(pre.host))
+        ):
+            prefix_host = pre.host
         if prefix_host is not None:
             topo.hosts_seen.add(prefix_host)
             node = hosts.canonical(prefix_host)
@@ -205,11 +238,10 @@ def learn_topology(
         if rank is not None:
             topo.ranks_seen.add(rank)
         if "srun: error" in body and (m := SRUN_TASK.search(body)):
-            node = hosts.canonical(m.group("node"))
-            if node:
-                for t in expand_tasks(m.group("tasks")):
+            for t, name in task_nodes(m.group("node"), expand_tasks(m.group("tasks"))):
+                topo.tasks_seen.add(t)
+                if node := hosts.canonical(name):
                     strong.setdefault(t, node)
-                    topo.tasks_seen.add(t)
             continue
         if (
             task is not None

@@ -12,17 +12,50 @@ Prefixes handled (in the order launchers add them):
 
 from __future__ import annotations
 
+import json
 import re
+from datetime import UTC, datetime
 from typing import NamedTuple
 
-MAX_LINE_BYTES = 64 * 1024
-"""Longest line kept (bytes of input); the head is kept, the rest dropped."""
+MAX_LINE_BYTES = 8 * 1024
+"""Longest line kept (bytes of input); the head is kept, the rest dropped. No real error line
+is this long, and every detector's cost grows with it (a line of registry literals costs the
+scanner ~20 ms per KiB)."""
 
 MAX_LINE_CHARS = MAX_LINE_BYTES
 """Longest line kept by `sanitize_line` (characters)."""
 
 _SRUN_LABEL = re.compile(r" {0,8}(\d{1,7}): ", re.ASCII)
 _RANK_PREFIX = re.compile(r"\[[Rr]ank ?(\d{1,7})\](?::? ?)", re.ASCII)
+_COMMON = re.compile(r"(?: {0,8}(\d{1,7}): )?(?:\[[Rr]ank ?(\d{1,7})\](?::? ?))?", re.ASCII)
+_LOCAL_PREFIX = re.compile(r"\[default(\d{1,5})\]:? ?", re.ASCII)
+_MPI_PREFIX = re.compile(r"\[\d{1,7},(\d{1,7})\]<std(?:out|err)>: ?", re.ASCII)
+# Host names: letters, digits, dots and hyphens (never an underscore), at most 63 per label.
+_BRACKET_HOST = re.compile(r"\[(?P<host>[A-Za-z][A-Za-z0-9.-]{0,62})\]:? ", re.ASCII)
+_COLON_HOST = re.compile(r"(?P<host>[A-Za-z][A-Za-z0-9.-]{0,62}): (?=\S)", re.ASCII)
+# Names that look like hosts but are devices, log levels or counters.
+_NOT_HOST = re.compile(
+    r"(?i)(?:(?:eth|ib|bond|en[ops]|ens|eno|wlan|nvme|md|loop|mlx\d|hfi|cuda|nvidia)\d|"
+    r"(?:gpu|cpu|dev|sd[a-z])\d?$|(?:rank|local|default|step|iter|epoch|batch|worker|proc|"
+    r"thread|task|job|error|warn|info|debug|fatal|crit|notice|python|torch|nccl|gloo|mpi|stage|nvidia|"
+    r"layer|shard)|(?:[etpd]p|fp|bf|int|v|s)\d{1,2}$|.*(?:error|exception|warn))",
+    re.ASCII,
+)
+_JSON_TEXT = ("line", "_msg", "msg", "message", "log", "MESSAGE", "text")
+_JSON_HOST = ("host", "hostname", "node", "nodename", "instance", "_HOSTNAME", "kubernetes_host")
+_JSON_TIME = ("ts", "_time", "time", "timestamp", "@timestamp", "__REALTIME_TIMESTAMP")
+_MONTHS = frozenset(
+    ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+)
+# Leading time stamps: ISO 8601 / Python logging (`2024-05-01 12:00:00,123`, `...T...Z`),
+# syslog (`May  1 12:00:00`), bare `12:00:00.123`, glog (`I0501 12:00:00.123456`), in
+# brackets or not, followed by an optional separator.
+_TIME_PREFIX = re.compile(
+    r"\[?(?P<time>\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?|"
+    r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d(?:\.\d{1,9})?|"
+    r"\d\d:\d\d:\d\d(?:[.,]\d{1,9})?)\]?(?: ?[-|] ?| )",
+    re.ASCII,
+)
 _NCCL_PREFIX = re.compile(
     r"(?=[\w.-]{0,253}[A-Za-z])(?P<host>[A-Za-z0-9][A-Za-z0-9._-]{0,252})"
     r":(?P<pid>\d{1,10}):(?P<tid>\d{1,10}) "
@@ -48,6 +81,12 @@ class LinePrefix(NamedTuple):
     body: str
     offset: int
     """Index in the original line where `body` starts."""
+    host: str | None = None
+    """The host a `[host]`, `host:` or pdsh-style prefix names (as printed)."""
+    local_rank: int | None = None
+    """torchrun's `[defaultN]:` label: the local rank on its node."""
+    time: str | None = None
+    """A leading time stamp, as printed (`2024-05-01 12:00:00,123`, `[12:00:00]`...)."""
 
 
 class NcclPrefix(NamedTuple):
@@ -98,19 +137,161 @@ def split_srun_label(line: str) -> tuple[int | None, str]:
 
 
 def strip_prefixes(line: str) -> LinePrefix:
-    """Remove the srun label and a leading `[rankN]:` prefix; report both and the body offset."""
-    offset = 0
+    """Peel any stack of launcher prefixes off a line and report what they said.
+
+    Handled in any order and combination (launchers nest them: srun adds its label outside
+    pdsh's host, torchrun its rank inside): `N: ` srun labels, `[host]` / `host: ` (pdsh,
+    DeepSpeed, Lightning, site wrappers), `[rankN]:` / `[Rank N]` (PyTorch), `[defaultN]:`
+    (torchrun's local rank), `[1,3]<stderr>:` (mpirun), and a leading time stamp. A host
+    prefix must look like a host name (letters, a digit, no underscore, not a device or a
+    log level), so `ib0: link down` or `ERROR: x` keep their text.
+    """
+    if not line:
+        return LinePrefix(None, None, line, 0)
+    if line[0] == "{" and (record := _json_record(line)) is not None:
+        return record
     task: int | None = None
     rank: int | None = None
-    m = _SRUN_LABEL.match(line)
-    if m is not None:
-        task = int(m.group(1))
-        offset = m.end()
-    r = _RANK_PREFIX.match(line, offset)
-    if r is not None:
-        rank = int(r.group(1))
-        offset = r.end()
-    return LinePrefix(task, rank, line[offset:] if offset else line, offset)
+    host: str | None = None
+    local: int | None = None
+    when: str | None = None
+    offset = 0
+    # Fast path for the common stack (`12: [rank3]: text`, `[rank3]: text`) and plain text.
+    if (common := _COMMON.match(line)) is not None:
+        if common.group(1) is not None:
+            task = int(common.group(1))
+        if common.group(2) is not None:
+            rank = int(common.group(2))
+        offset = common.end()
+    c = line[offset : offset + 1]
+    if not (c == "[" or c == "{" or c.isdigit() or (c.isalpha() and _maybe_more(line, offset))):
+        if offset == 0:
+            return LinePrefix(None, None, line, 0)
+        return LinePrefix(task, rank, line[offset:], offset)
+    for _ in range(8):
+        c = line[offset : offset + 1]
+        if c == "[":
+            if (r := _RANK_PREFIX.match(line, offset)) is not None:
+                if rank is None:
+                    rank = int(r.group(1))
+                offset = r.end()
+                continue
+            if (d := _LOCAL_PREFIX.match(line, offset)) is not None:
+                if local is None:
+                    local = int(d.group(1))
+                offset = d.end()
+                continue
+            if (mp := _MPI_PREFIX.match(line, offset)) is not None:
+                if rank is None:
+                    rank = int(mp.group(1))
+                offset = mp.end()
+                continue
+            if (t := _TIME_PREFIX.match(line, offset)) is not None:
+                when = when or t.group("time")
+                offset = t.end()
+                continue
+            if (h := _BRACKET_HOST.match(line, offset)) is not None and _host_like(h["host"]):
+                host = host or h.group("host")
+                offset = h.end()
+                continue
+            break
+        if c.isdigit() or c == " ":
+            if task is None and (m := _SRUN_LABEL.match(line, offset)) is not None:
+                task = int(m.group(1))
+                offset = m.end()
+                continue
+            if c.isdigit() and (t := _TIME_PREFIX.match(line, offset)) is not None:
+                when = when or t.group("time")
+                offset = t.end()
+                continue
+            break
+        if c.isalpha():
+            if line[offset : offset + 3] in _MONTHS and (t := _TIME_PREFIX.match(line, offset)):
+                when = when or t.group("time")
+                offset = t.end()
+                continue
+            if (
+                ": " in line[offset : offset + 66]
+                and (h := _COLON_HOST.match(line, offset)) is not None
+                and h["host"].islower()
+                and _host_like(h["host"])
+            ):
+                # Lower case only: `jinja2.exceptions.TemplateError: ...` is an exception,
+                # `MyLogger2: ...` a logger, where pdsh prints host names as Slurm spells them.
+                host = host or h.group("host")
+                offset = h.end()
+                continue
+        break
+    if offset == 0:
+        return LinePrefix(None, None, line, 0)
+    return LinePrefix(task, rank, line[offset:], offset, host, local, when)
+
+
+def _json_record(line: str) -> LinePrefix | None:
+    """A log shipper's JSON record (Loki, VictoriaLogs, Fluent Bit, journald export): its
+    message field is the line, with host and time from their fields (epoch `ts` included).
+    A trainer's own JSON metrics line (`{"step": 10, "loss": 1.2}`) has no message field and
+    stays as it is."""
+    if not any(f'"{key}"' in line for key in _JSON_TEXT):
+        return None
+    try:
+        data = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    text = next((v for k in _JSON_TEXT if isinstance(v := data.get(k), str)), None)
+    if text is None:
+        return None
+    raw_labels = data.get("labels")
+    labels: dict[str, object] = raw_labels if isinstance(raw_labels, dict) else {}
+    fields = {**labels, **data}
+    host = next((v for k in _JSON_HOST if isinstance(v := fields.get(k), str) and v), None)
+    when = next((_json_time(v) for k in _JSON_TIME if (v := fields.get(k)) is not None), None)
+    text = sanitize_line(text)
+    inner = strip_prefixes(text) if text[:1] != "{" else LinePrefix(None, None, text, 0)
+    found = line.find(inner.body)
+    return LinePrefix(
+        inner.task,
+        inner.rank,
+        inner.body,
+        found if found >= 0 else 0,
+        inner.host or host,
+        inner.local_rank,
+        inner.time or when,
+    )
+
+
+def _json_time(value: object) -> str | None:
+    """An ISO time for a record's time field: epoch seconds/ms/ns (numbers or digit strings)
+    become UTC ISO 8601; other strings are kept as printed."""
+    number: float | None = None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        number = float(value)
+    elif isinstance(value, str):
+        if re.fullmatch(r"\d{9,19}(?:\.\d+)?", value):
+            number = float(value)
+        else:
+            return value[:64] or None
+    if number is None:
+        return None
+    while number > 1e11:  # ms, us, ns → s
+        number /= 1000.0
+    try:
+        return datetime.fromtimestamp(number, tz=UTC).isoformat()
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def _maybe_more(line: str, offset: int) -> bool:
+    """Whether a line going on with a letter may still carry a host or time prefix."""
+    return line[offset : offset + 3] in _MONTHS or ": " in line[offset : offset + 66]
+
+
+def _host_like(name: str) -> bool:
+    return (
+        any(ch.isdigit() for ch in name) and not name[0].isdigit() and _NOT_HOST.match(name) is None
+    )
 
 
 def rank_of(line: str) -> int | None:

@@ -24,6 +24,7 @@ of `scan_naive`, line by line.
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 import itertools
 import json
@@ -56,10 +57,15 @@ log = logging.getLogger(__name__)
 
 SUPPORTED_VERSIONS = frozenset({1})
 PACKAGED_FILE = "patterns.json"
+CATALOGUE_GLOB = "catalogue_*.json"
+"""The failure catalogue: more entries in the same format next to `patterns.json`, one file
+per domain (Xid, application, kernel...); `Registry.load()` merges them in name order."""
 CHUNK_LINES = 2048
 """Lines joined into one buffer per engine call (a buffer this size stays in the CPU cache)."""
 
 Role = Literal["root", "cascade", "context"]
+Scope = Literal["gpu", "node", "job", "shared", "unknown"]
+Determinism = Literal["recurs", "transient", "unknown"]
 Severity = Literal["fatal", "error", "warning"]
 
 _ID = r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)*$"
@@ -85,6 +91,14 @@ class PatternEntry(BaseModel):
     near_misses: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()
     """Free-form markers, e.g. `checkpoint_save`, `checkpoint_load`, `nan`."""
+    scope: Scope = "unknown"
+    """What the failure is bound to: one `gpu`, one `node`, the `job` (its code, data,
+    configuration or environment: the same fault wherever it runs), or a `shared` service
+    (file system, registry, switch, site power: no node to blame)."""
+    determinism: Determinism = "unknown"
+    """Whether the same cause `recurs` on a retry as it is, is `transient`, or `unknown`."""
+    source: str = ""
+    """The public reference the signature comes from (vendor docs, project source, issue)."""
 
     @field_validator("category")
     @classmethod
@@ -196,12 +210,7 @@ class Registry:
     ) -> Registry:
         """Load and validate a registry file (default: the packaged `patterns.json`)."""
         if path is None:
-            source = f"resurgo.detect/{PACKAGED_FILE}"
-            try:
-                packaged = resources.files("resurgo.detect").joinpath(PACKAGED_FILE)
-                text = packaged.read_text("utf-8")
-            except (OSError, ModuleNotFoundError) as exc:
-                raise RegistryError(f"{source}: cannot read the packaged registry: {exc}") from exc
+            return cls._load_packaged(engine=engine)
         else:
             source = str(path)
             try:
@@ -213,6 +222,37 @@ class Registry:
         except json.JSONDecodeError as exc:
             raise RegistryError(f"{source}: not valid JSON: {exc}") from exc
         return cls.from_data(data, source=source, engine=engine)
+
+    @classmethod
+    def _load_packaged(cls, *, engine: str | None = None) -> Registry:
+        """`patterns.json` plus every `catalogue_*.json` beside it, as one registry."""
+        source = f"resurgo.detect/{PACKAGED_FILE}"
+        try:
+            folder = resources.files("resurgo.detect")
+            catalogue = [
+                f.name for f in folder.iterdir() if fnmatch.fnmatch(f.name, CATALOGUE_GLOB)
+            ]
+            names = [PACKAGED_FILE, *sorted(catalogue)]
+            texts = [(name, folder.joinpath(name).read_text("utf-8")) for name in names]
+        except (OSError, ModuleNotFoundError) as exc:
+            raise RegistryError(f"{source}: cannot read the packaged registry: {exc}") from exc
+        patterns: list[Any] = []
+        version = 1
+        for name, text in texts:
+            try:
+                data = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise RegistryError(f"resurgo.detect/{name}: not valid JSON: {exc}") from exc
+            if not isinstance(data, Mapping) or not isinstance(data.get("patterns"), list):
+                raise RegistryError(f"resurgo.detect/{name}: expected 'version' and 'patterns'")
+            if name == PACKAGED_FILE:
+                version = data.get("version", 1)
+            elif data.get("version") != version:
+                raise RegistryError(f"resurgo.detect/{name}: version differs from {source}")
+            patterns.extend(data["patterns"])
+        where = source + (f" + {len(names) - 1} catalogue files" if len(names) > 1 else "")
+        return cls.from_data({"version": version, "patterns": patterns}, source=where,
+                             engine=engine)  # fmt: skip
 
     @classmethod
     def from_data(cls, data: object, *, source: str = "", engine: str | None = None) -> Registry:

@@ -21,7 +21,9 @@ from resurgo.contracts import (
 )
 
 # Scheduler outcomes that are nobody's fault: requeue without spending the failure budget.
-FREE_REQUEUE_OUTCOMES = frozenset({"preempted", "node_fail", "admin_cancelled", "timeout_progress"})
+FREE_REQUEUE_OUTCOMES = frozenset(
+    {"preempted", "node_fail", "admin_cancelled", "timeout_progress", "requeued"}
+)
 NO_ACTION_OUTCOMES = frozenset({"owner_cancelled"})
 
 
@@ -147,8 +149,14 @@ def decide(
     attribution: Attribution,
     policy: PolicyConfig,
     directive: Directive,
+    *,
+    calibrated: bool = True,
 ) -> Advice:
     """Decide what to do about the failure of the current attempt.
+
+    `calibrated=False` gives the decisions from before the action calibration of issue 13 (a
+    straggler with no node to exclude was retried; no time-limit-without-checkpoint stop):
+    the workflow passes it for histories recorded before that change.
 
     `state.attempts[-1]` must describe the current attempt, with its progress and whether it
     failed to save a checkpoint already filled in.
@@ -163,7 +171,26 @@ def decide(
             state, attribution, AdviceKind.NONE, "owner_cancelled",
             "the job was cancelled by its owner; nothing to recover", counts=False,
         )  # fmt: skip
+    culprits = [n for n in attribution.culprit_nodes if n]
+    if (
+        calibrated
+        and attribution.kind == AnomalyKind.STRAGGLER
+        and (attribution.category == Category.APPLICATION or not culprits)
+    ):
+        # The job still runs, only slower: killing or requeueing it cannot make the code (or
+        # an unexplained job-wide slowdown) faster, and there is no node to exclude.
+        return _advice(
+            state, attribution, AdviceKind.NONE, "straggler_no_node_to_exclude",
+            f"{what}; the job keeps running, no node to exclude", counts=False,
+        )  # fmt: skip
     outcome = attribution.scheduler_outcome
+    if calibrated and outcome == "timeout_no_checkpoint":
+        # Resubmitting unchanged repeats the same run from scratch into the same time limit.
+        return _advice(
+            state, attribution, AdviceKind.STOP, "timeout_without_checkpoint",
+            "the job reached its time limit without ever writing a checkpoint; a resubmission "
+            "would start over and time out again (raise the limit or checkpoint more often)",
+        )  # fmt: skip
     if outcome == "timeout" and state.attempts:
         previous = state.attempts[-2] if len(state.attempts) > 1 else None
         if attempt_made_progress(state.attempts[-1], previous):
@@ -211,7 +238,6 @@ def decide(
             f"the same root cause ({attribution.fingerprint}) already caused {spent} restarts",
         )  # fmt: skip
 
-    culprits = [n for n in attribution.culprit_nodes if n]
     if culprits and attribution.kind == AnomalyKind.STRAGGLER:
         return _excluding(
             state, attribution, policy, culprits, "straggler_excluded",

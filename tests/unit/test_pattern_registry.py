@@ -22,7 +22,13 @@ from resurgo.detect.registry import PatternMatch, Registry, RegistryError
 DATA: dict[str, Any] = json.loads(
     resources.files("resurgo.detect").joinpath("patterns.json").read_text("utf-8")
 )
-ENTRIES: list[dict[str, Any]] = DATA["patterns"]
+# The packaged registry is patterns.json plus the catalogue files beside it.
+ENTRIES: list[dict[str, Any]] = DATA["patterns"] + [
+    e
+    for f in sorted(resources.files("resurgo.detect").iterdir(), key=lambda f: f.name)
+    if f.name.startswith("catalogue_") and f.name.endswith(".json")
+    for e in json.loads(f.read_text("utf-8"))["patterns"]
+]
 EXAMPLES = [
     pytest.param(e["id"], ex, id=f"{e['id']}-{n}")
     for e in ENTRIES

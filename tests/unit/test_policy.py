@@ -315,3 +315,79 @@ class TestExclusionProperties:
             if advice.kind == AdviceKind.NONE:
                 continue
             next_attempt(s, progress)
+
+
+def straggler(category: Category, nodes: tuple[str, ...] = ()) -> Attribution:
+    return Attribution(
+        kind=AnomalyKind.STRAGGLER, category=category, culprit_nodes=list(nodes),
+        confidence=0.6, fingerprint=f"{category.value}:straggler", summary="slow",
+    )  # fmt: skip
+
+
+HEALTHY = Attribution(
+    kind="none", category=Category.NONE, confidence=1.0, fingerprint="none", summary="ok"
+)
+
+
+CALIBRATION = [
+    # (attribution, first-time action)
+    (attribution(Category.APPLICATION, confidence=0.95), AdviceKind.STOP),
+    (attribution(Category.HARDWARE_GPU, ("node2",)), AdviceKind.REQUEUE_EXCLUDING),
+    (attribution(Category.HARDWARE_HOST, ("node1",)), AdviceKind.REQUEUE_EXCLUDING),
+    (attribution(Category.SYSTEM_SOFTWARE, ("node3",)), AdviceKind.REQUEUE_EXCLUDING),
+    (attribution(Category.SYSTEM_SOFTWARE), AdviceKind.REQUEUE),  # a shared service
+    (attribution(Category.UNKNOWN), AdviceKind.REQUEUE),
+    (attribution(Category.SCHEDULER, outcome="preempted"), AdviceKind.REQUEUE),
+    (attribution(Category.SCHEDULER, outcome="owner_cancelled"), AdviceKind.NONE),
+    (HEALTHY, AdviceKind.NONE),
+    (straggler(Category.APPLICATION), AdviceKind.NONE),
+    (straggler(Category.UNKNOWN), AdviceKind.NONE),  # a job-wide slowdown, no culprit
+    (straggler(Category.HARDWARE_GPU, ("node2",)), AdviceKind.REQUEUE_EXCLUDING),
+    (attribution(Category.SCHEDULER, outcome="timeout_no_checkpoint"), AdviceKind.STOP),
+]
+
+
+class TestCalibration:
+    """attribution-labels.md, "action": what the default policy does on a first failure."""
+
+    def test_first_failure_actions_follow_the_labels(self) -> None:
+        # Fails on HEAD for the two stragglers with no node to exclude (requeued there) and for
+        # the time limit without a checkpoint (requeued into the same time limit).
+        got = [decide(state(), a, POLICY, OBSERVE).kind for a, _ in CALIBRATION]
+        assert got == [want for _, want in CALIBRATION]
+
+    def test_histories_from_before_the_calibration_keep_their_decisions(self) -> None:
+        # The workflow passes calibrated=False for histories without the CALIBRATED_ACTIONS
+        # marker: their recorded requeue of a culprit-less straggler must replay unchanged.
+        old = decide(state(), straggler(Category.UNKNOWN), POLICY, OBSERVE, calibrated=False)
+        assert old.kind == AdviceKind.REQUEUE
+
+    def test_a_straggler_left_running_spends_no_budget(self) -> None:
+        advice = decide(state(), straggler(Category.UNKNOWN), POLICY, OBSERVE)
+        after = apply_advice(state(), advice)
+        assert advice_steps(advice) == [] and after.failures_counted == 0 and after.budgets == {}
+
+    @settings(max_examples=200)
+    @given(
+        policies,
+        st.sampled_from([Category.APPLICATION, Category.UNKNOWN, Category.SYSTEM_SOFTWARE]),
+        st.lists(st.tuples(attributions, st.integers(-1, 200)), max_size=6),
+    )
+    def test_a_straggler_with_no_node_to_exclude_is_never_killed_nor_requeued(
+        self,
+        pol: PolicyConfig,
+        category: Category,
+        history: list,  # type: ignore[type-arg]
+    ) -> None:
+        # Whatever came before, a job that is still running, only slower, with nothing to
+        # exclude (or slowed by its own code) is left running: no stop, no requeue.
+        s = state()
+        for attr, progress in history:
+            advice = decide(s, attr, pol, OBSERVE)
+            if advice.kind == AdviceKind.STOP:
+                break
+            s = apply_advice(s, advice)
+            if advice.kind != AdviceKind.NONE:
+                next_attempt(s, progress)
+        nodes = ("node2",) if category == Category.APPLICATION else ()
+        assert decide(s, straggler(category, nodes), pol, OBSERVE).kind == AdviceKind.NONE

@@ -1,0 +1,222 @@
+"""Per-rank and per-pair performance reports in a job's output: who is slow, consistently.
+
+Formats read (public sources):
+- NVRx (NVIDIA/nvidia-resiliency-ext, straggler_det_callback.py / straggler reporting): the
+  `GPU relative performance:` / `GPU individual performance:` blocks whose `Worst performing`
+  lists hold `Rank=42 Node=dgx-b-06 Score=0.64`, and `StragglerId(rank=43, node='dgx-b-06')`.
+  A score is a rank's speed relative to the best (1.0); NVRx's default threshold is 0.7.
+- Megatron-LM StragglerDetector (megatron/core/utils.py): `MnRtt/Rnk: 3287.70ms/26 |
+  MxRtt/Rnk: 4109.62ms/21 | ...` per report: the slowest rank and how far behind it is.
+- Megatron-LM timers with `--timing-log-option all` (megatron/core/timers.py): `times across
+  ranks (ms):`, then a timer name line (`  batch-generator:`) and `rank  N: 1.80` lines.
+- nccl-tests (NVIDIA/nccl-tests): `# Avg bus bandwidth    : 187.01` after a run whose command
+  line names its nodes (`srun -N2 -w gpu-c-17,gpu-c-18 ... all_reduce_perf`): pairwise sweeps.
+
+`read_rank_reports` returns the slow ranks (or nodes) reported consistently, and whether the
+reports instead name a different rank each time (jitter that moves around: no culprit).
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections import Counter
+from dataclasses import dataclass, field
+
+from resurgo.attribute.analysis import Analysis
+from resurgo.contracts import LogLine
+from resurgo.detect.lines import strip_prefixes
+from resurgo.slurm.errors import ParseError
+from resurgo.slurm.parsers import expand_hostlist
+
+NVRX_SCORE_THRESHOLD = 0.7  # NVRx's default gpu_relative/individual_perf_threshold
+MEGATRON_SPREAD = 1.15  # MxRtt over MnRtt that makes a report's slowest rank a straggler
+TIMER_RATIO = 1.5
+TIMER_MIN_MS = 10.0
+PAIR_RATIO = 0.75  # a pair below this share of the median pair bandwidth is slow
+MIN_REPORTS = 3
+RECENT_REPORTS = 10
+
+_NVRX_RANK = re.compile(r"\bRank=(\d{1,7})\s+Node=([\w.-]+)\s+Score=(\d*\.?\d+)")
+_NVRX_ID = re.compile(r"StragglerId\(rank=(\d{1,7}),\s*node='([\w.-]+)'\)")
+_MEGATRON_RTT = re.compile(
+    r"\bMnRtt/Rnk:\s*(?P<mn>\d+(?:\.\d+)?)ms/(?P<mnr>\d+)\s*\|\s*MxRtt/Rnk:\s*"
+    r"(?P<mx>\d+(?:\.\d+)?)ms/(?P<mxr>\d+)"
+)
+_TIMER_HEADER = re.compile(r"^\s*times across ranks \(ms\):\s*$")
+_TIMER_NAME = re.compile(r"^\s*([\w.-][\w .-]{0,60}):\s*$")
+_TIMER_RANK = re.compile(r"^\s*rank\s+(\d{1,7}):\s*(\d+(?:\.\d+)?)\s*$")
+_PERF_COMMAND = re.compile(r"\b\w+_perf\b")
+_NODES_ARG = re.compile(r"(?:\s-w\s*|--nodelist[= ]|-H\s*|--host[= ])([A-Za-z][\w.\[\],-]*)")
+_AVG_BUSBW = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\d+(?:\.\d+)?)")
+
+
+@dataclass
+class RankReports:
+    ranks: dict[int, str | None] = field(default_factory=dict)
+    """Ranks the reports consistently name as slow → their node where the report says it."""
+    nodes: set[str] = field(default_factory=set)
+    """Nodes named without a rank (pairwise tests)."""
+    known: dict[int, str] = field(default_factory=dict)
+    """Every rank → node pair the reports print (flagged or not)."""
+    world: int = 0
+    """Ranks the tables print (highest + 1): with the node list, places ranks node-major."""
+    rotating: bool = False
+    """Reports named a slow rank, but a different one each time."""
+    lines: list[LogLine] = field(default_factory=list)
+
+
+def _bodies(a: Analysis) -> list[tuple[int, str]]:
+    return [(i, strip_prefixes(e.text).body) for i, e in enumerate(a.lines)]
+
+
+def _nvrx(a: Analysis, bodies: list[tuple[int, str]], out: RankReports) -> None:
+    reports: list[set[tuple[int, str | None]]] = []
+    current: set[tuple[int, str | None]] | None = None
+    in_worst = False
+    for order, body in bodies:
+        if "performance:" in body and body.strip().startswith("GPU "):
+            current = set()
+            reports.append(current)
+            in_worst = False
+            continue
+        if "Worst performing" in body:
+            in_worst = True
+            continue
+        if "Best performing" in body:
+            in_worst = False
+            continue
+        if (k := _NVRX_RANK.search(body)) is not None:
+            out.known.setdefault(int(k.group(1)), k.group(2))
+            out.world = max(out.world, int(k.group(1)) + 1)
+        if in_worst and current is not None and (m := _NVRX_RANK.search(body)):
+            if float(m.group(3)) < NVRX_SCORE_THRESHOLD:
+                current.add((int(m.group(1)), m.group(2)))
+                out.lines.append(a.lines[order])
+            continue
+        if "StragglerId(" in body:
+            flagged: set[tuple[int, str | None]] = {(int(r), n) for r, n in _NVRX_ID.findall(body)}
+            if flagged:
+                reports.append(flagged)
+                out.lines.append(a.lines[order])
+    _consistent([r for r in reports if r], out)
+
+
+def _consistent(reports: list[set[tuple[int, str | None]]], out: RankReports) -> None:
+    recent = reports[-RECENT_REPORTS:]
+    if not recent:
+        return
+    counts = Counter(item for report in recent for item in report)
+    steady = {item for item, c in counts.items() if c * 2 > len(recent)}
+    if steady:
+        for rank, node in steady:
+            out.ranks[rank] = node
+    elif len(recent) >= MIN_REPORTS:
+        out.rotating = True
+
+
+def _megatron_detector(a: Analysis, bodies: list[tuple[int, str]], out: RankReports) -> None:
+    slow: list[tuple[int, int]] = []
+    for order, body in bodies:
+        m = _MEGATRON_RTT.search(body) if "MxRtt" in body else None
+        if m is None:
+            continue
+        low, high = float(m.group("mn")), float(m.group("mx"))
+        if low > 0 and high / low >= MEGATRON_SPREAD:
+            slow.append((int(m.group("mxr")), order))
+    if len(slow) < MIN_REPORTS:
+        return
+    recent = slow[-RECENT_REPORTS:]
+    rank, count = Counter(r for r, _ in recent).most_common(1)[0]
+    if count >= MIN_REPORTS and count * 2 > len(recent):
+        out.ranks.setdefault(rank, None)
+        out.lines += [a.lines[o] for r, o in recent if r == rank][-2:]
+    else:
+        out.rotating = True
+        out.lines += [a.lines[o] for _, o in recent[-2:]]
+
+
+def _megatron_timers(a: Analysis, bodies: list[tuple[int, str]], out: RankReports) -> None:
+    tables: list[dict[str, dict[int, float]]] = []
+    name: str | None = None
+    first_line: dict[int, int] = {}
+    for order, body in bodies:
+        if _TIMER_HEADER.match(body):
+            tables.append({})
+            name = None
+            continue
+        if not tables:
+            continue
+        if (m := _TIMER_RANK.match(body)) and name is not None:
+            tables[-1].setdefault(name, {})[int(m.group(1))] = float(m.group(2))
+            out.world = max(out.world, int(m.group(1)) + 1)
+            first_line.setdefault(len(tables), order)
+            continue
+        if (n := _TIMER_NAME.match(body)) and "rank" not in body:
+            name = n.group(1).strip()
+            continue
+        name = None
+    flagged: list[set[tuple[int, str | None]]] = []
+    for table in tables[-RECENT_REPORTS:]:
+        slow: set[tuple[int, str | None]] = set()
+        for values in table.values():
+            if len(values) < 2:
+                continue
+            median = statistics.median(values.values())
+            ranks = {
+                r for r, v in values.items()
+                if v >= TIMER_RATIO * median and v - median >= TIMER_MIN_MS
+            }  # fmt: skip
+            if ranks and len(ranks) * 2 < len(values):
+                slow |= {(r, None) for r in ranks}
+        if slow:
+            flagged.append(slow)
+    if flagged:
+        before = len(out.ranks)
+        _consistent(flagged, out)
+        if len(out.ranks) > before and first_line:
+            out.lines.append(a.lines[first_line[max(first_line)]])
+
+
+def _pairwise(a: Analysis, bodies: list[tuple[int, str]], out: RankReports) -> None:
+    runs: list[tuple[list[str], float, int]] = []
+    nodes: list[str] | None = None
+    for order, body in bodies:
+        if _PERF_COMMAND.search(body) and (m := _NODES_ARG.search(body)):
+            try:
+                nodes = expand_hostlist(m.group(1))
+            except ParseError:
+                nodes = None
+            continue
+        if (bw := _AVG_BUSBW.match(body.strip())) and nodes:
+            runs.append((nodes, float(bw.group(1)), order))
+            nodes = None
+    pairs = [r for r in runs if len(r[0]) == 2]
+    if len(pairs) < 3:
+        return
+    median = statistics.median(bw for _, bw, _ in pairs)
+    slow = [p for p in pairs if p[1] < PAIR_RATIO * median]
+    fast = [p for p in pairs if p[1] >= PAIR_RATIO * median]
+    if not slow:
+        return
+    common = set(slow[0][0]).intersection(*(set(p[0]) for p in slow))
+    common -= {n for p in fast for n in p[0]}
+    if len(common) == 1:
+        out.nodes |= common
+        out.lines += [a.lines[o] for _, _, o in slow[:2]]
+
+
+def read_rank_reports(a: Analysis) -> RankReports:
+    cached: RankReports | None = getattr(a, "_rank_reports", None)
+    if cached is not None:
+        return cached
+    out = RankReports()
+    bodies = _bodies(a)
+    _nvrx(a, bodies, out)
+    _megatron_detector(a, bodies, out)
+    _megatron_timers(a, bodies, out)
+    _pairwise(a, bodies, out)
+    if out.ranks or out.nodes:
+        out.rotating = False
+    a._rank_reports = out  # type: ignore[attr-defined]
+    return out

@@ -1,0 +1,191 @@
+"""Job-wide periodic series in a job's output: time per iteration and throughput, any unit.
+
+Frameworks print one of two kinds of rhythm, usually from one rank for the whole job:
+- time per step: Megatron `elapsed time per iteration (ms): 3112.1`, NeMo `train_step_timing
+  in s: 4.11`, `step_time 1.726s`, `1.206 s/it`, `0.605 s/step`;
+- throughput: DeepSpeed `CurrSamplesPerSec=16.39`, HF/Composer `samples_per_second`,
+  `Train throughput/device/tokens_per_sec: 33432.6`, torchtitan `tps: 855`, `5333 img/s`,
+  `604,733 tokens/s`, Megatron `throughput per GPU (TFLOP/s/GPU): 398.8`, tqdm `1.18it/s`.
+
+`jobwide_slowdown` finds a sustained change of rhythm: the last samples all slower than the
+run's own baseline by SLOWDOWN_RATIO. One slow interval (a checkpoint save, a GC pause, the
+first compiled steps) is not a slowdown.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from dataclasses import dataclass
+
+from resurgo.attribute.analysis import Analysis
+from resurgo.contracts import LogLine
+from resurgo.detect.lines import strip_prefixes
+from resurgo.detect.progress import timing_fields
+
+SLOWDOWN_RATIO = 1.2
+RECENT_SAMPLES = 3
+MIN_BASELINE_SAMPLES = 5
+MIN_SLOWDOWN_MS = 50.0  # below this, a slower step is the noise of very short steps
+WARMUP_SAMPLES = 2  # the first intervals include compilation and data-loader start-up
+
+_NUM = r"(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d{1,12}(?:\.\d{1,12})?(?:[eE][-+]?\d{1,3})?)"
+# (metric, regex with one group, unit factor, lower is better)
+_METRICS: list[tuple[str, re.Pattern[str], float, bool]] = [
+    ("iteration_ms", re.compile(r"elapsed time per iteration \(ms\):\s*" + _NUM), 1.0, True),
+    ("iteration_ms", re.compile(r"(?i)\btrain_step_timing in s[:=]\s*" + _NUM), 1000.0, True),
+    ("iteration_ms", re.compile(r"(?i)\bstep_time(?:_s)?[:= ]\s*" + _NUM + r"\s*s\b"), 1000.0,
+     True),
+    ("iteration_ms", re.compile(r"(?i)\bstep_time_ms[:= ]\s*" + _NUM), 1.0, True),
+    ("iteration_ms", re.compile(r"(?<![\w.])" + _NUM + r"\s*s/(?:it|iter|step)\b"), 1000.0,
+     True),
+    ("iteration_ms", re.compile(r"(?<![\w.])" + _NUM + r"\s*ms/(?:it|iter|step)\b"), 1.0, True),
+    ("samples_per_s", re.compile(r"\bCurrSamplesPerSec[=:]\s*" + _NUM), 1.0, False),
+    ("samples_per_s", re.compile(r"(?i)\bsamples_per_sec(?:ond)?['\"]?[:=]\s*" + _NUM), 1.0, False),
+    ("samples_per_s", re.compile(r"(?i)\bsamples?/s(?:ec)?[:=]\s*" + _NUM), 1.0, False),
+    ("samples_per_s", re.compile(r"(?i)(?<![\w.])" + _NUM + r"\s*samples?/s(?:ec)?\b"), 1.0,
+     False),
+    ("tokens_per_s", re.compile(r"(?i)\btokens_per_sec(?:ond)?['\"]?[:=]\s*" + _NUM), 1.0,
+     False),
+    ("tokens_per_s", re.compile(r"(?i)\btps[:=]\s*" + _NUM), 1.0, False),
+    ("tokens_per_s", re.compile(r"(?i)\btokens/s(?:ec)?[:=]?\s+" + _NUM), 1.0, False),
+    ("tokens_per_s", re.compile(r"(?i)(?<![\w.])" + _NUM + r"\s*tok(?:en)?s/s(?:ec)?\b"), 1.0,
+     False),
+    ("images_per_s", re.compile(r"(?i)(?<![\w.])" + _NUM + r"\s*im(?:g|ages)/s(?:ec)?\b"), 1.0,
+     False),
+    ("tflops", re.compile(r"\(TFLOP/s/GPU\):\s*" + _NUM), 1.0, False),
+    ("it_per_s", re.compile(r"(?<![\w.])" + _NUM + r"it/s\b"), 1.0, False),
+]  # fmt: skip
+_TIME_GATE = re.compile(r"time|\bt_|\bdt\b|ms\b")
+_GATE = re.compile(
+    r"(?i)/s|s/(?:it|iter|step)\b|per[ _]?sec|persec|per iteration|timing|step_time|tps"
+)
+
+
+@dataclass(frozen=True)
+class Sample:
+    order: int
+    metric: str
+    value: float
+    lower_is_better: bool
+
+
+@dataclass(frozen=True)
+class Slowdown:
+    metric: str
+    baseline: float
+    recent: float
+    ratio: float
+    onset: int
+    """Order of the first slow sample of the run of slow samples at the end."""
+    lines: list[LogLine]
+
+
+def _number(text: str) -> float | None:
+    try:
+        value = float(text.replace(",", ""))
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
+
+
+def samples_of(order: int, text: str) -> list[Sample]:
+    """The series samples one line carries (at most one per metric)."""
+    if _GATE.search(text) is None:
+        return []
+    body = strip_prefixes(text).body
+    out: list[Sample] = []
+    seen: set[str] = set()
+    for metric, regex, factor, lower in _METRICS:
+        if metric in seen:
+            continue
+        m = regex.search(body)
+        if m is None or (value := _number(m.group(1))) is None:
+            continue
+        seen.add(metric)
+        out.append(Sample(order, metric, value * factor, lower))
+    return out
+
+
+def read_series(a: Analysis) -> dict[str, list[Sample]]:
+    """metric → samples in order (computed once per analysis)."""
+    cached: dict[str, list[Sample]] | None = getattr(a, "_series", None)
+    if cached is not None:
+        return cached
+    out: dict[str, list[Sample]] = {}
+    for order, entry in enumerate(a.lines):
+        if entry.text.startswith("#"):
+            continue
+        for sample in samples_of(order, entry.text):
+            out.setdefault(sample.metric, []).append(sample)
+    # Per-rank time fields (`step=15 dt=559.6ms` on every rank) are a job-wide series too: in
+    # a synchronous job every rank's step lasts as long as the slowest one's, so when they all
+    # rise together the whole job slowed down. The actor printing most stands for all.
+    fields: dict[str, dict[object, list[Sample]]] = {}
+    for order, entry in enumerate(a.lines):
+        text = entry.text
+        if text.startswith("#") or not _TIME_GATE.search(text):
+            continue
+        prefix = strip_prefixes(text)
+        actor = prefix.task if prefix.task is not None else prefix.rank
+        for key, ms in timing_fields(prefix.body).items():
+            metric = f"field:{key}"
+            fields.setdefault(metric, {}).setdefault(actor, []).append(
+                Sample(order, metric, ms, True)
+            )
+    for metric, by_actor in fields.items():
+        taken = max(by_actor.values(), key=len)
+        if len(taken) >= 2:
+            out.setdefault(metric, taken)
+    a._series = out  # type: ignore[attr-defined]
+    return out
+
+
+def last_sample_order(a: Analysis) -> int | None:
+    orders = [s[-1].order for s in read_series(a).values() if len(s) >= 2]
+    return max(orders) if orders else None
+
+
+def _slowness(sample: Sample, baseline: float) -> float:
+    """How many times slower than the baseline this sample is (>1 slower)."""
+    if sample.lower_is_better:
+        return sample.value / baseline if baseline > 0 else 1.0
+    return baseline / sample.value if sample.value > 0 else math.inf
+
+
+def jobwide_slowdown(a: Analysis) -> Slowdown | None:
+    """The strongest sustained slowdown at the end of any job-wide series."""
+    best: Slowdown | None = None
+    for metric, samples in read_series(a).items():
+        if len(samples) < WARMUP_SAMPLES + MIN_BASELINE_SAMPLES + RECENT_SAMPLES:
+            continue
+        body = samples[WARMUP_SAMPLES:]
+        # The slow run at the end: walk back while samples stay slow against the early part.
+        early = statistics.median(
+            s.value for s in body[: max(MIN_BASELINE_SAMPLES, len(body) // 3)]
+        )
+        if early <= 0:
+            continue
+        run = 0
+        while run < len(body) and _slowness(body[-1 - run], early) >= SLOWDOWN_RATIO:
+            run += 1
+        if run < RECENT_SAMPLES or len(body) - run < MIN_BASELINE_SAMPLES:
+            continue
+        baseline = statistics.median(s.value for s in body[: len(body) - run])
+        recent = statistics.median(s.value for s in body[len(body) - run :])
+        ratio = _slowness(Sample(0, metric, recent, samples[0].lower_is_better), baseline)
+        if ratio < SLOWDOWN_RATIO:
+            continue
+        if (metric == "iteration_ms" or metric.startswith("field:")) and (
+            recent - baseline < MIN_SLOWDOWN_MS
+        ):
+            continue  # timer noise of very short steps
+        onset = body[len(body) - run].order
+        found = Slowdown(
+            metric, baseline, recent, ratio, onset,
+            [a.lines[body[len(body) - run - 1].order], a.lines[onset], a.lines[body[-1].order]],
+        )  # fmt: skip
+        if best is None or found.ratio > best.ratio:
+            best = found
+    return best
