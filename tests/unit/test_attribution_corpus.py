@@ -87,3 +87,40 @@ def test_unreadable_bundle_fails_clearly(tmp_path: Path) -> None:
     result = RUNNER.invoke(app, ["attribute", str(tmp_path), "--json"])
     assert result.exit_code == 2
     assert "no job.log" in result.output
+
+
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "corpus"
+NEXT = Path(__file__).resolve().parents[1] / "corpus_blind_next"
+# Sets below the targets (tests/corpus_blind_next/README.md): floors at today's scores, so a
+# change may only raise them. (category, culprit F1, action, false stops at most)
+FLOORS = {
+    "s6-": (0.80, 0.68, 0.76, 1),
+    "s7-": (0.64, 0.60, 0.74, 0),
+    "hardware": (0.79, 0.78, 0.76, 0),
+    "software": (0.80, 0.86, 0.82, 0),
+    "lifecycle": (0.86, 0.76, 0.86, 0),
+}
+
+
+def _sets() -> list[tuple[str, list[Path]]]:
+    sets = [
+        (prefix, [b for b in corpus_dirs(NEXT) if b.name.startswith(prefix)])
+        for prefix in ("s6-", "s7-")
+    ]
+    for name in ("hardware", "software", "lifecycle"):
+        if (SHARED / name / "cases").is_dir():
+            sets.append((name, corpus_dirs(SHARED / name / "cases")))
+    return sets
+
+
+@pytest.mark.parametrize(
+    ("name", "bundles"), _sets(), ids=lambda v: v if isinstance(v, str) else ""
+)
+def test_sets_below_the_targets_hold_their_floor(name: str, bundles: list[Path]) -> None:
+    assert len(bundles) >= 40, name
+    got = score(bundles, attribute_json)
+    cat, f1, act, stops = FLOORS[name]
+    assert got.category_accuracy.value >= cat, (name, str(got.category_accuracy))
+    assert got.culprit_f1 >= f1, (name, got.culprit_f1)
+    assert got.action_accuracy.value >= act, (name, str(got.action_accuracy))
+    assert got.false_stops.num <= stops, name
