@@ -89,6 +89,19 @@ RECORD_AUDIT = ActivityOptions(
     ),
 )
 
+
+def record_audit_during_hold(hold_timeout_seconds: float) -> ActivityOptions:
+    """Audit writes while a hold of ours is outstanding: bounded, so a store outage delays the
+    release by at most this much per write instead of holding the job until the store is back
+    (the workflow keeps what was not written and sends it with the next write)."""
+    bound = timedelta(seconds=max(1.0, min(60.0, hold_timeout_seconds / 10)))
+    return ActivityOptions(
+        start_to_close=min(bound, timedelta(seconds=30)),
+        schedule_to_close=bound,
+        retry=RECORD_AUDIT.retry,
+    )
+
+
 # The activities the workflow calls, by reference (the worker registers the same methods).
 watch = ControllerActivities.watch_attempt
 attribute = ControllerActivities.attribute_anomaly

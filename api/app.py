@@ -3,8 +3,9 @@
 `create_app(config)` builds the FastAPI application; `resurgo.api.server.serve` runs it under
 uvicorn
 (`resurgo api`). OpenAPI 3.1 is served at `/openapi.json`. Every `/v1` route needs a bearer token:
-reads need `viewer`, approvals and mode changes need `operator`. `/healthz`, `/readyz` and
-`/metrics` are open (they carry no job data).
+reads need `viewer`, approvals and mode changes need `operator`. A request body is read only
+after its token checked out, and never past 64 KiB (413). `/healthz`, `/readyz` and `/metrics`
+are open (they carry no job data); `/readyz` names addresses only to a valid token.
 """
 
 import logging
@@ -26,7 +27,14 @@ from prometheus_client import (
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from resurgo.api.auth import INSECURE_PRINCIPAL, Principal, Role, TokenRegistry
+from resurgo.api.auth import (
+    INSECURE_PRINCIPAL,
+    BodyGate,
+    Principal,
+    Role,
+    TokenRegistry,
+    bearer_principal,
+)
 from resurgo.api.core import ApiProblem, TemporalConnection, as_utc
 from resurgo.api.listing import JobFilter
 from resurgo.api.models import (
@@ -148,6 +156,13 @@ def create_app(
     )
     app.state.gateway = gateway
     app.state.metrics = metrics
+    # Outermost: no route, dependency or body parser sees a request the gate refused.
+    app.add_middleware(
+        BodyGate,
+        registry=registry,
+        insecure=insecure,
+        on_refusal=lambda status: metrics.refusals.labels(str(status)).inc(),
+    )
 
     def require(role: Role) -> Callable[..., Awaitable[Principal]]:
         async def dependency(
@@ -214,9 +229,17 @@ def create_app(
         tags=["health"],
         responses={503: {"model": Readiness, "description": "Temporal or the store is down"}},
     )
-    async def readyz() -> JSONResponse:
-        """Temporal and the audit store both answer (503 otherwise)."""
+    async def readyz(request: Request) -> JSONResponse:
+        """Temporal and the audit store both answer (503 otherwise). Without a valid token each
+        check says only ok / not ok: addresses and errors are for authenticated viewers."""
         ready = await gateway.readiness()
+        # The header is read by hand: the route stays open (no security scheme in OpenAPI).
+        known = insecure or bearer_principal(registry, request.scope["headers"]) is not None
+        if not known:
+            ready = ready.model_copy(update={"checks": {
+                name: check.model_copy(update={"detail": "ok" if check.ok else "not ok"})
+                for name, check in ready.checks.items()
+            }})  # fmt: skip
         return JSONResponse(ready.model_dump(mode="json"), status_code=200 if ready.ready else 503)
 
     @app.get("/metrics", include_in_schema=False)

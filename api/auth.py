@@ -8,20 +8,26 @@ digest is enough); a presented token is hashed and compared against every config
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
+import json
 import secrets
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from resurgo.config import ApiSettings, ApiToken, ConfigError
 
 __all__ = [
     "INSECURE_PRINCIPAL",
+    "MAX_BODY_BYTES",
+    "BodyGate",
     "Principal",
     "Role",
     "TokenRegistry",
@@ -111,3 +117,98 @@ def load_tokens_file(path: Path) -> dict[str, ApiToken]:
             f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
         )
         raise ConfigError(f"API tokens file {path} is invalid: {problems}") from exc
+
+
+# Largest request body the API accepts: approvals and mode changes are a few hundred bytes.
+MAX_BODY_BYTES = 64 * 1024
+
+
+def bearer_principal(
+    registry: TokenRegistry, headers: list[tuple[bytes, bytes]]
+) -> Principal | None:
+    """The principal of an `Authorization: Bearer <token>` header among raw ASGI headers."""
+    for name, value in headers:
+        if name.lower() == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            if scheme.lower() == "bearer" and token.strip():
+                return registry.authenticate(token.strip())
+    return None
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class BodyGate:
+    """ASGI middleware in front of everything else: a request that carries a body is refused
+    (401) unless its bearer token is valid, before a byte of the body is read or parsed; a body
+    over `limit` bytes is refused (413), by its Content-Length or while it streams in."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        registry: TokenRegistry,
+        insecure: bool = False,
+        limit: int = MAX_BODY_BYTES,
+        on_refusal: Callable[[int], None] | None = None,
+    ) -> None:
+        self.app, self.registry, self.insecure, self.limit = app, registry, insecure, limit
+        self.on_refusal = on_refusal
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers: list[tuple[bytes, bytes]] = scope.get("headers", [])
+        fields = {name.lower(): value for name, value in headers}
+        length = fields.get(b"content-length")
+        has_body = b"transfer-encoding" in fields or (length is not None and length != b"0")
+        if has_body and not self.insecure and bearer_principal(self.registry, headers) is None:
+            await self._refuse(send, 401, "a valid bearer token is required to send a body")
+            return
+        if length is not None and (not length.isdigit() or int(length) > self.limit):
+            await self._refuse(send, 413, self._too_large())
+            return
+        received = 0
+        started = refused = False
+
+        async def counted() -> Message:
+            nonlocal received, refused
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.limit and not refused:
+                    # Answer now: the app may catch what is raised here (FastAPI turns it into
+                    # a 400), and whatever it sends after this is dropped.
+                    refused = True
+                    if not started:
+                        await self._refuse(send, 413, self._too_large())
+                    raise _TooLarge
+            return message
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            if refused:
+                return
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        with contextlib.suppress(_TooLarge):
+            await self.app(scope, counted, tracked)
+
+    def _too_large(self) -> str:
+        return f"request bodies are limited to {self.limit} bytes"
+
+    async def _refuse(self, send: Send, status: int, detail: str) -> None:
+        if self.on_refusal is not None:
+            self.on_refusal(status)
+        body = json.dumps({"detail": detail}).encode()
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+        ]
+        if status == 401:
+            headers.append((b"www-authenticate", b'Bearer realm="resurgo"'))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})

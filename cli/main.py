@@ -5,20 +5,43 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
-from resurgo.cli import operator as operator_cli
-from resurgo.config import ConfigError, load_config
+# Heavy modules (the config and its pydantic-settings sources, temporalio, fastapi,
+# sqlalchemy, httpx, asyncssh) load inside the commands that need them, so `resurgo
+# attribute` starts fast.
 
 app = typer.Typer(
     help="Resurgo: cluster-level recovery for training jobs on Slurm.", no_args_is_help=True
 )
 console = Console()
 err = Console(stderr=True)
+
+# The same options as cli/operator.py's (kept here so `audit` needs no operator import).
+UrlOpt = Annotated[
+    str | None,
+    typer.Option("--api-url", envvar="RESURGO_API_URL", help="Resurgo API base URL",
+                 show_default=False),
+]  # fmt: skip
+TokenOpt = Annotated[
+    str | None,
+    typer.Option("--token", envvar="RESURGO_API_TOKEN", help="API bearer token",
+                 show_default=False),
+]  # fmt: skip
+# Commands that never need the operator commands registered (typer resolves every command's
+# signature when it builds the CLI, so registering them costs their imports).
+_STANDALONE_COMMANDS = frozenset({"attribute"})
+
+
+def _wants_operator_commands(argv: list[str]) -> bool:
+    command = next((arg for arg in argv[1:] if not arg.startswith("-")), None)
+    return command not in _STANDALONE_COMMANDS
+
 
 ConfigOpt = Annotated[
     str | None, typer.Option("--config", "-c", help="TOML config (or $RESURGO_CONFIG)")
@@ -33,6 +56,8 @@ def _setup_logging(verbose: bool = False) -> None:
 
 
 def _config(path: str | None):  # type: ignore[no-untyped-def]
+    from resurgo.config import ConfigError, load_config
+
     try:
         return load_config(path)
     except ConfigError as exc:
@@ -67,6 +92,8 @@ def controller(
 
     _setup_logging()
     cfg = _config(config)
+    from resurgo.config import ConfigError
+
     try:
         cfg.cluster(cluster)
     except ConfigError as exc:
@@ -84,8 +111,12 @@ def controller(
 def watchdog(
     cluster: Annotated[str, typer.Option(help="cluster name from the config")] = "local",
     act: Annotated[
-        bool, typer.Option("--act", help="release overdue holds (default: only report them)")
-    ] = False,
+        bool,
+        typer.Option(
+            "--act/--observe",
+            help="release Resurgo holds past their deadline (default), or only report them",
+        ),
+    ] = True,
     interval: Annotated[float, typer.Option(help="seconds between rounds")] = 10.0,
     record: Annotated[
         Path | None,
@@ -94,13 +125,16 @@ def watchdog(
     once: Annotated[bool, typer.Option("--once", help="one round, then exit")] = False,
     config: ConfigOpt = None,
 ) -> None:
-    """Fail-open: release Resurgo holds past their deadline. Needs only Slurm (no Temporal/DB)."""
+    """Fail-open: release Resurgo holds past their deadline (by default; `--observe` only
+    reports). Holds without Resurgo's tag are never touched. Needs only Slurm (no Temporal/DB)."""
     from resurgo.slurm.client import SlurmClient
     from resurgo.worker.processes import make_runner
     from resurgo.worker.watchdog import run_watchdog
 
     _setup_logging()
     cfg = _config(config)
+    from resurgo.config import ConfigError
+
     try:
         runner = make_runner(cfg.cluster(cluster))
     except ConfigError as exc:
@@ -138,14 +172,16 @@ def audit(
     ] = None,
     config: ConfigOpt = None,
     use_api: Annotated[bool, typer.Option("--api", help="read through `resurgo api`")] = False,
-    api_url: operator_cli.UrlOpt = None,
-    token: operator_cli.TokenOpt = None,
+    api_url: UrlOpt = None,
+    token: TokenOpt = None,
 ) -> None:
     """Print a job's audit timeline (or the list of audited jobs)."""
     from resurgo.audit.store import AuditStore, AuditStoreUnavailable, store_url_from_env
     from resurgo.cli.timeline import render_timeline, timeline_json
 
     if use_api:
+        from resurgo.cli import operator as operator_cli
+
         operator_cli.audit_via_api(
             job, cluster=cluster, attempt=attempt, types=type_, as_json=as_json,
             api_url=api_url, token=token, config=config,
@@ -197,6 +233,8 @@ def api(
 
     _setup_logging()
     cfg = _config(config)
+    from resurgo.config import ConfigError
+
     try:
         serve(cfg, host=host, port=port, insecure=insecure, tokens_file=tokens_file)
     except ConfigError as exc:
@@ -224,7 +262,10 @@ def demo(
     raise typer.Exit(code)
 
 
-operator_cli.register(app)
+if _wants_operator_commands(sys.argv):
+    from resurgo.cli import operator as operator_cli
+
+    operator_cli.register(app)
 
 signals_app = typer.Typer(
     help="Signal sources: job logs (file, Loki, VictoriaLogs) and GPU metrics (Prometheus).",

@@ -9,8 +9,10 @@ passed: `scontrol release`, `scontrol update StartTime=now` (a requeued job othe
 `resurgo:released-by-watchdog key=... at=...`. Each release is printed as one JSON line, logged,
 and appended to a local JSON-lines file (there is no database to rely on).
 
-Observe mode (the default) only reports what it would release; `--act` releases. Jobs without a
-Resurgo hold tag, holds without a deadline and holds whose deadline is ahead are never touched.
+Act mode is the default: a Resurgo-tagged hold past its deadline is released (the tag is written
+before the hold, so every hold Resurgo starts carries one). `--observe` only reports what it
+would release. Jobs without a Resurgo hold tag (an operator's own hold), holds without a deadline
+and holds whose deadline is ahead are never touched.
 An unreachable Slurm is logged and retried next round.
 
 Where the tag is read from matters: AdminComment is written by root, but job names, comments,
@@ -116,7 +118,7 @@ class Watchdog:
         cluster: str,
         slurm: SlurmClient,
         *,
-        act: bool = False,
+        act: bool = True,
         record: Path | None = None,
         out: Any = None,
     ) -> None:

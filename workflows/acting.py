@@ -22,12 +22,18 @@ with workflow.unsafe.imports_passed_through():
         VerifyRequest,
     )
     from resurgo.policy import decide as policy
-    from resurgo.workflows import patches
+    from resurgo.workflows import narrative, patches
     from resurgo.workflows.base import RecoveryBase
 
 
 class SchedulerSteps(RecoveryBase):
     async def _act(self, advice: Advice) -> str | None:
+        try:
+            return await self._carry_out(advice)
+        finally:
+            self._holding = False
+
+    async def _carry_out(self, advice: Advice) -> str | None:
         self._set_phase("acting")
         deadline = workflow.now() + timedelta(seconds=self.inp.hold_timeout_seconds)
         all_satisfied = True
@@ -49,6 +55,8 @@ class SchedulerSteps(RecoveryBase):
                 reason=advice.reason,
                 hold_deadline=deadline,
             )
+            if step == ActionStep.REQUEUE_HOLD.value:
+                self._holding = True  # from here a hold of ours may exist until released
             try:
                 res = await self._on_cluster(
                     calls.act,
@@ -56,7 +64,7 @@ class SchedulerSteps(RecoveryBase):
                     calls.scheduler_action(self.inp.hold_timeout_seconds),
                     activity_id=key,
                     summary=f"{step} job {self.inp.job.job_id}"
-                    + (f" nodes {','.join(nodes)}" if nodes else ""),
+                    + (f" nodes {narrative.escape_all(nodes)}" if nodes else ""),
                 )
             except ActivityError as err:
                 await self._audit(
@@ -69,8 +77,16 @@ class SchedulerSteps(RecoveryBase):
                 held = f"{self.wfid}:g{advice.generation}:requeue_hold" in self.s.completed_actions
                 if held and step != "release" and workflow.patched(patches.FAIL_OPEN_RELEASE):
                     return await self._fail_open(advice)
+                # requeue_hold itself failed: it may have held the job before failing (COMPLETING
+                # past the wait, a failed update, retries exhausted). Release whatever hold of
+                # ours there is; the release step touches only a job tagged by this advice.
+                started = step == ActionStep.REQUEUE_HOLD.value
+                if started and workflow.patched(patches.FAIL_OPEN_HOLD_STARTED):
+                    return await self._fail_open(advice, only_if_requeued=True)
                 self.s.outcome = "action_failed"
                 return "action_failed"
+            if step == ActionStep.RELEASE.value:
+                self._holding = False
             self.s.completed_actions[key] = res.outcome
             if step == ActionStep.EXCLUDE_NODES.value:
                 self.s.excluded_nodes = nodes
@@ -93,9 +109,10 @@ class SchedulerSteps(RecoveryBase):
         self._next_attempt(advice.attempt + 1)
         return None
 
-    async def _fail_open(self, advice: Advice) -> str | None:
+    async def _fail_open(self, advice: Advice, only_if_requeued: bool = False) -> str | None:
         """A step after our hold failed: never leave the job held because of us. Release it as
-        it is (plain Slurm behaviour) and follow the next attempt."""
+        it is (plain Slurm behaviour) and follow the next attempt. `only_if_requeued`: the
+        hold may never have happened; follow a next attempt only if Slurm shows one."""
         key = f"{self.wfid}:g{advice.generation}:fail_open_release"
         try:
             res: ActionResult = await self._on_cluster(
@@ -106,6 +123,7 @@ class SchedulerSteps(RecoveryBase):
                 activity_id=key,
                 summary=f"fail-open release job {self.inp.job.job_id}",
             )  # fmt: skip
+            self._holding = False
         except ActivityError as err:
             await self._audit(AuditEventType.ACTION,
                               f"fail-open release failed ({err.cause or err}); the watchdog "
@@ -117,6 +135,10 @@ class SchedulerSteps(RecoveryBase):
                           f"release (fail-open): {res.outcome} ({res.detail})",
                           attempt=advice.attempt, data=res.model_dump(mode="json",
                           exclude={"observation"}), suffix=key)  # fmt: skip
+        obs = res.observation
+        if only_if_requeued and (obs is None or obs.restarts <= advice.attempt):
+            self.s.outcome = "action_failed"
+            return "action_failed"
         self._next_attempt(advice.attempt + 1)
         return None
 

@@ -47,7 +47,6 @@ with workflow.unsafe.imports_passed_through():
 
 WATCH_WINDOW_SECONDS = 3600.0
 FOLLOW_FAILED_SECONDS = 600.0
-HISTORY_ROLLOVER_EVENTS = 8000
 
 
 @workflow.defn(name="JobRecoveryWorkflow")
@@ -193,13 +192,6 @@ class JobRecoveryWorkflow(SchedulerSteps, ApprovalGate):
                 if done is not None:
                     return await self._finish(done)
 
-    def _should_roll_over(self) -> bool:
-        info = workflow.info()
-        return (
-            info.is_continue_as_new_suggested()
-            or info.get_current_history_length() > HISTORY_ROLLOVER_EVENTS
-        )
-
     async def _watch(self, window: float) -> WatchResult:
         cur = self.s.attempts[-1]
         self._set_phase("watching" if self.s.phase != "following_failed" else self.s.phase)
@@ -222,6 +214,8 @@ class JobRecoveryWorkflow(SchedulerSteps, ApprovalGate):
             calls.watch,
             req,
             calls.watch_attempt(window),
+            # A watch resumes from the state's cursor: a long wait for it may start over.
+            rollover=True,
             summary=f"watch attempt {self.s.attempt}",
         )
         return result
@@ -308,7 +302,10 @@ class JobRecoveryWorkflow(SchedulerSteps, ApprovalGate):
         if not workflow.patched(patches.EXCLUSION_CAP):
             # Histories from before the per-job exclusion cap replay with the old decisions.
             rules = rules.model_copy(update={"max_nodes_excluded_per_job": 1_000_000})
-        advice = policy.decide(self.s, attribution, rules, self.directive)
+        # Stragglers with no node to exclude are left running (issue 13); older histories
+        # replay with the decisions they were recorded with.
+        calibrated = workflow.patched(patches.CALIBRATED_ACTIONS)
+        advice = policy.decide(self.s, attribution, rules, self.directive, calibrated=calibrated)
         self.s = policy.apply_advice(self.s, advice)
         workflow.upsert_search_attributes([sa.LAST_CATEGORY.value_set(attribution.category.value)])
         attempt = self.s.attempt

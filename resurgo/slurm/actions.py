@@ -19,11 +19,17 @@ from resurgo.contracts import (
     JobObservation,
     NodeObservation,
 )
+from resurgo.errors import TransientError
+from resurgo.policy.directive import parse_directive
 from resurgo.slurm import breaker
 from resurgo.slurm.breaker import BreakerSettings, Remediation
 from resurgo.slurm.client import SlurmClient, check_node_name
-from resurgo.slurm.errors import JobGone, ParseError, PreconditionFailed
-from resurgo.slurm.parsers import parse_job
+from resurgo.slurm.errors import (
+    ActionsNotAllowed,
+    JobGone,
+    PreconditionFailed,
+    SchedulerError,
+)
 
 # KillWait (5 s here, 30 s by default) plus SIGKILL delivery bounds how long COMPLETING lasts.
 SETTLE_TIMEOUT = 40.0
@@ -31,6 +37,16 @@ UNUSABLE_STATES = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING")
 HOLD_TAG = "resurgo:hold"
 RELEASED_TAG = "resurgo:released"
 log = logging.getLogger(__name__)
+
+
+class StillCompleting(SchedulerError, TransientError):
+    """The job has not left COMPLETING yet (slow epilog, unkillable processes): retry later."""
+
+
+def hold_key(idempotency_key: str) -> str:
+    """The key of the hold a step of the same advice refers to: release and the fail-open
+    release of `<wf>:g<n>:<step>` belong to the hold tagged `<wf>:g<n>:requeue_hold`."""
+    return idempotency_key.rsplit(":", 1)[0] + ":requeue_hold"
 
 
 def hold_comment(key: str, deadline: datetime | None, at: datetime | None = None) -> str:
@@ -57,13 +73,35 @@ def parse_hold_comment(text: str) -> tuple[str, datetime | None] | None:
     return key, deadline
 
 
+async def check_own_opt_in(slurm: SlurmClient, req: ActionRequest) -> None:
+    """Refuse to act on a job whose own comment, read afresh from Slurm, does not opt in.
+
+    What started the workflow was read from a cluster-wide listing; this re-reads the job itself
+    just before acting, so a directive forged into a listing (or a job id since reused by
+    another user's job) is never acted on."""
+    obs = await slurm.show_job(req.job.job_id)
+    if obs is None:
+        raise JobGone(f"job {req.job.job_id} is no longer known to slurmctld")
+    parsed = parse_directive(obs.comment)
+    if not parsed.opted_in or parsed.directive is None:
+        raise ActionsNotAllowed(
+            f"job {obs.job_id} of user {obs.user!r} ({obs.state}) does not opt in to Resurgo "
+            f"in its own comment; refusing {req.step.value}"
+        )
+
+
 class SlurmActions:
     """The steps that carry out advice, for one cluster."""
 
     def __init__(
-        self, slurm: SlurmClient, breaker: BreakerSettings | None = None, cluster: str = ""
+        self,
+        slurm: SlurmClient,
+        breaker: BreakerSettings | None = None,
+        cluster: str = "",
+        settle_timeout: float = SETTLE_TIMEOUT,
     ) -> None:
         self.slurm = slurm
+        self.settle_timeout = settle_timeout
         # None: no circuit breaker, per-node caps or cross-job memory (tests, tools).
         self.breaker = breaker
         self.cluster = cluster
@@ -89,6 +127,9 @@ class SlurmActions:
         )
 
     async def run(self, req: ActionRequest) -> ActionResult:
+        if req.step != ActionStep.RELEASE:
+            # A release undoes our own hold and must never be refused (fail open).
+            await check_own_opt_in(self.slurm, req)
         handlers = {
             ActionStep.REQUEUE_HOLD: self.requeue_hold,
             ActionStep.EXCLUDE_NODES: self.exclude_nodes,
@@ -106,15 +147,26 @@ class SlurmActions:
             return self._result(req, "satisfied", obs, f"Restarts={obs.restarts} > {req.attempt}")
         if obs.state == "PENDING":
             raise PreconditionFailed(f"job {job_id} is pending at attempt {req.attempt}")
+        # Tag before hold: a hold must never exist without its fail-open deadline, whatever
+        # happens after `requeuehold` (a COMPLETING that outlasts the wait, a failed update, a
+        # killed controller). The tag survives the requeue. Slurm refuses AdminComment on a
+        # finished job, which goes straight to PENDING held: that one is tagged after the hold.
+        tagged = await self._tag_before_hold(req, obs)
         await self.slurm.requeue_hold(job_id)
         after = await self.settled(job_id)
         if after.restarts <= req.attempt or not after.held:
             raise PreconditionFailed(
                 f"requeuehold of job {job_id} left it {after.state} Restarts={after.restarts}"
             )
-        # Slurm refuses AdminComment on a finished job, so the tag follows the hold. A crash in
-        # between is repaired by the retry, which takes the `Restarts > attempt` branch above.
-        await self._tag_hold(req, after)
+        if not tagged:
+            try:
+                await self._tag_hold(req, after)
+            except SchedulerError:
+                # An untagged hold is invisible to the watchdog: never keep one. A retry finds
+                # Restarts > attempt and an unheld job, and carries on from there.
+                log.warning("job %s: cannot tag the hold, releasing it at once", job_id)
+                await self.slurm.release(job_id)
+                raise
         detail = "requeued and held"
         if obs.running:
             # The job is PENDING before the old attempt's srun has finished killing its step
@@ -125,9 +177,28 @@ class SlurmActions:
             detail += f", waited {grace:.0f}s for the old step to end (KillWait)"
         return self._result(req, "applied", await self.observe(job_id), detail)
 
+    async def _tag_before_hold(self, req: ActionRequest, obs: JobObservation) -> bool:
+        """Write the hold tag on a job that is not finished yet; False when Slurm refused it
+        (the job finished meanwhile), so the tag must follow the hold."""
+        if obs.terminal:
+            return False
+        try:
+            await self.slurm.update_job(
+                req.job.job_id,
+                AdminComment=hold_comment(
+                    req.idempotency_key, req.hold_deadline, datetime.now(UTC)
+                ),
+            )
+        except JobGone:
+            # "Job has already finished": it ended since it was observed; requeuehold decides.
+            return False
+        return True
+
     async def _tag_hold(self, req: ActionRequest, obs: JobObservation) -> None:
-        """Write the fail-open deadline onto a hold that is ours and not yet tagged."""
-        if obs.held and req.idempotency_key not in obs.admin_comment:
+        """Write the fail-open deadline onto a hold that is ours and not yet tagged. An
+        AdminComment someone else wrote marks their hold: never claimed (and so never lifted)."""
+        theirs = bool(obs.admin_comment) and not obs.admin_comment.startswith("resurgo:")
+        if obs.held and not theirs and req.idempotency_key not in obs.admin_comment:
             await self.slurm.update_job(
                 req.job.job_id,
                 AdminComment=hold_comment(
@@ -135,10 +206,11 @@ class SlurmActions:
                 ),
             )
 
-    async def settled(self, job_id: int, timeout: float = SETTLE_TIMEOUT) -> JobObservation:
+    async def settled(self, job_id: int, timeout: float | None = None) -> JobObservation:
         """Observe once the job has left COMPLETING: a requeued RUNNING job passes through it,
         and updates sent meanwhile are silently undone when it reaches PENDING (FOOTGUNS 1)."""
-        deadline = asyncio.get_running_loop().time() + timeout
+        wait = self.settle_timeout if timeout is None else timeout
+        deadline = asyncio.get_running_loop().time() + wait
         while True:
             obs = await self.observe(job_id)
             if obs.state != "COMPLETING" or asyncio.get_running_loop().time() > deadline:
@@ -167,24 +239,8 @@ class SlurmActions:
 
     async def remediations(self) -> tuple[list[Remediation], list[NodeObservation]]:
         """What Resurgo excluded/drained on this cluster (from Slurm), and the cluster's nodes."""
-        shown = await self.slurm._run(["scontrol", "show", "-o", "job"], timeout=60.0)
-        listed = {job.job_id: job for job in await self.slurm.list_jobs()}
-        lines: dict[int, list[str]] = {}
-        for line in shown.stdout.splitlines():
-            if line.startswith("JobId="):
-                head = line.split(None, 1)[0].removeprefix("JobId=")
-                if head.isdigit():
-                    lines.setdefault(int(head), []).append(line)
-        jobs = []
-        for job_id, found in lines.items():
-            # A job id squeue does not know, or printed twice, is a comment posing as a record.
-            if job_id not in listed or len(found) != 1:
-                continue
-            texts = listed[job_id]
-            try:
-                jobs.append(parse_job(found[0], texts.comment or None, texts.name or None))
-            except ParseError:
-                continue
+        # Structured records where Slurm has them: no user text can pose as an AdminComment.
+        jobs = list((await self.slurm.all_jobs()).values())
         nodes = await self.slurm.show_nodes()
         facts = breaker.remediations_from_jobs(jobs, self.cluster)
         facts += breaker.remediations_from_nodes(nodes, self.cluster)
@@ -258,6 +314,18 @@ class SlurmActions:
     async def release(self, req: ActionRequest) -> ActionResult:
         job_id = req.job.job_id
         obs = await self.settled(job_id)
+        if obs.state == "COMPLETING":
+            # It may still become PENDING held (ours, after a requeue): try again shortly.
+            raise StillCompleting(f"job {job_id} is still COMPLETING; release retried")
+        hold = parse_hold_comment(obs.admin_comment)
+        if obs.held and (hold is None or hold_key(hold[0]) != hold_key(req.idempotency_key)):
+            # Someone else's hold (an operator's `scontrol hold`, another tool's): not ours to
+            # lift. Reported in the step's detail; the job stays as its owner left it.
+            log.warning("job %s: held, but not by this advice (AdminComment %r): left alone",
+                        job_id, obs.admin_comment[:200])  # fmt: skip
+            theirs = obs.admin_comment[:200]
+            detail = f"not released: the hold is not Resurgo's (AdminComment={theirs!r})"
+            return self._result(req, "satisfied", obs, detail)
         released = obs.held
         if released:
             # Release first: dying before the retag leaves an unheld job with a stale tag
@@ -267,7 +335,7 @@ class SlurmActions:
             tag = f"{RELEASED_TAG} key={req.idempotency_key} at={now}"
             await self.slurm.update_job(job_id, AdminComment=tag)
             obs = await self.observe(job_id)
-        if obs.state == "PENDING" and not obs.held:
+        if obs.state == "PENDING" and not obs.held and self._ours(obs, req):
             # A requeued job waits on BeginTime (~2 min) unless told to start now; Slurm takes
             # this only once the job is released. Repeating it is harmless, so a retry after a
             # crash between release and this line still gets the job started.
@@ -275,6 +343,13 @@ class SlurmActions:
             obs = await self.observe(job_id)
         outcome = "applied" if released else "satisfied"
         return self._result(req, outcome, obs, f"released={released}, StartTime=now")
+
+    @staticmethod
+    def _ours(obs: JobObservation, req: ActionRequest) -> bool:
+        """The job carries a Resurgo tag (hold, released) of the same advice as `req`."""
+        fields = dict(p.split("=", 1) for p in obs.admin_comment.split()[1:3] if "=" in p)
+        tagged = obs.admin_comment.startswith("resurgo:") and "key" in fields
+        return tagged and hold_key(fields["key"]) == hold_key(req.idempotency_key)
 
     async def cancel(self, req: ActionRequest) -> ActionResult:
         job_id = req.job.job_id

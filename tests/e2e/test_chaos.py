@@ -2,10 +2,17 @@
 jobs go through detect -> attribute -> act -> verify, restart them, and check the invariants.
 
 Rounds: $RESURGO_CHAOS_ROUNDS (default 20); seed: $RESURGO_CHAOS_SEED (default random, printed).
-Each round submits a job whose first attempt fails with an ECC error on task 1, waits a random
-0-4 s, kills a random set of processes, waits a random 0-2 s and restarts them. Invariants, for
-every job: exactly one requeue (Slurm's Restarts == 1), the job completed, nothing left held,
-every audit event present once, and the workflow converged.
+Each round submits a job whose first attempt fails with an ECC error on task 1, waits (odd
+rounds: a random 0-4 s; even rounds: until slurmctld logged the job's requeue, so the kill lands
+inside the requeue -> release window, which is checked at the Slurm side: the job is still held
+when the processes die), kills a random set of processes, waits a random 0-2 s and restarts them.
+
+Invariants, for every job, counted where the commands land (slurmctld's log), not in the audit
+store (which deduplicates by event id and so would hide a repeated step): exactly one requeue
+and one hold release per job, Slurm's Restarts == 1, the job completed, nothing left held; and in
+the audit trail every step once and the workflow converged. A last round stops the audit store
+(MariaDB) right after the requeue: the job must be released and run again while it is down,
+and every event must be in the store once it is back.
 """
 
 from __future__ import annotations
@@ -13,15 +20,19 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import subprocess
 import time
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 
+import pymysql
 import pytest
 
 from resurgo.devstack.localstack import REPO, wait_for
 from tests.e2e.conftest import Deployment
+from tests.mariadb import ensure_mariadb
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slurm, pytest.mark.timeout(1500)]
 
@@ -40,6 +51,44 @@ def submit(dep: Deployment) -> int:
     return int(out.stdout.strip().split(";")[0])
 
 
+def slurmctld_log(slurm_conf: str) -> Path:
+    text = Path(slurm_conf).read_text()
+    found = re.search(r"^SlurmctldLogFile=(\S+)", text, re.M)
+    assert found, f"no SlurmctldLogFile in {slurm_conf}"
+    return Path(found.group(1))
+
+
+class SchedulerCommands:
+    """Requeues and hold releases of each job, as slurmctld logged them (only lines written
+    after this test started are read)."""
+
+    def __init__(self, slurm_conf: str) -> None:
+        self.path = slurmctld_log(slurm_conf)
+        self.start = self.path.stat().st_size
+
+    def lines(self) -> list[str]:
+        with self.path.open("rb") as handle:
+            handle.seek(self.start)
+            return handle.read().decode(errors="replace").splitlines()
+
+    def count(self, job_id: int) -> Counter[str]:
+        found: Counter[str] = Counter()
+        for line in self.lines():
+            if re.search(rf"\bRequeuing JobId={job_id}\b", line):
+                found["requeue"] += 1
+            elif re.search(rf"release hold on JobId={job_id}\b", line):
+                found["release"] += 1
+        return found
+
+
+def mariadb_up() -> bool:
+    try:
+        pymysql.connect(host="127.0.0.1", port=3306, user="root", connect_timeout=2).close()
+    except pymysql.err.OperationalError:
+        return False
+    return True
+
+
 def test_exactly_once_under_random_kills(
     deploy: Callable[..., Deployment], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -53,20 +102,33 @@ def test_exactly_once_under_random_kills(
     rng = random.Random(seed)
     say(f"\nchaos: {rounds} rounds, seed {seed}")
     dep = deploy()
+    commands = SchedulerCommands(dep.slurm_conf)
     jobs: list[int] = []
     kills: Counter[str] = Counter()
+    in_window = 0
     started = time.monotonic()
     for round_no in range(rounds):
         jobs.append(submit(dep))
-        time.sleep(rng.uniform(0, 4))
+        targeted = round_no % 2 == 1
+        if targeted:
+            wait_for(lambda j=jobs[-1]: commands.count(j)["requeue"], 180, interval=0.05,
+                     what=f"the requeue of job {jobs[-1]}")  # fmt: skip
+        else:
+            time.sleep(rng.uniform(0, 4))
         victims = rng.choice(COMPONENTS)
         for component in victims:
             dep.stack.kill(component)
             kills[component] += 1
+        if targeted:
+            # Inside the window: requeued, not yet released when the processes died.
+            landed = commands.count(jobs[-1])["release"] == 0
+            assert landed, f"round {round_no + 1}: the release came before the kill"
+            in_window += 1
         time.sleep(rng.uniform(0, 2))
         for component in victims:
             dep.stack.start(component)
-        say(f"round {round_no + 1}: job {jobs[-1]}, killed {'+'.join(victims)}")
+        say(f"round {round_no + 1}: job {jobs[-1]}, killed {'+'.join(victims)}"
+            + (" inside requeue -> release" if targeted else ""))  # fmt: skip
 
     def all_completed() -> bool:
         return all(any(e.type == "completed" for e in dep.events(j)) for j in jobs)
@@ -82,6 +144,8 @@ def test_exactly_once_under_random_kills(
                         and e.data.get("outcome") == "already_satisfied")  # fmt: skip
         outcomes["already_satisfied steps"] += satisfied
         assert job.restarts == 1, f"job {job_id} was requeued {job.restarts} times"
+        at_slurm = commands.count(job_id)
+        assert at_slurm == Counter({"requeue": 1, "release": 1}), (job_id, at_slurm)
         assert job.state == "COMPLETED" and not job.held, (job_id, job.state)
         assert len({e.event_id for e in events}) == len(events)
         assert steps == Counter({"requeue_hold": 1, "exclude_nodes": 1, "release": 1}), steps
@@ -89,8 +153,11 @@ def test_exactly_once_under_random_kills(
         assert [r.data["status"] for r in reconciliations] == ["converged"], job_id
         assert len({e.workflow_id for e in events}) == 1
         outcomes["completed after one requeue"] += 1
+    outage = audit_outage_during_a_hold(deploy, say)
     report = {
         "rounds": rounds,
+        "kills inside requeue -> release": in_window,
+        "audit outage": outage,
         "seed": seed,
         "kills": dict(kills),
         "jobs": len(jobs),
@@ -98,3 +165,40 @@ def test_exactly_once_under_random_kills(
         "seconds": round(time.monotonic() - started),
     }
     say("chaos report: " + json.dumps(report))
+
+
+def audit_outage_during_a_hold(
+    deploy: Callable[..., Deployment], say: Callable[[str], None]
+) -> dict[str, object]:
+    """Stop the audit store (MariaDB) the moment the job is requeue-held: Resurgo must still
+    release it and the job run again while the store is down; once the store is back every
+    event lands, once."""
+    dep = deploy(mysql=True)
+    commands = SchedulerCommands(dep.slurm_conf)
+    job_id = submit(dep)
+    wait_for(lambda: commands.count(job_id)["requeue"], 300, interval=0.05,
+             what=f"the requeue of job {job_id}")  # fmt: skip
+    subprocess.run(["mariadb-admin", "--protocol=tcp", "-h127.0.0.1", "-uroot", "shutdown"],
+                   check=True, timeout=60)  # fmt: skip
+    down = time.monotonic()
+    try:
+        assert not mariadb_up()
+        assert commands.count(job_id)["release"] == 0, "released before the store went down"
+        wait_for(lambda: commands.count(job_id)["release"] == 1, 400, interval=1,
+                 what=f"job {job_id} released while the audit store is down")  # fmt: skip
+        assert not mariadb_up(), "the store came back by itself"
+        released_after = round(time.monotonic() - down)
+        say(f"audit outage: job {job_id} released {released_after}s into the outage")
+    finally:
+        ensure_mariadb()
+    wait_for(lambda: any(e.type == "completed" for e in dep.events(job_id)), 600, interval=2,
+             what=f"job {job_id} to complete after the outage")  # fmt: skip
+    events = dep.events(job_id)
+    assert len({e.event_id for e in events}) == len(events)
+    assert Counter(e.data.get("step") for e in events if e.type == "action") == Counter(
+        {"requeue_hold": 1, "exclude_nodes": 1, "release": 1}
+    ), [e.summary for e in events]
+    assert commands.count(job_id) == Counter({"requeue": 1, "release": 1})
+    job = dep.job(job_id)
+    assert job.restarts == 1 and job.state == "COMPLETED" and not job.held
+    return {"job": job_id, "released_seconds_into_outage": released_after}

@@ -144,7 +144,7 @@ def test_watchdog_releases_only_overdue_resurgo_holds(
     while datetime.now(UTC) <= deadline:
         time.sleep(0.5)
     observe_record = tmp_path / "observe.jsonl"
-    reported = once(config, name, observe_record)
+    reported = once(config, name, observe_record, "--observe")
     assert [(r["job_id"], r["action"], r["mode"]) for r in reported] == [
         (due, "would_release", "observe")
     ]
