@@ -30,6 +30,7 @@ from pathlib import Path
 import pymysql
 import pytest
 
+from resurgo.audit.store import AuditStoreUnavailable
 from resurgo.devstack.localstack import REPO, wait_for
 from tests.e2e.conftest import Deployment
 from tests.mariadb import ensure_mariadb
@@ -190,15 +191,65 @@ def audit_outage_during_a_hold(
         released_after = round(time.monotonic() - down)
         say(f"audit outage: job {job_id} released {released_after}s into the outage")
     finally:
+        # `shutdown` returns before the server has exited: starting it again meanwhile would
+        # find the old process and start nothing.
+        wait_for(lambda: subprocess.run(["pgrep", "-x", "mariadbd"],
+                                        capture_output=True).returncode != 0,
+                 120, what="MariaDB to exit")  # fmt: skip
         ensure_mariadb()
-    wait_for(lambda: any(e.type == "completed" for e in dep.events(job_id)), 600, interval=2,
-             what=f"job {job_id} to complete after the outage")  # fmt: skip
+
+    def completed() -> bool:
+        try:
+            return any(e.type == "completed" for e in dep.events(job_id))
+        except AuditStoreUnavailable:
+            return False  # the store is still coming back
+
+    try:
+        wait_for(completed, 600, interval=2, what=f"job {job_id} to complete after the outage")
+    except TimeoutError:
+        raise AssertionError(
+            f"job {job_id} not completed; slurm {dep.job(job_id)}\n"
+            f"events {[e.type for e in dep.events(job_id)]}\n{describe(dep, job_id)}\n"
+            "--- worker ---\n"
+            f"{dep.stack.log_tail('worker')}\n--- controller ---\n"
+            f"{dep.stack.log_tail('controller')}"
+        ) from None
     events = dep.events(job_id)
     assert len({e.event_id for e in events}) == len(events)
     assert Counter(e.data.get("step") for e in events if e.type == "action") == Counter(
         {"requeue_hold": 1, "exclude_nodes": 1, "release": 1}
-    ), [e.summary for e in events]
+    ), "\n".join(f"{e.type} {e.event_id} {e.summary[:80]}" for e in events)
     assert commands.count(job_id) == Counter({"requeue": 1, "release": 1})
     job = dep.job(job_id)
     assert job.restarts == 1 and job.state == "COMPLETED" and not job.held
     return {"job": job_id, "released_seconds_into_outage": released_after}
+
+
+def describe(dep: Deployment, job_id: int) -> str:
+    """The workflow's pending activities as Temporal sees them (for a failure message)."""
+    import asyncio
+    import tomllib
+
+    from temporalio.client import Client
+
+    address = tomllib.loads(dep.stack.config.read_text())["temporal"]["address"]
+
+    async def run() -> str:
+        client = await Client.connect(address)
+        out = []
+        async for wf in client.list_workflows(
+            f"WorkflowId STARTS_WITH 'resurgo:{dep.name}:{job_id}:'"
+        ):
+            desc = await client.get_workflow_handle(wf.id, run_id=wf.run_id).describe()
+            out.append(f"{wf.id} {wf.run_id} {desc.status}")
+            for act in desc.raw_description.pending_activities:
+                out.append(
+                    f"  pending {act.activity_type.name} attempt {act.attempt} "
+                    f"{act.last_failure.message[:300]}"
+                )
+        return "\n".join(out)
+
+    try:
+        return asyncio.run(run())
+    except Exception as exc:  # diagnostics only
+        return f"(describe failed: {exc})"
