@@ -364,6 +364,8 @@ class AuditEventType(StrEnum):
     COMPLETED = "completed"
     JOB_GONE = "job_gone"
     MONITORING_ENDED = "monitoring_ended"
+    # What the watch could not read, and why (a refused output file, an unusable pattern).
+    EVIDENCE_LIMITED = "evidence_limited"
 
 
 class AuditEvent(Frozen):
@@ -450,6 +452,8 @@ class RecoveryState(BaseModel):
     decisions: dict[int, ApprovalDecision] = Field(default_factory=dict)
     # "<attempt>:<fingerprint>" an operator declined (rejected or let expire): not asked again.
     declined: list[str] = Field(default_factory=list)
+    # Watch notes already recorded as `evidence_limited` events (each is recorded once).
+    noted: list[str] = Field(default_factory=list)
 
 
 class RecoveryInput(Frozen):

@@ -12,6 +12,8 @@ The class is split by concern: `base` (state, audit, UI, running activities), `a
 
 from __future__ import annotations
 
+import hashlib
+
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
@@ -142,6 +144,9 @@ class JobRecoveryWorkflow(SchedulerSteps, ApprovalGate):
                 data={
                     "directive": self.directive.model_dump(mode="json"),
                     "problems": inp.problems,
+                    # Whose output becomes evidence: the API shows it only to tokens allowed to
+                    # read that user's jobs (an activity input, not a command: replays as is).
+                    "user": inp.user,
                 },
             )
         while True:
@@ -152,6 +157,8 @@ class JobRecoveryWorkflow(SchedulerSteps, ApprovalGate):
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(inp.model_copy(update={"state": self.s}))
             result = await self._watch(follow_window)
+            if result.notes and workflow.patched(patches.EVIDENCE_LIMITED_EVENT):
+                await self._record_limits(result.notes)
             cur = self.s.attempts[-1]
             self.s.cursor = result.cursor
             self.s.source_cursor = result.source_cursor
@@ -219,6 +226,22 @@ class JobRecoveryWorkflow(SchedulerSteps, ApprovalGate):
             summary=f"watch attempt {self.s.attempt}",
         )
         return result
+
+    async def _record_limits(self, notes: list[str]) -> None:
+        """What the watch could not read (a refused output file, an unusable pattern) is an
+        event of its own, once per distinct note, not only a clause in a later anomaly."""
+        for note in notes:
+            if note in self.s.noted:
+                continue
+            self.s.noted = [*self.s.noted, note][-20:]
+            await self._audit(
+                AuditEventType.EVIDENCE_LIMITED,
+                note,
+                attempt=self.s.attempt,
+                data={"note": note[:2000]},
+                # The note's digest: a stable id per note, whatever else was noted before.
+                suffix=hashlib.sha256(note.encode()).hexdigest()[:16],
+            )
 
     async def _failure_ended(self, result: WatchResult) -> None:
         """The attempt whose failure was reported while it ran has now ended: follow it."""

@@ -202,6 +202,17 @@ class CrashesInItsFirstBatch(FakeCluster):
         )  # fmt: skip
 
 
+class OutputRefused(FakeCluster):
+    """The job's output file is refused (e.g. a symlink): every watch result says so."""
+
+    NOTE = "output file not read: /home/u/out.log is a symlink"
+
+    @activity.defn(name="watch_attempt")
+    async def watch_attempt(self, req: WatchRequest) -> WatchResult:
+        result = await super().watch_attempt(req)
+        return result.model_copy(update={"notes": [self.NOTE]})
+
+
 @pytest.fixture
 async def harness(temporal_env: WorkflowEnvironment) -> AsyncIterator[Harness]:
     h = Harness(temporal_env.client, FakeCluster())
@@ -255,6 +266,20 @@ class TestRecoveryLoop:
         types = [e.type for e in attempt0]
         assert types.count("progress") == 1 and types.index("progress") < types.index("anomaly")
         assert next(e for e in attempt0 if e.type == "progress").data["iteration"] == 3
+
+    async def test_a_refused_output_file_is_its_own_audit_event_once(
+        self, temporal_env: WorkflowEnvironment
+    ) -> None:
+        h = Harness(temporal_env.client, OutputRefused())
+        async with h.worker(), h.controller():
+            outcome = await (await h.start(ACTION)).result()
+        assert outcome.outcome == "completed"
+        limited = [e for e in h.cluster.audit if e.type == "evidence_limited"]
+        # Every one of the attempts' watch results carried the note: one event says it.
+        assert [e.summary for e in limited] == [OutputRefused.NOTE]
+        assert limited[0].attempt == 0
+        started = next(e for e in h.cluster.audit if e.type == "monitoring_started")
+        assert "user" in started.data
 
     async def test_unacknowledged_cluster_takes_no_scheduler_action(self, harness: Harness) -> None:
         handle = await harness.start(ACTION, ack=False)

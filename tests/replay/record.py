@@ -30,6 +30,7 @@ from tests.integration.test_workflow import (
     FailsWhileRunning,
     FakeCluster,
     Harness,
+    OutputRefused,
     JobRecoveryWorkflow,
 )
 
@@ -38,8 +39,13 @@ DIRECTIVES = {
     "approval_approved": APPROVAL,
     "observe_failure": Directive(mode=Mode.OBSERVE),
     "progress_with_anomaly": ACTION,
+    "evidence_limited": ACTION,
 }
-CLUSTERS = {"observe_failure": FailsWhileRunning, "progress_with_anomaly": CrashesInItsFirstBatch}
+CLUSTERS = {
+    "observe_failure": FailsWhileRunning,
+    "progress_with_anomaly": CrashesInItsFirstBatch,
+    "evidence_limited": OutputRefused,
+}
 
 
 async def main(suffix: str) -> None:
