@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import Depends, FastAPI, Header, Path, Query, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
@@ -53,12 +53,15 @@ from resurgo.api.models import (
     TimelinePage,
 )
 from resurgo.api.service import Gateway
+from resurgo.api.visibility import owners, shown_to
 from resurgo.audit.store import MAX_LIMIT, AuditStore, AuditStoreUnavailable, store_url_from_env
 from resurgo.config import ResurgoConfig
 
 log = logging.getLogger("resurgo.api")
 
 __all__ = ["create_app"]
+
+P = TypeVar("P", TimelinePage, AuditPage)
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:@+\-]{0,127}$"
 WORKFLOW_ID = r"^[A-Za-z0-9][A-Za-z0-9_.:@+\-]{0,254}$"
@@ -267,15 +270,17 @@ def create_app(
 
     @app.get("/v1/jobs/{cluster}/{job_id}", tags=["jobs"], responses=JOB_ERRORS)
     async def job_detail(
-        _: Viewer, cluster: ClusterPath, job_id: JobPath, workflow_id: WorkflowIdQuery = None
+        who: Viewer, cluster: ClusterPath, job_id: JobPath, workflow_id: WorkflowIdQuery = None
     ) -> JobDetail:
         """One job: attempts, anomalies, attributions, advice (with decisions) and
-        reconciliation. The same shape for live and finished jobs."""
-        return await gateway.job_detail(cluster, job_id, workflow_id)
+        reconciliation. The same shape for live and finished jobs. Output lines are withheld
+        from a viewer token not allowed to read the job's user's output."""
+        detail = await gateway.job_detail(cluster, job_id, workflow_id)
+        return shown_to(who, detail.user, detail)
 
     @app.get("/v1/jobs/{cluster}/{job_id}/timeline", tags=["jobs"], responses=JOB_ERRORS)
     async def job_timeline(
-        _: Viewer,
+        who: Viewer,
         cluster: ClusterPath,
         job_id: JobPath,
         workflow_id: WorkflowIdQuery = None,
@@ -283,8 +288,9 @@ def create_app(
         cursor: Cursor = None,
         limit: Limit = 200,
     ) -> TimelinePage:
-        """The job's audit events, oldest first."""
-        return await gateway.timeline(cluster, job_id, workflow_id, type_, cursor, limit)
+        """The job's audit events, oldest first (output lines withheld as for the job)."""
+        page = await gateway.timeline(cluster, job_id, workflow_id, type_, cursor, limit)
+        return await withheld_events(who, page)
 
     # ---- advice and approvals -----------------------------------------------------------------
     @app.get("/v1/advice", tags=["advice"], responses=READ_ERRORS)
@@ -375,7 +381,7 @@ def create_app(
     # ---- audit ---------------------------------------------------------------------------------
     @app.get("/v1/audit", tags=["audit"], responses=READ_ERRORS)
     async def audit(
-        _: Viewer,
+        who: Viewer,
         job: Annotated[int | None, Query(ge=0, le=MAX_JOB_ID, description="Slurm job id")] = None,
         cluster: NameQuery = None,
         workflow_id: WorkflowIdQuery = None,
@@ -388,12 +394,21 @@ def create_app(
         cursor: Cursor = None,
         limit: Limit = 100,
     ) -> AuditPage:
-        """Audit events matching every filter, in id order, a page at a time."""
-        return await gateway.audit(
+        """Audit events matching every filter, in id order, a page at a time (output lines
+        withheld from a viewer for jobs of users it may not read)."""
+        page = await gateway.audit(
             cluster=cluster, job_id=job, workflow_id=workflow_id, attempt=attempt, types=type_,
             producer=producer, since=_aware(since), until=_aware(until), cursor=cursor,
             limit=limit, order=order,
         )  # fmt: skip
+        return await withheld_events(who, page)
+
+    async def withheld_events(who: Principal, page: P) -> P:
+        if who.role >= Role.OPERATOR or "*" in who.users:
+            return page
+        owner = await owners(gateway.store, (e.workflow_id for e in page.events))
+        events = [shown_to(who, owner[e.workflow_id], e) for e in page.events]
+        return page.model_copy(update={"events": events})
 
     return app
 

@@ -50,6 +50,8 @@ class Principal:
 
     name: str
     role: Role
+    # Slurm users whose jobs' output lines a viewer may read ("*": all); see api/visibility.
+    users: frozenset[str] = frozenset()
 
 
 INSECURE_PRINCIPAL = Principal(name="insecure-local", role=Role.ADMIN)
@@ -66,7 +68,7 @@ class TokenRegistry:
 
     def __init__(self, tokens: dict[str, ApiToken]) -> None:
         self._entries = [
-            (name, bytes.fromhex(tok.sha256), Role.parse(tok.role))
+            (name, bytes.fromhex(tok.sha256), Role.parse(tok.role), frozenset(tok.users))
             for name, tok in sorted(tokens.items())
         ]
 
@@ -89,16 +91,16 @@ class TokenRegistry:
         (random when there are no tokens)."""
         if not self._entries:
             return secrets.token_bytes(32)
-        material = b"".join(digest for _, digest, _ in self._entries)
+        material = b"".join(digest for _, digest, _, _ in self._entries)
         return hashlib.sha256(purpose.encode() + b"\0" + material).digest()
 
     def authenticate(self, token: str) -> Principal | None:
         """The principal whose digest matches `token`, or None. Constant time in the match."""
         digest = hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
         found: Principal | None = None
-        for name, expected, role in self._entries:
+        for name, expected, role, users in self._entries:
             if hmac.compare_digest(digest, expected) and found is None:
-                found = Principal(name=name, role=role)
+                found = Principal(name=name, role=role, users=users)
         return found
 
 

@@ -135,7 +135,7 @@ def build_detail(
         attempt=attempt,
         last_category=category,
         needs_approval=pending is not None,
-        user=attrs.get("user"),
+        user=attrs.get("user") or folded.user,
         partition=attrs.get("partition"),
         first_seen=folded.first_at or (as_utc(loc.execution.start_time) if loc.execution else None),
         last_seen=None if loc.live else folded.last_at,

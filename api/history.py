@@ -56,6 +56,7 @@ def job_ref(cluster: str, job_id: int, workflow_id: str) -> JobRef:
 @dataclass
 class Folded:
     mode: str | None = None
+    user: str | None = None  # the job's Slurm user, when monitoring_started recorded it
     directive: Directive | None = None
     attempts: dict[int, AttemptView] = field(default_factory=dict)
     anomalies: list[Anomaly] = field(default_factory=list)
@@ -121,6 +122,8 @@ def _fold_one(f: Folded, e: StoredAuditEvent) -> None:
     d = e.data
     t = e.type
     if t == AuditEventType.MONITORING_STARTED:
+        user = d.get("user")
+        f.user = user if isinstance(user, str) and user else None
         raw = d.get("directive")
         if isinstance(raw, dict):
             f.directive = Directive.model_validate(raw)

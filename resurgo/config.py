@@ -32,7 +32,7 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -133,6 +133,11 @@ class ApiToken(Strict):
 
     role: Literal["viewer", "operator", "admin"]
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    # Viewers read the output lines (evidence) only of these Slurm users' jobs; "*" = all.
+    # Operators and admins read every job's evidence. See resurgo/api/visibility.py.
+    users: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(
+        default_factory=list, max_length=10_000
+    )
 
 
 class ApiSettings(Strict):

@@ -37,6 +37,7 @@ from resurgo.contracts import (
     Directive,
     JobKey,
     JobObservation,
+    LogLine,
     PolicyConfig,
     Reconciliation,
     RecoveryInput,
@@ -56,6 +57,13 @@ def observation(job_id: int, state: str, restarts: int) -> JobObservation:
     nodes = ["node1", "node2"] if restarts == 0 else ["node3", "node4"]
     return JobObservation(job_id=job_id, state=state, restarts=restarts, node_list=nodes,
                           exc_node_list=[] if restarts == 0 else ["node2"])  # fmt: skip
+
+
+# The job's own output line, as the watch would report it (user text: markup included).
+ECC_LINE = LogLine(
+    source="job.log", line_no=42,
+    text="1: RuntimeError: CUDA error: uncorrectable ECC error encountered <script>x</script>",
+)  # fmt: skip
 
 
 class ScriptedCluster:
@@ -89,7 +97,7 @@ class ScriptedCluster:
             anomaly = Anomaly(
                 kind=AnomalyKind.CRASH, attempt=attempt, detected_at=datetime.now(UTC),
                 summary="rank 1 exited: uncorrectable ECC error", job_state="FAILED",
-                nodes=["node1", "node2"], exit_code=1,
+                nodes=["node1", "node2"], exit_code=1, signals=[ECC_LINE],
             )  # fmt: skip
             return WatchResult(outcome="anomaly", anomaly=anomaly, last_iteration=30,
                                observation=observation(job_id, "FAILED", attempt))  # fmt: skip
@@ -103,7 +111,7 @@ class ScriptedCluster:
         return Attribution(
             kind=AnomalyKind.CRASH, category=Category.HARDWARE_GPU, culprit_nodes=["node2"],
             culprit_ranks=[1], confidence=0.95, fingerprint="hardware_gpu:ecc:node2",
-            summary="uncorrectable ECC error on node2 (rank 1)",
+            summary="uncorrectable ECC error on node2 (rank 1)", evidence=[ECC_LINE],
         )  # fmt: skip
 
     @activity.defn(name="scheduler_action")
