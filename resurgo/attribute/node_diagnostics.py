@@ -1,8 +1,11 @@
 """Why a slow node is slow, from its diagnostic output (`node_<host>.txt`: nvidia-smi -q,
-ibstat/mlxlink, cpupower, tuned-adm).
+ibstat/ibstatus/mlxlink, lspci, cpupower, tuned-adm, ras-mc-ctl; `dmesg_<host>.txt`), and from
+the NCCL set-up lines each node printed into the job's output.
 
 A straggler's culprit is found from the job's timings; its category comes from what the node
-itself reports. Each entry: (pattern, category, what it means, public source).
+itself reports. Where the timings name no one (the job prints one rank's rhythm only), a node
+whose own diagnostics show a degraded state that its peers do not share is the straggler.
+Each entry: (pattern, category, what it means, public source).
 """
 
 from __future__ import annotations
@@ -23,12 +26,70 @@ _SLOW_CAUSES: list[tuple[re.Pattern[str], Category, str, str]] = [
      "GPU thermal slowdown", "NVIDIA nvidia-smi(1): Clocks Event Reasons, Thermal Slowdown"),
     (re.compile(r"^\s*Width\s*:\s*[12]x\b"), Category.HARDWARE_NETWORK,
      "InfiniBand link trained below 4x width", "NVIDIA MFT mlxlink: Width (4x expected)"),
-    (re.compile(r'\bThe governor "powersave"'), Category.SYSTEM_SOFTWARE,
-     "CPU frequency governor left at powersave", "Linux cpupower-frequency-info(1)"),
+    (re.compile(r"^\s*rate:\s*\d+ Gb/sec \([12]X\b"), Category.HARDWARE_NETWORK,
+     "InfiniBand link trained below 4x width", "ibstatus(8) (infiniband-diags): rate (4X)"),
+    (re.compile(r'\bThe governor "powersave"|^\s*powersave\s*$'), Category.SYSTEM_SOFTWARE,
+     "CPU frequency governor left at powersave",
+     "Linux cpupower-frequency-info(1); cpufreq scaling_governor"),
     (re.compile(r"^\s*Current active profile:\s*powersave\b"), Category.SYSTEM_SOFTWARE,
      "tuned profile powersave", "tuned-adm(8): active profile"),
+    (re.compile(r"\blimited by [\d.]+ GT/s PCIe x(?:1|2|4|8) link\b.*\bx16 link\)"),
+     Category.HARDWARE_GPU, "a PCIe link trained below its width",
+     "Linux drivers/pci/pci.c __pcie_print_link_status"),
+    (re.compile(r"\bLnkSta:.*\bWidth x\d+ \(downgraded\)"), Category.HARDWARE_GPU,
+     "a PCIe link trained below its width", "pciutils lspci(8): LnkSta (downgraded)"),
+    (re.compile(r"\bCMCI storm detected\b|\bEDAC MC\d+: \d{3,} CE\b"), Category.HARDWARE_HOST,
+     "a storm of corrected host memory errors", "Linux arch/x86 mce CMCI storm; EDAC"),
+    (re.compile(r"^\s*SymbolErrorCounter:\.*\s*(?:[1-9]\d{3,})\s*$"), Category.HARDWARE_NETWORK,
+     "InfiniBand symbol errors on the port", "perfquery(8) (infiniband-diags)"),
 ]  # fmt: skip
-_IB_RATE = re.compile(r"^\s*Rate:\s*(\d{2,4})\s*$")
+_IB_RATE = re.compile(r"^\s*(?:Rate|rate):\s*(\d{2,4})(?:\s*Gb/sec\b.*)?\s*$")
+_LINK_WIDTH = re.compile(r"^\s*Link Width\s*$")
+_WIDTH_VALUE = re.compile(r"^\s*(Max|Current)\s*:\s*(\d+)x\s*$")
+_SMI_CSV_HEADER = re.compile(r"pcie\.link\.width\.current")
+# NCCL src/transport/net_ib.cc: a node without nvidia_peermem/dmabuf stages every transfer
+# through host memory (NVIDIA/nccl#1537 quotes the line).
+_GDR_DISABLED = re.compile(
+    r"\b([A-Za-z][\w.-]*):\d+:\d+ \[\d+\] NCCL INFO NET/IB ?: GPU Direct RDMA Disabled\b"
+)
+_GDR_ENABLED = re.compile(
+    r"\b([A-Za-z][\w.-]*):\d+:\d+ \[\d+\] NCCL INFO (?:NET/IB ?: GPU Direct RDMA Enabled\b|"
+    r"Channel .* via NET/\w+/\d+/GDRDMA\b)"
+)
+
+
+def _pcie_widths(lines: list[LogLine]) -> list[LogLine]:
+    """nvidia-smi -q `Link Width` blocks (and its --query-gpu csv) below their maximum."""
+    found: list[LogLine] = []
+    in_width = False
+    widths: dict[str, int] = {}
+    columns: list[str] | None = None
+    for entry in lines:
+        text = entry.text
+        if _LINK_WIDTH.match(text):
+            in_width, widths = True, {}
+            continue
+        if in_width and (m := _WIDTH_VALUE.match(text)):
+            widths[m.group(1)] = int(m.group(2))
+            if len(widths) == 2:
+                if widths["Current"] < widths["Max"]:
+                    found.append(entry)
+                in_width = False
+            continue
+        in_width = False
+        if _SMI_CSV_HEADER.search(text):
+            columns = [c.strip() for c in text.split(",")]
+            continue
+        if columns is not None:
+            cells = [c.strip() for c in text.split(",")]
+            if len(cells) != len(columns):
+                columns = None
+                continue
+            row = dict(zip(columns, cells, strict=True))
+            cur, top = row.get("pcie.link.width.current", ""), row.get("pcie.link.width.max", "")
+            if cur.isdigit() and top.isdigit() and int(cur) < int(top):
+                found.append(entry)
+    return found
 
 
 def _causes(lines: list[LogLine]) -> list[tuple[Category, LogLine]]:
@@ -42,6 +103,7 @@ def _causes(lines: list[LogLine]) -> list[tuple[Category, LogLine]]:
                 break
         if (m := _IB_RATE.match(text)) is not None:
             rates.append((int(m.group(1)), entry))
+    found += [(Category.HARDWARE_GPU, e) for e in _pcie_widths(lines)]
     if len(rates) >= 2 and min(r for r, _ in rates) < max(r for r, _ in rates):
         # ibstat(8): one port of the node at a lower rate than its siblings is a degraded link.
         slowest = min(rates, key=lambda r: r[0])
@@ -49,13 +111,54 @@ def _causes(lines: list[LogLine]) -> list[tuple[Category, LogLine]]:
     return found
 
 
+def _node_lines(a: Analysis, node: str) -> list[LogLine]:
+    out: list[LogLine] = []
+    for name, lines in a.node_logs.items():
+        if a.topo.hosts.canonical(name) == node or name == node:
+            out += [e for e in lines if e.source.startswith(("node_", "dmesg_"))]
+    return out
+
+
+def _gdr_outliers(a: Analysis) -> dict[str, list[LogLine]]:
+    """Nodes whose NCCL reports GPU Direct RDMA disabled while other nodes of the job use it."""
+    disabled: dict[str, list[LogLine]] = {}
+    enabled: set[str] = set()
+    for entry in a.lines:
+        if "GPU Direct RDMA" not in entry.text and "GDRDMA" not in entry.text:
+            continue
+        if (m := _GDR_DISABLED.search(entry.text)) is not None:
+            disabled.setdefault(m.group(1), []).append(entry)
+        elif (m := _GDR_ENABLED.search(entry.text)) is not None:
+            enabled.add(m.group(1))
+    if not enabled:
+        return {}  # no node has it: the site's choice, not one node's fault
+    return {n: lines for n, lines in disabled.items() if n not in enabled}
+
+
 def diagnose_slow_nodes(a: Analysis, culprits: list[str]) -> tuple[Category, list[LogLine]] | None:
     """The category the slow nodes' own diagnostics give, with the lines that say so."""
     found: list[tuple[Category, LogLine]] = []
+    gdr = _gdr_outliers(a)
     for node in culprits:
-        for name, lines in a.node_logs.items():
-            if a.topo.hosts.canonical(name) == node or name == node:
-                found += _causes([e for e in lines if e.source.startswith("node_")])
+        found += _causes(_node_lines(a, node))
+        found += [(Category.SYSTEM_SOFTWARE, e) for e in gdr.get(node, [])[:1]]
     if not found:
         return None
     return found[0][0], [line for category, line in found if category == found[0][0]][:3]
+
+
+def degraded_nodes(a: Analysis) -> list[str]:
+    """Nodes of the job whose own diagnostics show a state that slows them down (a link
+    trained below its width, a CPU governor at powersave, clocks left locked, GPUDirect RDMA
+    off) when fewer than half of the job's nodes show it: the same state everywhere is the
+    site's or the room's (a cooling failure throttles every node), not one node's."""
+    hosts = {a.topo.hosts.canonical(n) or n for n in a.node_logs}
+    hosts |= set(_gdr_outliers(a))
+    flagged = sorted(
+        h for h in hosts
+        if a.in_job(h) and (_causes(_node_lines(a, h)) or h in _gdr_outliers(a))
+    )  # fmt: skip
+    known = set(a.node_list) | hosts
+    if not flagged or len(flagged) == len(known) or len(flagged) * 2 > len(known):
+        return []
+    return flagged

@@ -36,7 +36,8 @@ from typing import NamedTuple
 from resurgo.attribute.analysis import Analysis, Kind, Verdict, fingerprint
 from resurgo.attribute.bundle import Bundle
 from resurgo.attribute.liveness import noted_running, running_fine, still_progressing
-from resurgo.attribute.scheduler import parse_scheduler
+from resurgo.attribute.log_header import nodes_in_log
+from resurgo.attribute.scheduler import job_id_in_log, parse_scheduler
 from resurgo.attribute.stages_hardware import _hardware, _node_failure
 from resurgo.attribute.stages_outcome import (
     _healthy,
@@ -107,11 +108,13 @@ def analyse(
     metrics: list[LogLine] | None = None,
 ) -> tuple[Attribution, Progress]:
     """`attribute`, plus the attempt's training progress as its output shows it."""
-    facts = parse_scheduler(scheduler_lines or [])
+    facts = parse_scheduler(scheduler_lines or [], job_id_in_log(lines))
     if obs is not None:
         facts.job = obs
     for node in nodes:
         facts.nodes[node.name] = node
+    if not node_list and not (facts.job is not None and facts.job.node_list):
+        node_list = nodes_in_log(lines)
     a = Analysis(registry, lines, facts, node_list, node_logs or {}, metrics or [])
     a.offline = anomaly is None
     if a.offline and a.state is None and noted_running(a):

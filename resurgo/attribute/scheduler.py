@@ -216,9 +216,34 @@ def _squeue_row(facts: SchedulerFacts, row: dict[str, str]) -> None:
         facts.job_fields = {"JobId": row["JOBID"], "JobState": facts.job.state}
 
 
-def parse_scheduler(lines: list[LogLine]) -> SchedulerFacts:
-    """Parse the scheduler's text (scheduler.txt or observed records) into facts."""
+# How a job's own output names its id: the environment Slurm sets (`SLURM_JOB_ID=4412`,
+# printed by job scripts) or an operator's header (`# job 2210502 ...`).
+_JOB_ID_IN_LOG = re.compile(
+    r"\bSLURM_JOB_?ID=(\d{1,12})\b|^#\s*(?:slurm\s+)?job(?:\s+id)?[:\s]\s*(\d{2,12})\b"
+)
+
+
+def job_id_in_log(lines: list[LogLine]) -> int | None:
+    """The job id the job's output states (first 200 lines), to tell its sacct rows from those
+    of other jobs pasted beside them (an earlier run, a job of the same name)."""
+    for entry in lines[:200]:
+        m = _JOB_ID_IN_LOG.search(entry.text[:300])
+        if m is not None:
+            return int(m.group(1) or m.group(2))
+    return None
+
+
+def _job_of(job_id: str) -> str:
+    return re.split(r"[._+]", job_id, maxsplit=1)[0]
+
+
+def parse_scheduler(lines: list[LogLine], job_id: int | None = None) -> SchedulerFacts:
+    """Parse the scheduler's text (scheduler.txt or observed records) into facts.
+
+    `job_id`, where the job's own output states it, picks the job's sacct rows over other
+    jobs' rows in the same table."""
     facts = SchedulerFacts(lines=list(lines))
+    own = str(job_id) if job_id is not None and _mentions(lines, job_id) else None
     sacct_header: list[str] | None = None
     sacct_rows: list[dict[str, str]] = []
     sinfo_header = False
@@ -261,6 +286,8 @@ def parse_scheduler(lines: list[LogLine]) -> SchedulerFacts:
             continue
         if sacct_header is not None and re.match(r"^\d+(?:[._+]\w+)?(?:\s|\|)", stripped):
             row = _sacct(stripped, sacct_header)
+            if row and own is not None and _job_of(row.get("JobID", "")) != own:
+                continue  # another job's row (an earlier run, a namesake)
             if row:
                 sacct_rows.append(row)
                 _sacct_facts(facts, stripped, sacct_header, row, entry)
@@ -303,6 +330,12 @@ def parse_scheduler(lines: list[LogLine]) -> SchedulerFacts:
             if m := _CANCELLED_BY.search(row.get("State", "")):
                 facts.cancelled_by = m.group("who")
     return facts
+
+
+def _mentions(lines: list[LogLine], job_id: int) -> bool:
+    """The scheduler text has a sacct row of this job (so other jobs' rows can be left out)."""
+    pattern = re.compile(rf"^\s*{job_id}(?:[._+]\w+)?(?:\s|\|)")
+    return any(pattern.match(e.text) for e in lines)
 
 
 def _sacct_facts(

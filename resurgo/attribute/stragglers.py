@@ -11,7 +11,7 @@ import re
 import statistics
 
 from resurgo.attribute.analysis import Analysis, Verdict
-from resurgo.attribute.node_diagnostics import diagnose_slow_nodes
+from resurgo.attribute.node_diagnostics import degraded_nodes, diagnose_slow_nodes
 from resurgo.attribute.rank_tables import read_rank_reports
 from resurgo.attribute.series import jobwide_slowdown
 from resurgo.contracts import AnomalyKind, Category, LogLine
@@ -90,7 +90,11 @@ def stragglers(a: Analysis, *, timings_only: bool = False) -> Verdict | None:
         e for e in a.node_events
         if e.match.kind == AnomalyKind.STRAGGLER and e.root and a.in_job(e.node)
     ]  # fmt: skip
-    if not slow and not report and not degraded and not warn and not summary_nodes:
+    # Nodes whose own diagnostics show a slowing state their peers lack (a link trained below
+    # its width, a governor at powersave): where the job prints one rank's rhythm only, they
+    # are the straggler's only trace.
+    outliers = degraded_nodes(a) if a.running else []
+    if not (slow or report or degraded or warn or summary_nodes or outliers):
         return _jobwide(a)
     nodes = {node_of[r] for r in slow if node_of.get(r)} | summary_nodes
     for e in report:
@@ -108,6 +112,8 @@ def stragglers(a: Analysis, *, timings_only: bool = False) -> Verdict | None:
     if not nodes:
         nodes = {f.host for f in degraded} | {e.node for e in warn if e.node}
     culprits = sorted(n for n in nodes if a.in_job(n))
+    if not culprits and outliers:
+        culprits = outliers
     explained = [f for f in degraded if f.host in culprits]
     explained_logs = [e for e in warn if e.node in culprits]
     category = Category.UNKNOWN

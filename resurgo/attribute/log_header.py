@@ -1,0 +1,63 @@
+"""The job's node list as its own output states it, for bundles without a scheduler record.
+
+Job scripts print Slurm's environment (`SLURM_JOB_NODELIST=gpu[011-012]`, `SLURM_NODELIST=`)
+and operators head a pasted log with the allocation (`# job 5512908  nodes=gdr-[1-4]`,
+`# gpu-h-[01-04] job 5500872 ...`). attribution-labels.md: task N is the N-th host of
+SLURM_JOB_NODELIST, so this list is what places tasks and ranks on nodes.
+"""
+
+from __future__ import annotations
+
+import re
+
+from resurgo.contracts import LogLine
+from resurgo.detect.lines import parse_nccl_prefix
+from resurgo.slurm.errors import ParseError
+from resurgo.slurm.parsers import expand_hostlist
+
+_HOSTLIST = (
+    r"[A-Za-z][\w.-]*(?:\[[\d,\s-]+\][\w.-]*)?(?:,[A-Za-z][\w.-]*(?:\[[\d,\s-]+\][\w.-]*)?)*"
+)
+_SLURM_ENV = re.compile(rf"\bSLURM_(?:JOB_)?NODELIST=\"?({_HOSTLIST})")
+_NODES_WORD = re.compile(rf"(?i)\b(?:nodes?|nodelist|allocation)\s*[=:]?\s*({_HOSTLIST})")
+_BRACKETED = re.compile(r"(?<![\w/.-])([A-Za-z][\w.-]*\[[\d,-]+\][\w.-]*)")
+HEADER_LINES = 60
+
+
+def _expand(expr: str) -> list[str]:
+    try:
+        return expand_hostlist(expr.strip().rstrip(".,;:"))
+    except ParseError:
+        return []
+
+
+def nodes_in_log(lines: list[LogLine]) -> list[str]:
+    """The job's nodes from Slurm's environment printed in its output, else from the first
+    operator note (`#` line) naming a bracketed host list; [] when the log states none, or
+    when hosts the log itself shows (NCCL's `host:pid:tid` prefixes) are not all on it."""
+    found: list[str] = []
+    for entry in lines[:300]:
+        m = _SLURM_ENV.search(entry.text[:500])
+        if m is not None and (found := _expand(m.group(1))):
+            break
+    if not found:
+        for entry in lines[:HEADER_LINES]:
+            text = entry.text[:500]
+            if not text.startswith("#"):
+                continue
+            m = _NODES_WORD.search(text)
+            expr = m.group(1) if m is not None else None
+            if expr is None or ("[" not in expr and "," not in expr):
+                b = _BRACKETED.search(text)
+                expr = b.group(1) if b is not None else None
+            if expr is not None and len(got := _expand(expr)) >= 2:
+                found = got
+                break
+    if not found:
+        return []
+    listed = set(found)
+    for entry in lines[:2000]:
+        nccl = parse_nccl_prefix(entry.text)
+        if nccl is not None and nccl.host.split(".", 1)[0] not in listed:
+            return []  # the note names another allocation than the one that ran
+    return found

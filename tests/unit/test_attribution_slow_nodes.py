@@ -1,0 +1,141 @@
+"""A running job's straggler is found from its nodes' own diagnostics when its output shows one
+rank's rhythm only; the job's node list and id come from its own output when no scheduler
+record is at hand."""
+
+from __future__ import annotations
+
+from resurgo.attribute.log_header import nodes_in_log
+from resurgo.attribute.offline import default_advice
+from resurgo.attribute.rules import attribute
+from resurgo.attribute.scheduler import job_id_in_log, parse_scheduler
+from resurgo.contracts import AdviceKind, Attribution, Category, LogLine
+from resurgo.detect.registry import Registry
+
+NODES = ["gpu01", "gpu02", "gpu03", "gpu04"]
+# A steadily progressing job: Megatron's iteration line (megatron/training/training.py).
+STEADY = "\n".join(
+    f"0: [2025-05-21 09:{m:02d}:00] iteration {100 * m:>8}/   40000 | elapsed time per "
+    f"iteration (ms): 4409.3 | lm loss: 2.88E+00"
+    for m in range(1, 9)
+)
+RUNNING = "# job still running at 2025-05-21 09:09:00\n"
+
+
+def _lines(text: str, source: str = "job.log") -> list[LogLine]:
+    return [LogLine(source=source, line_no=i + 1, text=t) for i, t in enumerate(text.splitlines())]
+
+
+def _run(job: str, node_files: dict[str, str], nodes: list[str] | None = None) -> Attribution:
+    logs = {h: _lines(t, f"node_{h}.txt") for h, t in node_files.items()}
+    return attribute(
+        Registry.default(), None, _lines(job), None, [], NODES if nodes is None else nodes,
+        node_logs=logs,
+    )  # fmt: skip
+
+
+# nvidia-smi -q -d PCI (nvidia-smi(1)): the GPU's link trained at x4 of x16.
+DOWNTRAINED = """GPU 00000000:3A:00.0
+        GPU Link Info
+            Link Width
+                Max                       : 16x
+                Current                   : 4x"""
+FULL_WIDTH = DOWNTRAINED.replace(
+    "Current                   : 4x", "Current                   : 16x"
+)
+
+
+def test_a_gpu_link_trained_below_its_width_on_one_node_is_the_straggler() -> None:
+    a = _run(RUNNING + STEADY, {"gpu03": DOWNTRAINED, "gpu01": FULL_WIDTH})
+    assert (a.kind, a.category, a.culprit_nodes) == ("straggler", Category.HARDWARE_GPU, ["gpu03"])
+    assert default_advice(a).kind == AdviceKind.REQUEUE_EXCLUDING
+
+
+def test_the_kernels_limited_by_line_is_a_downtrained_link() -> None:
+    # Linux drivers/pci/pci.c __pcie_print_link_status, as dmesg prints it at boot.
+    line = (
+        "[    4.300000] pci 0000:3a:00.0: 126.028 Gb/s available PCIe bandwidth, limited by "
+        "32.0 GT/s PCIe x4 link at 0000:38:01.0 (capable of 504.112 Gb/s with 32.0 GT/s "
+        "PCIe x16 link)"
+    )
+    a = _run(RUNNING + STEADY, {"gpu02": line})
+    assert (a.kind, a.culprit_nodes) == ("straggler", ["gpu02"])
+
+
+def test_a_cpu_governor_at_powersave_on_one_node_is_node_software() -> None:
+    # cpupower frequency-info (cpupower-frequency-info(1)).
+    slow = '                  The governor "powersave" may decide which speed to use'
+    fast = '                  The governor "performance" may decide which speed to use'
+    a = _run(RUNNING + STEADY, {"gpu04": slow, "gpu01": fast})
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["gpu04"])
+
+
+def test_the_same_state_on_every_node_is_not_one_nodes_fault() -> None:
+    slow = '                  The governor "powersave" may decide which speed to use'
+    a = _run(RUNNING + STEADY, {n: slow for n in NODES})
+    assert a.culprit_nodes == []
+    assert default_advice(a).kind != AdviceKind.REQUEUE_EXCLUDING
+
+
+def test_a_clean_running_job_with_clean_node_files_stays_healthy() -> None:
+    a = _run(RUNNING + STEADY, {"gpu01": FULL_WIDTH, "gpu02": FULL_WIDTH})
+    assert a.kind == "none"
+
+
+def test_gpudirect_rdma_off_on_one_node_only_names_it() -> None:
+    # NCCL's INFO line as quoted in NVIDIA/nccl#1537; the other nodes' channels use GDRDMA.
+    job = (
+        "0: gpu01:12001:12170 [0] NCCL INFO Channel 00/0 : 24[0] -> 0[0] [receive] via "
+        "NET/IB/0/GDRDMA\n"
+        "1: gpu02:11566:11731 [0] NCCL INFO Channel 00/0 : 8[0] -> 16[0] [send] via "
+        "NET/IB/0/GDRDMA\n"
+        "2: gpu03:11873:12040 [0] NCCL INFO NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0'\n"
+        "3: gpu04:12310:12477 [0] NCCL INFO Channel 00/0 : 16[0] -> 24[0] [receive] via "
+        "NET/IB/0/GDRDMA\n"
+    )
+    a = _run(RUNNING + job + STEADY, {})
+    assert (a.kind, a.category, a.culprit_nodes) == (
+        "straggler",
+        Category.SYSTEM_SOFTWARE,
+        ["gpu03"],
+    )
+
+
+def test_gpudirect_rdma_off_everywhere_is_a_site_choice_not_a_straggler() -> None:
+    job = "".join(
+        f"{t}: gpu0{t + 1}:1200{t}:1217{t} [0] NCCL INFO NET/IB : GPU Direct RDMA Disabled for "
+        f"HCA 0 'mlx5_0'\n"
+        for t in range(4)
+    )
+    assert _run(RUNNING + job + STEADY, {}).kind == "none"
+
+
+def test_the_node_list_comes_from_slurms_environment_in_the_log() -> None:
+    lines = _lines("SLURM_JOB_ID=4412 SLURM_JOB_NODELIST=gpu[011-012] SLURM_NTASKS_PER_NODE=8")
+    assert nodes_in_log(lines) == ["gpu011", "gpu012"]
+    assert job_id_in_log(lines) == 4412
+
+
+def test_an_operators_header_names_the_allocation() -> None:
+    lines = _lines("# job 5512908  nodes=gdr-[1-4]  8 H100/node; ran fine on gdr-[5-8] last week")
+    assert nodes_in_log(lines) == ["gdr-1", "gdr-2", "gdr-3", "gdr-4"]
+
+
+def test_a_header_contradicted_by_the_hosts_nccl_names_is_ignored() -> None:
+    lines = _lines(
+        "# nodes=gdr-[1-2]\n"
+        "0: other-7:12001:12001 [0] NCCL INFO Bootstrap : Using ens9f0:10.12.4.1<0>"
+    )
+    assert nodes_in_log(lines) == []
+
+
+def test_another_jobs_sacct_row_is_not_this_jobs_state() -> None:
+    text = (
+        "JobID           JobName        NodeList      State    Elapsed\n"
+        "------------ ---------- --------------- ---------- ----------\n"
+        "4398         det-r101     gpu[011,019]  COMPLETED   09:41:12\n"
+        "4412         det-r101     gpu[011-012]    RUNNING   03:02:55"
+    )
+    facts = parse_scheduler(_lines(text, "scheduler.txt"), 4412)
+    assert facts.job is not None
+    assert (facts.job.job_id, facts.job.state) == (4412, "RUNNING")
+    assert facts.job_states == ["RUNNING"]
