@@ -6,7 +6,8 @@ policy would do. `--json` prints exactly one object:
     {"kind", "category", "culprit_nodes", "action", "confidence", "fingerprint", "evidence",
      ...extra detail fields}
 
-Exit codes: 0 attributed, 2 the bundle cannot be used (missing/empty job.log, unreadable).
+Exit codes (`resurgo.cli.exits`): 0 attributed, 2 the bundle cannot be used (missing/empty
+job.log, unreadable), 3 there is no such bundle directory.
 """
 
 from __future__ import annotations
@@ -19,9 +20,13 @@ from rich.table import Table
 from rich.text import Text
 
 from resurgo.attribute.offline import BundleError, Report, analyse_bundle
+from resurgo.cli.exits import ExitCode
+from resurgo.cli.output import console as default_console
+from resurgo.cli.output import err as default_err
+from resurgo.cli.output import show
 
-EXIT_OK = 0
-EXIT_BAD_BUNDLE = 2
+EXIT_OK = ExitCode.OK
+EXIT_BAD_BUNDLE = ExitCode.USAGE
 
 
 def attribute_command(
@@ -32,12 +37,15 @@ def attribute_command(
     console: Console | None = None,
     err: Console | None = None,
 ) -> int:
-    out = console or Console()
-    errors = err or Console(stderr=True)
+    out = console or default_console
+    errors = err or default_err
+    if not bundle.exists():
+        errors.print(Text(f"error: no bundle at {bundle}", style="red"))
+        return ExitCode.NOT_FOUND
     try:
         report = analyse_bundle(bundle)
     except BundleError as exc:
-        errors.print(f"[red]cannot attribute:[/red] {exc}")
+        errors.print(Text(f"cannot attribute: {exc}", style="red"))
         return EXIT_BAD_BUNDLE
     if plugin_url:
         report = _with_plugin(report, plugin_url, errors)
@@ -60,7 +68,8 @@ def _with_plugin(report: Report, url: str, errors: Console) -> Report:
     )
     enriched = enrich_sync(report.attribution, request, config)
     if enriched.source != "plugin":
-        errors.print(f"[yellow]plugin:[/yellow] {enriched.summary.rsplit('[', 1)[-1].rstrip(']')}")
+        why = enriched.summary.rsplit("[", 1)[-1].rstrip("]")
+        errors.print(Text(f"plugin: {why}", style="yellow"))
     return Report(report.bundle, enriched, default_advice(enriched))
 
 
@@ -70,26 +79,26 @@ def render(report: Report, console: Console) -> None:
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
     table.add_column()
-    table.add_row("bundle", str(report.bundle.path))
+    table.add_row("bundle", Text(str(report.bundle.path)))
     table.add_row("kind", kind)
     table.add_row("category", a.category.value)
-    table.add_row("culprit nodes", ", ".join(a.culprit_nodes) or "-")
+    table.add_row("culprit nodes", Text(", ".join(a.culprit_nodes) or "-"))
     if a.culprit_ranks:
         table.add_row("culprit ranks", ", ".join(map(str, a.culprit_ranks)))
     if a.culprit_gpus:
         table.add_row("culprit GPUs", ", ".join(a.culprit_gpus))
     table.add_row("confidence", f"{a.confidence:.2f}")
-    table.add_row("fingerprint", a.fingerprint)
-    table.add_row("summary", a.summary)
+    table.add_row("fingerprint", Text(a.fingerprint))
+    table.add_row("summary", Text(a.summary))
     if a.scheduler_outcome:
-        table.add_row("scheduler outcome", a.scheduler_outcome)
+        table.add_row("scheduler outcome", Text(a.scheduler_outcome))
     if a.checkpoint_failure:
         table.add_row("checkpoint", "saving a checkpoint failed")
     table.add_row("action", Text(report.action, style="bold"))
-    table.add_row("policy", f"{report.advice.rule}: {report.advice.reason}")
-    console.print(table)
+    table.add_row("policy", Text(f"{report.advice.rule}: {report.advice.reason}"))
+    show(table, console)
     if a.evidence:
         ev = Table("source", "line", "text", title="evidence", title_justify="left")
         for line in a.evidence:
-            ev.add_row(line.source, str(line.line_no), Text(line.text[:240]))
-        console.print(ev)
+            ev.add_row(Text(line.source), str(line.line_no), Text(line.text))
+        show(ev, console)

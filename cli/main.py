@@ -3,24 +3,22 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
+
+from resurgo.cli.app import Fault, LogLevel, ModeChoice, make_app, setup_logging, subcommands
+from resurgo.cli.exits import ExitCode
+from resurgo.cli.output import console, err, fail
 
 # Heavy modules (the config and its pydantic-settings sources, temporalio, fastapi,
 # sqlalchemy, httpx, asyncssh) load inside the commands that need them, so `resurgo
 # attribute` starts fast.
 
-app = typer.Typer(
-    help="Resurgo: cluster-level recovery for training jobs on Slurm.", no_args_is_help=True
-)
-console = Console()
-err = Console(stderr=True)
+app = make_app("Resurgo: cluster-level recovery for training jobs on Slurm.")
 
 # The same options as cli/operator.py's (kept here so `audit` needs no operator import).
 UrlOpt = Annotated[
@@ -48,11 +46,8 @@ ConfigOpt = Annotated[
 ]
 
 
-def _setup_logging(verbose: bool = False) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+def _setup_logging() -> None:
+    setup_logging(LogLevel.INFO)
 
 
 def _config(path: str | None):  # type: ignore[no-untyped-def]
@@ -61,8 +56,7 @@ def _config(path: str | None):  # type: ignore[no-untyped-def]
     try:
         return load_config(path)
     except ConfigError as exc:
-        err.print(f"[red]config error:[/red] {exc}")
-        raise typer.Exit(2) from exc
+        fail(f"config error: {exc}", ExitCode.USAGE)
 
 
 @app.command()
@@ -97,8 +91,7 @@ def controller(
     try:
         cfg.cluster(cluster)
     except ConfigError as exc:
-        err.print(f"[red]config error:[/red] {exc}")
-        raise typer.Exit(2) from exc
+        fail(f"config error: {exc}", ExitCode.USAGE)
 
     async def main() -> None:
         client = await connect(cfg.temporal, wait_seconds=300)
@@ -138,8 +131,7 @@ def watchdog(
     try:
         runner = make_runner(cfg.cluster(cluster))
     except ConfigError as exc:
-        err.print(f"[red]config error:[/red] {exc}")
-        raise typer.Exit(2) from exc
+        fail(f"config error: {exc}", ExitCode.USAGE)
     code = asyncio.run(
         run_watchdog(cluster, SlurmClient(runner), act=act, interval=interval, record=record,
                      once=once)
@@ -164,9 +156,18 @@ def dev_server(
 def audit(
     job: Annotated[int | None, typer.Argument(help="Slurm job id (omit to list jobs)")] = None,
     cluster: Annotated[str | None, typer.Option(help="cluster name")] = None,
-    attempt: Annotated[int | None, typer.Option(help="only this attempt")] = None,
-    type_: Annotated[list[str] | None, typer.Option("--type", help="event type(s)")] = None,
+    attempt: Annotated[int | None, typer.Option(help="only this attempt (needs JOB)")] = None,
+    type_: Annotated[
+        list[str] | None, typer.Option("--type", help="only these event types (needs JOB)")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a table")] = False,
+    limit: Annotated[
+        int, typer.Option(min=1, max=9_999, help="most jobs to list (without JOB)")
+    ] = 1000,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="keep printing new events until monitoring ends")
+    ] = False,
+    interval: Annotated[float, typer.Option(min=0.1, help="--follow: seconds between reads")] = 2.0,
     url: Annotated[
         str | None, typer.Option(help="audit store URL (default from config/env)")
     ] = None,
@@ -175,45 +176,23 @@ def audit(
     api_url: UrlOpt = None,
     token: TokenOpt = None,
 ) -> None:
-    """Print a job's audit timeline (or the list of audited jobs)."""
-    from resurgo.audit.store import AuditStore, AuditStoreUnavailable, store_url_from_env
-    from resurgo.cli.timeline import render_timeline, timeline_json
-
+    """Print a job's audit timeline (or the list of audited jobs). Never creates a store."""
     if use_api:
-        from resurgo.cli import operator as operator_cli
+        from resurgo.cli.audit_api import audit_via_api
 
-        operator_cli.audit_via_api(
+        audit_via_api(
             job, cluster=cluster, attempt=attempt, types=type_, as_json=as_json,
-            api_url=api_url, token=token, config=config,
+            api_url=api_url, token=token, config=config, follow=follow, interval=interval,
         )  # fmt: skip
         return
-    cfg = _config(config)
-    store = AuditStore(url or cfg.audit.url or store_url_from_env())
-    try:
-        if job is None:
-            jobs = store.jobs(cluster)
-            if as_json:
-                console.print_json(data=[j.model_dump(mode="json") for j in jobs])
-                return
-            from rich.table import Table
+    from resurgo.audit.store import store_url_from_env
+    from resurgo.cli.audit import audit_command
 
-            table = Table("cluster", "job", "events", "first", "last", "last event")
-            for j in jobs:
-                table.add_row(j.cluster, str(j.job_id), str(j.events), j.first_at.isoformat(),
-                              j.last_at.isoformat(), j.last_type)  # fmt: skip
-            console.print(table)
-            return
-        events = list(store.iter_all(cluster=cluster, job_id=job, attempt=attempt, types=type_))
-    except AuditStoreUnavailable as exc:
-        err.print(f"[red]{exc}[/red]")
-        raise typer.Exit(1) from exc
-    if not events:
-        err.print(f"no audit events for job {job}" + (f" on {cluster}" if cluster else ""))
-        raise typer.Exit(1)
-    if as_json:
-        print(timeline_json(events))
-    else:
-        render_timeline(events, console)
+    audit_command(
+        job, url=url or _config(config).audit.url or store_url_from_env(), cluster=cluster,
+        attempt=attempt, types=type_ or [], as_json=as_json, limit=limit, follow=follow,
+        interval=interval,
+    )  # fmt: skip
 
 
 @app.command()
@@ -238,8 +217,7 @@ def api(
     try:
         serve(cfg, host=host, port=port, insecure=insecure, tokens_file=tokens_file)
     except ConfigError as exc:
-        err.print(f"[red]config error:[/red] {exc}")
-        raise typer.Exit(2) from exc
+        fail(f"config error: {exc}", ExitCode.USAGE)
 
 
 @app.command()
@@ -247,9 +225,9 @@ def demo(
     workdir: Annotated[Path, typer.Option(help="where logs, checkpoints and stores go")] = Path(
         "/var/tmp/resurgo-demo"
     ),
-    fault: Annotated[str, typer.Option(help="fault to inject (see infra/demo)")] = "ecc",
+    fault: Annotated[Fault, typer.Option(help="fault to inject (see infra/demo)")] = Fault.ECC,
     fault_node: Annotated[str, typer.Option(help="node that fails")] = "",
-    mode: Annotated[str, typer.Option(help="directive mode: action or observe")] = "action",
+    mode: Annotated[ModeChoice, typer.Option(help="directive mode")] = ModeChoice.ACTION,
     keep_ui: Annotated[
         bool, typer.Option(help="leave the Temporal dev server (and its UI) running at the end")
     ] = True,
@@ -258,7 +236,8 @@ def demo(
     from resurgo.devstack.demo import run_demo
 
     _setup_logging()
-    code = run_demo(workdir=workdir, fault=fault, fault_node=fault_node, mode=mode, keep_ui=keep_ui)
+    code = run_demo(workdir=workdir, fault=fault.value, fault_node=fault_node, mode=mode.value,
+                    keep_ui=keep_ui)  # fmt: skip
     raise typer.Exit(code)
 
 
@@ -267,9 +246,8 @@ if _wants_operator_commands(sys.argv):
 
     operator_cli.register(app)
 
-signals_app = typer.Typer(
-    help="Signal sources: job logs (file, Loki, VictoriaLogs) and GPU metrics (Prometheus).",
-    no_args_is_help=True,
+signals_app = subcommands(
+    "Signal sources: job logs (file, Loki, VictoriaLogs) and GPU metrics (Prometheus)."
 )
 app.add_typer(signals_app, name="signals")
 
@@ -296,7 +274,7 @@ def signals_check(
     metric: Annotated[
         list[str] | None, typer.Option(help="another required metric name; repeatable")
     ] = None,
-    window: Annotated[str, typer.Option(help="how far back to look: 15m, 1h, 2d")] = "15m",
+    window: Annotated[str, typer.Option(help="how far back to look: 15m, 1h30m, 2d, PT1H")] = "15m",
     selector: Annotated[str, typer.Option(help="extra LogQL matchers / LogsQL filter")] = "",
     cluster: Annotated[str, typer.Option(help="cluster name used in the config snippet")] = "local",
     max_lines: Annotated[int, typer.Option(help="most log lines to scan")] = 200_000,
@@ -342,7 +320,7 @@ def attribute(
     )
 
 
-policy_app = typer.Typer(help="Recovery policy tools.", no_args_is_help=True)
+policy_app = subcommands("Recovery policy tools.")
 app.add_typer(policy_app, name="policy")
 
 
@@ -351,7 +329,7 @@ def policy_replay(
     policy: Annotated[Path, typer.Option("--policy", help="candidate policy (TOML)")],
     name: Annotated[str | None, typer.Option(help="which [policies.NAME] in the file")] = None,
     since: Annotated[
-        str | None, typer.Option(help="jobs advised since: 7d, 12h, 2026-11-01")
+        str | None, typer.Option(help="jobs advised since: 7d, 1h30m, PT12H, 2026-11-01")
     ] = None,
     url: Annotated[
         str | None, typer.Option(help="audit store URL (default from config/env)")
@@ -364,6 +342,8 @@ def policy_replay(
     from resurgo.cli.policy_replay import replay_command
 
     store_url = url or _config(config).audit.url or store_url_from_env()
+    if not policy.is_file():
+        fail(f"no policy file {policy}", ExitCode.NOT_FOUND)
     code = replay_command(
         policy, name=name, since=since, url=store_url, as_json=as_json, console=console, err=err
     )

@@ -2,14 +2,16 @@
 
 They talk to `resurgo api` over HTTP. The API URL and token come from `--api-url`/`--token`, else
 `$RESURGO_API_URL`/`$RESURGO_API_TOKEN`, else the config's `[api]` section (`url`, or
-`http://host:port`; `token_file`). Tables by default, `--json` for scripts (the API's own JSON).
-Exit codes: 0 done, 1 the API refused (the message says why), 2 bad usage or config, 3 the API
-is unreachable or failed.
+`http://host:port`; `token_file`). Tables by default (tab-separated when piped), `--json` for
+scripts (the API's own JSON).
+Exit codes (`resurgo.cli.exits`): 0 done, 1 the API refused (409), 2 bad usage or config,
+3 not found (404), 4 the API is unreachable or failed (5xx), 5 token or role refused (401/403).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -18,20 +20,24 @@ from typing import Annotated, Any
 
 import httpx
 import typer
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from resurgo.cli.app import ModeChoice, Role
+from resurgo.cli.exits import ExitCode
+from resurgo.cli.output import console, err, fail, show, warn
 from resurgo.config import ConfigError, load_config
-
-console = Console()
-err = Console(stderr=True)
 
 ENV_URL = "RESURGO_API_URL"
 ENV_TOKEN = "RESURGO_API_TOKEN"
-EXIT_REFUSED = 1
-EXIT_USAGE = 2
-EXIT_UNAVAILABLE = 3
+EXIT_REFUSED = ExitCode.FAILURE
+EXIT_USAGE = ExitCode.USAGE
+EXIT_UNAVAILABLE = ExitCode.UNAVAILABLE
+# What an HTTP error status means for the exit code; anything else >= 500 is UNAVAILABLE.
+STATUS_EXIT = {
+    400: ExitCode.USAGE, 401: ExitCode.DENIED, 403: ExitCode.DENIED, 404: ExitCode.NOT_FOUND,
+    409: ExitCode.FAILURE, 413: ExitCode.USAGE, 422: ExitCode.USAGE,
+}  # fmt: skip
 
 UrlOpt = Annotated[
     str | None,
@@ -100,8 +106,18 @@ def _detail(resp: httpx.Response) -> str:
         body = resp.json()
     except ValueError:
         return resp.text[:500] or resp.reason_phrase
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):  # {"error": {...}}
+        error = body["error"]
+        details = error.get("details")
+        message = str(error.get("message") or error.get("code") or body)
+        if isinstance(details, list) and details:
+            message += ": " + "; ".join(
+                f"{'.'.join(str(p) for p in d.get('loc', []))}: {d.get('msg')}"
+                for d in details if isinstance(d, dict)
+            )  # fmt: skip
+        return message
     detail = body.get("detail") if isinstance(body, dict) else None
-    if isinstance(detail, list):  # request validation errors
+    if isinstance(detail, list):  # request validation errors (older servers)
         return "; ".join(
             f"{'.'.join(str(p) for p in d.get('loc', []))}: {d.get('msg')}" for d in detail
         )
@@ -112,14 +128,12 @@ def make_client(url: str | None, token: str | None, config: str | None) -> ApiCl
     try:
         settings = load_config(config).api
     except ConfigError as exc:
-        err.print(f"[red]config error:[/red] {exc}")
-        raise typer.Exit(EXIT_USAGE) from exc
+        fail(f"config error: {exc}", ExitCode.USAGE)
     if not token and settings.token_file:
         try:
             token = Path(settings.token_file).expanduser().read_text().strip()
         except OSError as exc:
-            err.print(f"[red]cannot read token file {settings.token_file}:[/red] {exc.strerror}")
-            raise typer.Exit(EXIT_USAGE) from exc
+            fail(f"cannot read token file {settings.token_file}: {exc.strerror}", ExitCode.USAGE)
     return ApiClient(url or settings.client_url(), token)
 
 
@@ -130,15 +144,28 @@ def api_call(client: ApiClient, waiting: str) -> Iterator[None]:
         with err.status(waiting, spinner="dots"):
             yield
     except ApiUnreachable as exc:
-        err.print(f"[red]{exc}[/red]")
-        raise typer.Exit(EXIT_UNAVAILABLE) from exc
+        fail(str(exc), ExitCode.UNAVAILABLE)
     except ApiError as exc:
         what = {401: "not authenticated", 403: "not allowed", 404: "not found",
                 409: "refused", 422: "invalid request"}.get(exc.status, "failed")  # fmt: skip
-        err.print(Text(f"{what} ({exc.status}): {exc.detail}", style="red"))
-        raise typer.Exit(EXIT_UNAVAILABLE if exc.status >= 500 else EXIT_REFUSED) from exc
+        err.print(Text(f"{what} ({exc.status}): {exc.detail}", style="red"), soft_wrap=True)
+        code = STATUS_EXIT.get(exc.status, ExitCode.UNAVAILABLE if exc.status >= 500 else
+                               ExitCode.FAILURE)  # fmt: skip
+        raise typer.Exit(int(code)) from exc
     finally:
         client.close()
+
+
+def _when_option(option: str, value: str | None) -> str | None:
+    """`--since 7d` / `--until 2026-11-01` as the ISO date-time the API takes."""
+    if value is None:
+        return None
+    from resurgo.durations import parse_since
+
+    try:
+        return parse_since(value).isoformat()
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint=option) from exc
 
 
 def emit_json(data: Any) -> None:
@@ -175,8 +202,12 @@ def jobs(
     ] = None,
     mode: Annotated[str | None, typer.Option(help="observe | action")] = None,
     category: Annotated[str | None, typer.Option(help="last attribution category")] = None,
-    since: Annotated[str | None, typer.Option(help="active at or after (ISO 8601)")] = None,
-    until: Annotated[str | None, typer.Option(help="began before (ISO 8601)")] = None,
+    since: Annotated[
+        str | None, typer.Option(help="active at or after: 7d, 1h30m ago or an ISO date/time")
+    ] = None,
+    until: Annotated[
+        str | None, typer.Option(help="began before: 7d, 1h30m ago or an ISO date/time")
+    ] = None,
     limit: Annotated[int, typer.Option(min=1, max=10_000, help="at most this many jobs")] = 50,
     cursor: Annotated[str | None, typer.Option(help="continue from a next_cursor")] = None,
     as_json: JsonOpt = False,
@@ -184,7 +215,8 @@ def jobs(
     token: TokenOpt = None,
     config: ConfigOpt = None,
 ) -> None:
-    """List jobs: live ones first, then finished ones."""
+    """List jobs: live ones first, then finished ones (at most --limit; says when there is more)."""
+    since, until = _when_option("--since", since), _when_option("--until", until)
     client = make_client(api_url, token, config)
     items: list[dict[str, Any]] = []
     with api_call(client, "listing jobs…"):
@@ -211,9 +243,9 @@ def jobs(
             Text("PENDING", style="yellow bold") if j["needs_approval"] else Text("-"),
             Text(str(j.get("user") or "-")), _when(j.get("first_seen")),
         )  # fmt: skip
-    console.print(table if items else Text("no jobs"))
+    show(table if items else Text("no jobs"))
     if cursor:
-        err.print(f"more: --cursor {cursor}")
+        err.print(Text(f"more jobs than --limit {limit}; next page: --cursor {cursor}"))
 
 
 def job(
@@ -251,7 +283,7 @@ def job(
                                           f"{pending['reason']}"))  # fmt: skip
     for key, value in rows:
         head.add_row(key, Text(value))
-    console.print(head)
+    show(head)
     attempts = Table("attempt", "started", "nodes", "excluded", "progress", "anomalies",
                      "attribution", title="attempts", title_justify="left")  # fmt: skip
     for a in d["attempts"]:
@@ -265,7 +297,7 @@ def job(
             Text("; ".join(f"{x['category']} {_nodes(x['culprit_nodes'])} "
                            f"({x['confidence']:.2f})" for x in a["attributions"]) or "-"),
         )  # fmt: skip
-    console.print(attempts)
+    show(attempts)
     advice = Table("gen", "attempt", "advice", "state", "decided by", "reconciliation", "reason",
                    title="advice", title_justify="left")  # fmt: skip
     for v in d["advice"]:
@@ -276,9 +308,9 @@ def job(
                                            else "") if decision else "-"),
             Text(f"{rec['status']} ({rec['reason']})" if rec else "-"), Text(a["reason"]),
         )  # fmt: skip
-    console.print(advice)
+    show(advice)
     for warning in d.get("warnings", []):
-        err.print(Text(f"warning: {warning}", style="yellow"))
+        warn(warning)
 
 
 def advice(
@@ -310,9 +342,9 @@ def advice(
             _when(item.get("expires_at")), Text(str(item["state"] or "-")),
             Text(str(item["mode"] or "-")), Text(a["reason"]),
         )  # fmt: skip
-    console.print(table if page["items"] else Text("nothing pending" if pending else "no advice"))
+    show(table if page["items"] else Text("nothing pending" if pending else "no advice"))
     for warning in page.get("warnings", []):
-        err.print(Text(f"warning: {warning}", style="yellow"))
+        warn(warning)
 
 
 def _decide(
@@ -360,15 +392,14 @@ def reject(
 ) -> None:
     """Reject the advice waiting for approval: nothing is done to the job."""
     if not reason.strip():
-        err.print("[red]--reason must not be empty[/red]")
-        raise typer.Exit(EXIT_USAGE)
+        fail("--reason must not be empty", ExitCode.USAGE)
     _decide("reject", cluster, job_id, generation, reason, as_json, api_url, token, config)
 
 
 def mode(
     cluster: ClusterArg,
     job_id: JobArg,
-    new_mode: Annotated[str, typer.Argument(metavar="observe|action", help="the new mode")],
+    new_mode: Annotated[ModeChoice, typer.Argument(help="the new mode")],
     reason: Annotated[str, typer.Option(help="kept in the audit trail")] = "",
     as_json: JsonOpt = False,
     api_url: UrlOpt = None,
@@ -376,13 +407,10 @@ def mode(
     config: ConfigOpt = None,
 ) -> None:
     """Switch a live job between observe and action mode."""
-    if new_mode not in ("observe", "action"):
-        err.print(f"[red]mode must be observe or action, not {new_mode!r}[/red]")
-        raise typer.Exit(EXIT_USAGE)
     client = make_client(api_url, token, config)
     with api_call(client, f"switching {cluster}/{job_id} to {new_mode}…"):
         result = client.post(
-            f"/v1/jobs/{cluster}/{job_id}/mode", {"mode": new_mode, "reason": reason}
+            f"/v1/jobs/{cluster}/{job_id}/mode", {"mode": new_mode.value, "reason": reason}
         )
     if as_json:
         emit_json(result)
@@ -393,62 +421,32 @@ def mode(
     )  # fmt: skip
 
 
-def audit_via_api(
-    job_id: int | None,
-    *,
-    cluster: str | None,
-    attempt: int | None,
-    types: list[str] | None,
-    as_json: bool,
-    api_url: str | None,
-    token: str | None,
-    config: str | None,
-) -> None:
-    """`resurgo audit --api`: the same timeline, read through the API."""
-    from resurgo.audit.store import StoredAuditEvent
-    from resurgo.cli.timeline import render_timeline, timeline_json
-
-    if job_id is None:
-        jobs(cluster=cluster, as_json=as_json, api_url=api_url, token=token, config=config)
-        return
-    client = make_client(api_url, token, config)
-    raw: list[dict[str, Any]] = []
-    cursor: str | None = None
-    with api_call(client, f"reading the audit trail of job {job_id}…"):
-        while True:
-            page = client.get("/v1/audit", job=job_id, cluster=cluster, attempt=attempt,
-                              type=types or None, cursor=cursor, limit=1000)  # fmt: skip
-            raw += page["events"]
-            cursor = page["next_cursor"]
-            if not cursor:
-                break
-    events = [StoredAuditEvent.model_validate(e) for e in raw]
-    if not events:
-        err.print(f"no audit events for job {job_id}" + (f" on {cluster}" if cluster else ""))
-        raise typer.Exit(EXIT_REFUSED)
-    if as_json:
-        typer.echo(timeline_json(events))
-    else:
-        render_timeline(events, console)
+# Token names become the actor in the audit trail: keep them to one plain word.
+TOKEN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@+\-]{0,127}")
 
 
 def api_token(
     name: Annotated[str, typer.Argument(help="the principal; recorded as the actor")],
-    role: Annotated[str, typer.Option(help="viewer | operator | admin")] = "viewer",
+    role: Annotated[Role, typer.Option(help="what the token may do")] = Role.VIEWER,
 ) -> None:
-    """Make a new API token: prints the token once, and the config entry that accepts it."""
+    """Make a new API token: prints the token once (stdout), and the tokens-file entry that
+    accepts it (stderr; paste it into the file named by --tokens-file or [api] tokens_file)."""
+    import tomli_w
+
     from resurgo.tokens import hash_token, new_token
 
-    if role not in ("viewer", "operator", "admin"):
-        err.print(f"[red]role must be viewer, operator or admin, not {role!r}[/red]")
-        raise typer.Exit(EXIT_USAGE)
+    if not TOKEN_NAME.fullmatch(name):
+        raise typer.BadParameter(
+            "letters, digits and _.@+- only (it is recorded as the actor)", param_hint="NAME"
+        )
     token = new_token()
+    entry = {name: {"role": role.value, "sha256": hash_token(token)}}
     err.print("token (shown once; give it to the user, e.g. as $RESURGO_API_TOKEN):")
     typer.echo(token)
-    err.print("add to the config (only the digest is stored):")
-    err.print(
-        Text(f'[api.tokens.{json.dumps(name)}]\nrole = "{role}"\nsha256 = "{hash_token(token)}"')
-    )
+    err.print("entry for the API tokens file (only the digest is stored):")
+    err.print(Text(tomli_w.dumps({"tokens": entry}).rstrip()), soft_wrap=True)
+    err.print(Text("(in the main config file the same table is named [api.tokens.NAME])",
+                   style="dim"))  # fmt: skip
 
 
 COMMANDS: dict[str, Callable[..., None]] = {

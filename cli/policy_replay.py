@@ -11,13 +11,15 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from resurgo.cli.exits import ExitCode
+from resurgo.cli.output import show
+from resurgo.durations import parse_since
 from resurgo.policy.decide import describe_advice
 from resurgo.policy.replay import (
     PolicyFileError,
     ReplayResult,
     fetch_events,
     load_policy,
-    parse_since,
     replay,
 )
 
@@ -25,15 +27,17 @@ from resurgo.policy.replay import (
 def render(result: ReplayResult, console: Console) -> None:
     p = result.policy
     console.print(
-        f"policy [bold]{p.name}[/bold]: max_attempts={p.max_attempts} "
+        Text(f"policy {p.name}: ", style="bold"),
+        f"max_attempts={p.max_attempts} "
         f"budget_per_fingerprint={p.budget_per_fingerprint} "
         f"application_retries={p.application_retries} "
-        f"no_progress_attempts={p.no_progress_attempts} allow_drain={p.allow_drain}"
+        f"no_progress_attempts={p.no_progress_attempts} allow_drain={p.allow_drain}",
+        sep="",
     )
     changed = result.changed
     console.print(
         f"{len(result.decisions)} recorded decision(s) in {result.jobs} job(s); "
-        f"[bold]{len(changed)}[/bold] would change"
+        f"{len(changed)} would change"
         + (f"; {result.skipped} unreadable event(s) skipped" if result.skipped else "")
     )
     if not changed:
@@ -59,7 +63,7 @@ def render(result: ReplayResult, console: Console) -> None:
             describe_advice(d.replayed) if d.replayed is not None else "(not reached)",
             Text(d.why),
         )
-    console.print(table)
+    show(table, console)
 
 
 def replay_command(
@@ -74,20 +78,21 @@ def replay_command(
 ) -> int:
     import json
 
-    from resurgo.audit.store import AuditStore, AuditStoreUnavailable
+    from resurgo.audit.store import AuditStoreUnavailable
+    from resurgo.cli.audit import open_for_reading
 
     try:
         policy = load_policy(policy_file, name)
         start = parse_since(since) if since else None
     except (PolicyFileError, ValueError) as exc:
-        err.print(f"[red]{exc}[/red]")
-        return 2
-    store = AuditStore(url)
+        err.print(Text(f"error: {exc}", style="red"))
+        return ExitCode.USAGE
+    store = open_for_reading(url)
     try:
         events = fetch_events(store, start)
     except AuditStoreUnavailable as exc:
-        err.print(f"[red]{exc}[/red]")
-        return 1
+        err.print(Text(f"error: {exc}", style="red"))
+        return ExitCode.UNAVAILABLE
     finally:
         store.close()
     result = replay(events, policy)
@@ -95,4 +100,4 @@ def replay_command(
         print(json.dumps(result.as_json()))
     else:
         render(result, console)
-    return 0
+    return ExitCode.OK

@@ -18,6 +18,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from resurgo.cli.exits import ExitCode
+from resurgo.cli.output import console as default_console
+from resurgo.cli.output import err as default_err
+from resurgo.cli.output import show
 from resurgo.sources.check import run_check
 from resurgo.sources.check_report import (
     CheckOptions,
@@ -26,9 +30,9 @@ from resurgo.sources.check_report import (
     parse_label_overrides,
 )
 
-EXIT_OK = 0
-EXIT_CONTRACT = 1
-EXIT_USAGE = 2
+EXIT_OK = ExitCode.OK
+EXIT_CONTRACT = ExitCode.FAILURE
+EXIT_USAGE = ExitCode.USAGE
 
 
 _STATUS_STYLE = {
@@ -63,7 +67,7 @@ def render(report: CheckReport, console: Console) -> None:
             Text(s.proposal or s.detail or ("candidates: " + ", ".join(s.candidates))
                  if (s.proposal or s.detail or s.candidates) else ""),
         )  # fmt: skip
-    console.print(labels)
+    show(labels, console)
     summary = f"{report.lines_scanned} line(s) scanned"
     if report.truncated:
         summary += " (limit reached)"
@@ -82,7 +86,7 @@ def render(report: CheckReport, console: Console) -> None:
         patterns.add_row(p.id, p.kind, p.category, p.role, p.severity, str(p.count))
     if not report.patterns:
         patterns.add_row("(none)", "", "", "", "", "0")
-    console.print(patterns)
+    show(patterns, console)
 
     if report.metrics:
         metrics = Table(title="Metrics", title_justify="left")
@@ -98,7 +102,7 @@ def render(report: CheckReport, console: Console) -> None:
                 m.host_label,
                 Text(hosts or m.detail),
             )
-        console.print(metrics)
+        show(metrics, console)
         if report.xid_now:
             console.print(Text("GPUs with a non-zero XID now: " + "; ".join(report.xid_now)))
 
@@ -131,10 +135,7 @@ def check_command(
     as_json: bool = False,
 ) -> int:
     """Run the check, print the report (tables or JSON); returns the exit code."""
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=160)
-    err = Console(stderr=True)
+    console, err = default_console, default_err
     try:
         overrides = parse_label_overrides(labels)
         opts = CheckOptions(

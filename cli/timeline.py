@@ -11,6 +11,8 @@ from rich.table import Table
 from rich.text import Text
 
 from resurgo.audit.store import StoredAuditEvent
+from resurgo.cli.output import console as default_console
+from resurgo.cli.output import show
 
 __all__ = ["format_time", "render_timeline", "timeline_json"]
 
@@ -41,9 +43,10 @@ def _title(events: Sequence[StoredAuditEvent]) -> str:
 def render_timeline(events: Sequence[StoredAuditEvent], console: Console | None = None) -> None:
     """Print the events as a table, oldest first: time (UTC, ms), attempt, type, producer, summary.
 
-    Text from the events is printed literally (never interpreted as rich markup).
+    Text from the events is printed literally (never interpreted as rich markup); piped, the
+    table is tab-separated values (nothing wrapped or cut).
     """
-    console = console if console is not None else Console()
+    console = console if console is not None else default_console
     if not events:
         console.print(Text("no audit events"))
         return
@@ -61,7 +64,7 @@ def render_timeline(events: Sequence[StoredAuditEvent], console: Console | None 
             Text(e.producer),
             Text(e.summary),
         )
-    console.print(table)
+    show(table, console)
 
 
 def timeline_json(events: Sequence[StoredAuditEvent]) -> str:

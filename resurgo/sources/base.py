@@ -25,6 +25,7 @@ from typing import Annotated, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
+from resurgo import durations
 from resurgo.contracts import LogCursor
 
 NS_PER_SECOND = 1_000_000_000
@@ -266,25 +267,8 @@ def format_rfc3339_ns(ns: int) -> str:
     return f"{stamp}.{rest:09d}Z"
 
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)", re.ASCII)
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-
-
 def parse_duration(text: str) -> float:
-    """`15m`, `1h30m`, `90s`, `2d`, `500ms` or a plain number of seconds → seconds (> 0)."""
-    raw = text.strip()
-    try:
-        value = float(raw)
-    except ValueError:
-        pos = 0
-        value = 0.0
-        for m in _DURATION.finditer(raw):
-            if m.start() != pos:
-                break
-            value += float(m.group(1)) * _UNITS[m.group(2)]
-            pos = m.end()
-        if pos != len(raw) or not raw:
-            raise ValueError(f"invalid duration {text!r} (use e.g. 30s, 15m, 1h30m, 2d)") from None
-    if not value > 0 or value != value or value == float("inf"):
-        raise ValueError(f"duration {text!r} must be positive")
-    return value
+    """`15m`, `1h30m`, `90s`, `2d`, `500ms`, `PT1H` or a plain number of seconds → seconds (> 0).
+
+    The one duration parser (`resurgo.durations`), so `--window` reads like every `--since`."""
+    return durations.parse_duration(text).total_seconds()

@@ -18,6 +18,7 @@ from typer.testing import CliRunner, Result
 from resurgo.api.app import create_app
 from resurgo.api.server import free_port
 from resurgo.audit.store import AuditStore
+from resurgo.cli.exits import ExitCode
 from resurgo.cli.main import app as cli
 from resurgo.contracts import Directive, Mode
 from resurgo.tokens import hash_token
@@ -97,6 +98,8 @@ async def test_read_commands(live: Live) -> None:
     listed = await live.json("jobs", "--cluster", live.cluster, role="viewer")
     mine = next(j for j in listed["items"] if j["job_id"] == 1)
     assert mine["state"] == "awaiting_approval" and mine["needs_approval"]
+    recent = await live.json("jobs", "--cluster", live.cluster, "--since", "1h30m", role="viewer")
+    assert any(j["job_id"] == 1 for j in recent["items"])
     table = await live.run("jobs", "--cluster", live.cluster, role="viewer")
     assert table.exit_code == 0 and "awaiting_approval" in table.stdout
     assert "PENDING" in table.stdout
@@ -127,11 +130,11 @@ async def test_approve_reject_and_mode(live: Live) -> None:
     await pending_in_cli(live, 3)
 
     viewer = await live.run("approve", live.cluster, "2", "1", role="viewer")
-    assert viewer.exit_code == 1 and "not allowed (403)" in viewer.stderr
+    assert viewer.exit_code == ExitCode.DENIED and "not allowed (403)" in viewer.stderr
     missing_reason = await live.run("reject", live.cluster, "3", "1")
-    assert missing_reason.exit_code == 2
+    assert missing_reason.exit_code == ExitCode.USAGE
     unknown = await live.run("approve", live.cluster, "2", "5")
-    assert unknown.exit_code == 1 and "not found (404)" in unknown.stderr
+    assert unknown.exit_code == ExitCode.NOT_FOUND and "not found (404)" in unknown.stderr
 
     live.scripted.push(2, "complete")
     approved = await live.json("approve", live.cluster, "2", "1", "--reason", "go")
@@ -139,7 +142,7 @@ async def test_approve_reject_and_mode(live: Live) -> None:
     rejected = await live.json("reject", live.cluster, "3", "1", "--reason", "not now")
     assert rejected["ack"]["message"] == "rejected" and rejected["decision"]["reason"] == "not now"
     again = await live.run("reject", live.cluster, "3", "1", "--reason", "twice")
-    assert again.exit_code == 1 and "refused (409)" in again.stderr
+    assert again.exit_code == ExitCode.FAILURE and "refused (409)" in again.stderr
     assert "no advice is waiting" in again.stderr
     await eventually(lambda: _finished(live, 2))
     assert live.scripted.steps[2] == ["requeue_hold", "exclude_nodes", "release"]
@@ -148,7 +151,7 @@ async def test_approve_reject_and_mode(live: Live) -> None:
     await live.jobs.start(4, Directive(mode=Mode.OBSERVE))
     await eventually(lambda: _listed(live, 4))
     bad = await live.run("mode", live.cluster, "4", "sideways")
-    assert bad.exit_code == 2
+    assert bad.exit_code == ExitCode.USAGE
     switched = await live.json("mode", live.cluster, "4", "action", "--reason", "trusted")
     assert switched["status"]["mode"] == "action" and switched["change"]["actor"] == "otto"
     plain = await live.run("mode", live.cluster, "4", "observe")
@@ -168,11 +171,11 @@ async def _listed(live: Live, job: int) -> bool:
 async def test_clear_errors_and_where_the_target_comes_from(live: Live) -> None:
     closed = f"http://127.0.0.1:{free_port()}"
     down = await live.run("jobs", "--api-url", closed)
-    assert down.exit_code == 3 and "cannot reach the Resurgo API" in down.stderr
+    assert down.exit_code == ExitCode.UNAVAILABLE and "cannot reach the Resurgo API" in down.stderr
     wrong = await live.run("jobs", "--token", "rsg_wrong")
-    assert wrong.exit_code == 1 and "not authenticated (401)" in wrong.stderr
+    assert wrong.exit_code == ExitCode.DENIED and "not authenticated (401)" in wrong.stderr
     none = await live.run("jobs", role=None)
-    assert none.exit_code == 1 and "no bearer token" in none.stderr
+    assert none.exit_code == ExitCode.DENIED and "no bearer token" in none.stderr
 
     # From the config file: [api] url and token_file.
     token_file = live.tmp / "token"
@@ -190,5 +193,5 @@ async def test_api_token_prints_a_token_and_its_config_entry(live: Live) -> None
     assert result.exit_code == 0, result.output
     token = result.stdout.strip()
     assert token.startswith("rsg_") and len(token) > 40
-    assert '[api.tokens."carol"]' in result.stderr and 'role = "operator"' in result.stderr
+    assert "[tokens.carol]" in result.stderr and 'role = "operator"' in result.stderr
     assert hash_token(token) in result.stderr

@@ -1,0 +1,68 @@
+"""How the CLI prints: text from users is never read as markup, and piped output is plain.
+
+Every console here has rich markup, emoji codes and highlighting off: job names, log lines and
+error messages (`expected [batch, 256] features`, `[/opt/data]`, `:fire:`) print as written.
+Styles come only from `Text(..., style=...)`. When stdout is not a terminal, tables print as
+tab-separated values (header first, one row a line, nothing wrapped or cut) and other text is
+never wrapped, so `resurgo audit 42 | grep "uncorrectable ECC"` finds what the table showed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NoReturn
+
+import typer
+from rich.console import Console, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from resurgo.cli.exits import ExitCode
+
+__all__ = ["console", "err", "fail", "plain_cell", "show", "tsv", "warn"]
+
+
+def _console(stderr: bool) -> Console:
+    return Console(stderr=stderr, markup=False, emoji=False, highlight=False)
+
+
+console = _console(stderr=False)
+err = _console(stderr=True)
+
+
+def plain_cell(cell: Any) -> str:
+    """One cell as a TSV field: its plain text with tabs and line breaks escaped."""
+    text = cell.plain if isinstance(cell, Text) else str(cell)
+    return text.replace("\\", "\\\\").replace("\t", "\\t").replace("\r", "\\r").replace("\n", "\\n")
+
+
+def tsv(table: Table) -> str:
+    """The table as tab-separated values: its header line (if shown), then one line a row."""
+    columns = table.columns
+    lines = ["\t".join(plain_cell(c.header) for c in columns)] if table.show_header else []
+    cells = [list(c.cells) for c in columns]
+    for row in range(table.row_count):
+        lines.append("\t".join(plain_cell(col[row]) if row < len(col) else "" for col in cells))
+    return "\n".join(lines)
+
+
+def show(renderable: RenderableType, out: Console | None = None) -> None:
+    """Print a table or text: as drawn on a terminal, plain (TSV, unwrapped) when piped."""
+    out = out or console
+    # A recording console (export, tests) wants the drawn table, like a terminal does.
+    if out.is_terminal or out.record:
+        out.print(renderable)
+    elif isinstance(renderable, Table):
+        out.file.write(tsv(renderable) + "\n")
+        out.file.flush()
+    else:
+        out.print(renderable, soft_wrap=True, crop=False)
+
+
+def warn(message: str) -> None:
+    err.print(Text(f"warning: {message}", style="yellow"), soft_wrap=True)
+
+
+def fail(message: str, code: ExitCode = ExitCode.FAILURE) -> NoReturn:
+    """Print `error: <message>` on stderr (literally) and end the command with `code`."""
+    err.print(Text(f"error: {message}", style="red"), soft_wrap=True)
+    raise typer.Exit(int(code))
