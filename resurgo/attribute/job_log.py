@@ -129,7 +129,7 @@ def scan_job(registry: Registry, lines: list[LogLine], topo: Topology) -> JobSca
         if "rc=" in body and (m := _SRUN_EXIT_RC.search(body)):
             scan.ended = True
             scan.srun_rc = int(m.group("rc"))
-        iteration = progress.parse(text)
+        iteration = progress.parse(text, body)
         if iteration is not None:
             if scan.first_iteration is None:
                 scan.first_iteration = iteration

@@ -62,6 +62,8 @@ _NCCL_PREFIX = re.compile(
     r"\[(?P<device>\d{1,4})\] ",
     re.ASCII,
 )
+# What any NCCL prefix holds (`:<tid> [<dev>] `): a line without it needs no prefix peeling.
+_NCCL_GATE = re.compile(r"\d \[\d{1,4}\] ", re.ASCII)
 _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
 
 # C0 controls except TAB become nothing; CR/LF/VT/FF and Unicode line separators become a space
@@ -87,6 +89,10 @@ class LinePrefix(NamedTuple):
     """torchrun's `[defaultN]:` label: the local rank on its node."""
     time: str | None = None
     """A leading time stamp, as printed (`2024-05-01 12:00:00,123`, `[12:00:00]`...)."""
+
+
+# A NamedTuple's own constructor is a Python function; this one is C (all fields given).
+_new = tuple.__new__
 
 
 class NcclPrefix(NamedTuple):
@@ -147,8 +153,9 @@ def strip_prefixes(line: str) -> LinePrefix:
     log level), so `ib0: link down` or `ERROR: x` keep their text.
     """
     if not line:
-        return LinePrefix(None, None, line, 0)
-    if line[0] == "{" and (record := _json_record(line)) is not None:
+        return _new(LinePrefix, (None, None, line, 0, None, None, None))
+    first = line[0]
+    if first == "{" and (record := _json_record(line)) is not None:
         return record
     task: int | None = None
     rank: int | None = None
@@ -156,8 +163,12 @@ def strip_prefixes(line: str) -> LinePrefix:
     local: int | None = None
     when: str | None = None
     offset = 0
-    # Fast path for the common stack (`12: [rank3]: text`, `[rank3]: text`) and plain text.
-    if (common := _COMMON.match(line)) is not None:
+    # Fast path for the common stack (`12: [rank3]: text`, `[rank3]: text`) and plain text
+    # (every line of a job's output comes through here, several times). `_COMMON` can only
+    # match something at a space, a `[` or an ASCII digit.
+    if (first == " " or first == "[" or "0" <= first <= "9") and (
+        common := _COMMON.match(line)
+    ) is not None:
         if common.group(1) is not None:
             task = int(common.group(1))
         if common.group(2) is not None:
@@ -166,8 +177,8 @@ def strip_prefixes(line: str) -> LinePrefix:
     c = line[offset : offset + 1]
     if not (c == "[" or c == "{" or c.isdigit() or (c.isalpha() and _maybe_more(line, offset))):
         if offset == 0:
-            return LinePrefix(None, None, line, 0)
-        return LinePrefix(task, rank, line[offset:], offset)
+            return _new(LinePrefix, (None, None, line, 0, None, None, None))
+        return _new(LinePrefix, (task, rank, line[offset:], offset, None, None, None))
     for _ in range(8):
         c = line[offset : offset + 1]
         if c == "[":
@@ -223,8 +234,8 @@ def strip_prefixes(line: str) -> LinePrefix:
                 continue
         break
     if offset == 0:
-        return LinePrefix(None, None, line, 0)
-    return LinePrefix(task, rank, line[offset:], offset, host, local, when)
+        return _new(LinePrefix, (None, None, line, 0, None, None, None))
+    return _new(LinePrefix, (task, rank, line[offset:], offset, host, local, when))
 
 
 def _json_record(line: str) -> LinePrefix | None:
@@ -301,6 +312,9 @@ def rank_of(line: str) -> int | None:
 
 def parse_nccl_prefix(line: str) -> NcclPrefix | None:
     """Parse NCCL's `host:pid:tid [dev] ` prefix, after any srun label or rank prefix."""
+    # The body is a suffix of the line, except for a shipper's JSON record (decoded text).
+    if line[:1] != "{" and _NCCL_GATE.search(line) is None:
+        return None
     pre = strip_prefixes(line)
     m = _NCCL_PREFIX.match(pre.body)
     if m is None:

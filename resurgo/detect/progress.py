@@ -184,12 +184,15 @@ class ProgressParser:
         elif custom_pattern is not None:
             self._custom = compile_progress_pattern(custom_pattern)
 
-    def parse(self, line: str) -> int | None:
-        """The iteration/step this line reports, or None (never raises)."""
+    def parse(self, line: str, body: str | None = None) -> int | None:
+        """The iteration/step this line reports, or None (never raises).
+
+        `body`: `strip_prefixes(line).body` when the caller has it already (saves peeling the
+        prefixes a second time; the result is the same)."""
         try:
             if self._custom is not None:
                 return _parse_custom(line, self._custom)
-            return _parse_builtin(line)
+            return _parse_builtin(line, body)
         except (RecursionError, OverflowError, ValueError, IndexError, TypeError):
             return None
 
@@ -214,16 +217,22 @@ def _parse_custom(line: str, custom: CustomPattern) -> int | None:
     return _to_iteration(m.group(group))
 
 
-def _parse_builtin(line: str) -> int | None:
+def _parse_builtin(line: str, body: str | None = None) -> int | None:
     if _GATE.search(line) is None:
         return None
-    text = strip_prefixes(line).body
-    if _RESUME.search(text) is not None:
+    text = strip_prefixes(line).body if body is None else body
+    # Literal gates: each regex below needs the literal tested before it, so a line without
+    # it skips the regex (most progress lines hold one format's literals, not all five). The
+    # gates on lower-cased text are exact for ASCII text only (Unicode case folding maps a
+    # few other characters onto ASCII letters), so other text runs every regex.
+    low = text.lower() if text.isascii() else None
+    if (low is None or "resum" in low or "restor" in low or "checkpoint" in low) and (
+        _RESUME.search(text) is not None
+    ):
         return None
-    m = _MEGATRON.search(text)
-    if m is not None:
+    if "iteration" in text and (m := _MEGATRON.search(text)) is not None:
         return _to_iteration(m.group(1))
-    last = _last(_LIGHTNING, text)
+    last = _last(_LIGHTNING, text) if "Epoch " in text else None
     if last is not None:
         epoch, n, total = _to_iteration(last.group(1)), _to_iteration(last.group(2)), last.group(3)
         if epoch is None or n is None:
@@ -231,13 +240,19 @@ def _parse_builtin(line: str) -> int | None:
         size = _to_iteration(total)
         total_steps = n if size is None else epoch * size + n
         return total_steps if total_steps <= MAX_ITERATION else None
-    last = _last(_TQDM, text)
+    last = _last(_TQDM, text) if "%|" in text else None
     if last is not None:
         return _to_iteration(last.group(1))
-    last = _last(_TQDM_UNKNOWN_TOTAL, text)
+    last = _last(_TQDM_UNKNOWN_TOTAL, text) if "it [" in text else None
     if last is not None:
         return _to_iteration(last.group(1))
-    m = _KEYED.search(text) or _SHORT_IT.search(text)
+    # Both are ASCII-only case-insensitive, so `str.lower` keeps their literals in any text.
+    folded = text.lower() if low is None else low
+    m = None
+    if "step" in folded or "iter" in folded:
+        m = _KEYED.search(text)
+    if m is None and "it" in folded:
+        m = _SHORT_IT.search(text)
     if m is not None:
         return _to_iteration(m.group(1))
     return None
@@ -260,7 +275,14 @@ def parse_step_duration(text: str) -> float | None:
     `iter_time=512.3ms`, `time/iter: 0.52`, `time per step (ms): 85`, `4.88s/it`,
     Megatron's `elapsed time per iteration (ms): 337.8`. A bare number is seconds, except
     where the key says ms."""
-    m = _STEP_DURATION.search(text) or _PER_IT.search(text)
+    # Literal gates (exact on ASCII text; see `_parse_builtin`): every spelling of
+    # `_STEP_DURATION` holds "time", every one of `_PER_IT` "s/".
+    low = text.lower() if text.isascii() else None
+    m = None
+    if low is None or "time" in low:
+        m = _STEP_DURATION.search(text)
+    if m is None and (low is None or "s/" in low):
+        m = _PER_IT.search(text)
     if m is None:
         return None
     unit = (m.group("unit") or m.group("key_unit") or "").lower()
@@ -277,7 +299,9 @@ def timing_fields(text: str) -> dict[str, float]:
     `dt=554.0ms`, `fwd_bwd_time 12ms`, plus `parse_step_duration`'s spellings (as `step`).
     A value without a unit is in seconds unless its key ends in `_ms`."""
     out: dict[str, float] = {}
-    for m in _TIME_FIELD.finditer(text):
+    # Every field is `key` then `=` or `:`: a line with neither has none.
+    fields = _TIME_FIELD.finditer(text) if ("=" in text or ":" in text) else ()
+    for m in fields:
         key = m.group("key").lower()
         unit = (m.group("unit") or "").lower() or ("ms" if key.endswith("ms") else "s")
         try:

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from resurgo.detect import lines as lines_module
 from resurgo.detect.lines import (
     MAX_LINE_BYTES,
     decode_line,
@@ -154,3 +155,23 @@ def test_prefix_helpers_never_raise(text: str) -> None:
     parse_nccl_prefix(text)
     host_of(text)
     sanitize_line(text)
+
+
+_PREFIX_PARTS = [
+    "0: ", " 12: ", "[rank3]: ", "[Rank 3] ", "[default1]:", "gpu-a01: ", "[gpu-a01] ", "{",
+    '{"log": "', '"}', "node2:1234:5678 [0] ", "h1:1:2 [12] ", ":9 [3] ", " [1] ", "NCCL WARN x",
+    "2024-05-01 12:00:00,123 ", "[12:00:00] ", "May  1 12:00:00 ", "text", " ", "\\u0020[0] ",
+]  # fmt: skip
+
+
+@settings(max_examples=2000)
+@given(st.lists(st.sampled_from(_PREFIX_PARTS), max_size=8).map("".join))
+def test_nccl_prefix_pre_test_changes_nothing(line: str) -> None:
+    """`parse_nccl_prefix` skips peeling prefixes off lines without `:<tid> [<dev>] `; it must
+    find exactly what matching the peeled body finds (JSON records included)."""
+    body = strip_prefixes(line).body
+    expected = lines_module._NCCL_PREFIX.match(body)
+    got = parse_nccl_prefix(line)
+    assert (got is None) == (expected is None)
+    if got is not None and expected is not None:
+        assert (got.host, got.rest) == (expected.group("host"), body[expected.end() :])

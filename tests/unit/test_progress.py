@@ -3,10 +3,14 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from resurgo.detect import progress
+from resurgo.detect.lines import strip_prefixes
 from resurgo.detect.progress import (
     ProgressParser,
     RankTiming,
@@ -14,6 +18,7 @@ from resurgo.detect.progress import (
     parse_rank_timing,
     parse_step_duration,
     parse_step_time,
+    timing_fields,
 )
 
 MEGATRON = (
@@ -213,3 +218,82 @@ def test_never_raises_on_arbitrary_text(text: str) -> None:
 )
 def test_roundtrip_numbers(n: int, template: str) -> None:
     assert ProgressParser().parse(template.format(n)) == n
+
+
+# ------------------------------------------------------------------ literal gates change nothing
+# `_parse_builtin`, `parse_step_duration` and `timing_fields` skip a format's regex when the
+# line lacks a literal that regex needs. These references run every regex, as before the gates;
+# the gated functions must agree on any line, including text whose Unicode case folding maps
+# onto ASCII letters (U+017F long s folds to `s`, U+212A Kelvin to `k`).
+
+
+def _reference_iteration(line: str) -> int | None:
+    if progress._GATE.search(line) is None:
+        return None
+    text = strip_prefixes(line).body
+    if progress._RESUME.search(text) is not None:
+        return None
+    if m := progress._MEGATRON.search(text):
+        return progress._to_iteration(m.group(1))
+    if last := progress._last(progress._LIGHTNING, text):
+        epoch, n = progress._to_iteration(last.group(1)), progress._to_iteration(last.group(2))
+        if epoch is None or n is None:
+            return None
+        size = progress._to_iteration(last.group(3))
+        steps = n if size is None else epoch * size + n
+        return steps if steps <= progress.MAX_ITERATION else None
+    for regex in (progress._TQDM, progress._TQDM_UNKNOWN_TOTAL):
+        if last := progress._last(regex, text):
+            return progress._to_iteration(last.group(1))
+    m = progress._KEYED.search(text) or progress._SHORT_IT.search(text)
+    return progress._to_iteration(m.group(1)) if m else None
+
+
+def _reference_duration(text: str) -> float | None:
+    m = progress._STEP_DURATION.search(text) or progress._PER_IT.search(text)
+    if m is None:
+        return None
+    unit = (m.group("unit") or m.group("key_unit") or "").lower()
+    ms = float(m.group("value")) * (1.0 if unit == "ms" else 1000.0)
+    return ms if math.isfinite(ms) and ms >= 0 else None
+
+
+_FRAGMENTS = [
+    "3: ", "[rank7]: ", "[default0]:", "gpu01: ", "iteration", " iteration  12/ 200 |",
+    "Iteration", "ITER", "iter", "step", "STEP", "Step", "\u017ftep", "global_step", "it", "IT", " it ",
+    "it [", "120it [00:10, 1it/s]", "Epoch ", "Epoch 2: ", "%|", " 12%|#  | 120/1000 [", "|", " | ",
+    "/", "s/it", "S/IT", "ms/step", "\u017f/it", "4.5", "12", " 7 ", "=", ":", ": ", "'step': 3",
+    "resum", "RESUMING", "re\u017fuming", "restor", "checkpoint", "loaded checkpoint", "time", "TIME",
+    "t\u0131me", "step_time", "step_time_ms=85.2", "dt=554.0ms", "elapsed time per iteration (ms): 3",
+    "time/iter: 0.5", "t_fwd: 3", "data_time_s=0.35", "ms", "s", "\u212a", "é", " ", "\t",
+]  # fmt: skip
+_LINES = st.lists(st.sampled_from(_FRAGMENTS), max_size=10).map("".join)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(_LINES)
+@example("ITER 7 | loss 2")
+@example("3: [rank7]: STEP: 12")
+@example("\u212aeep \u017ftep 3 it: 4, t\u0131me 5")
+@example("re\u017fuming at Step 50/1000")
+@example("TIME/ITER: 0.5 | 4.5 S/IT")
+@example("2: Epoch 2:  12%|#  | 120/1000 [00:30<03:40, 4.00it/s]")
+def test_literal_gates_change_no_result(line: str) -> None:
+    assert ProgressParser().parse(line) == _reference_iteration(line)
+    body = strip_prefixes(line).body
+    assert ProgressParser().parse(line, body) == _reference_iteration(line)
+    assert parse_step_duration(line) == _reference_duration(line)
+    assert timing_fields(line) == _reference_fields(line)
+
+
+def _reference_fields(text: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for m in progress._TIME_FIELD.finditer(text):
+        key = m.group("key").lower()
+        unit = (m.group("unit") or "").lower() or ("ms" if key.endswith("ms") else "s")
+        ms = float(m.group("value")) * (1.0 if unit == "ms" else 1000.0)
+        if math.isfinite(ms) and ms >= 0:
+            out.setdefault(key, ms)
+    if not out and (spelled := _reference_duration(text)) is not None:
+        out["step"] = spelled
+    return out
