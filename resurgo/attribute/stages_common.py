@@ -13,7 +13,8 @@ from datetime import datetime
 
 from resurgo.attribute.analysis import Analysis, Verdict
 from resurgo.attribute.bundle import line_time
-from resurgo.attribute.events import Event
+from resurgo.attribute.events import ElasticFailure, Event
+from resurgo.attribute.scheduler import node_failed
 from resurgo.contracts import AnomalyKind, Category, LogLine
 
 
@@ -120,4 +121,43 @@ def _shared_service(
                 # Nothing failed in the job's own output: it waited on the service.
                 kind=None if primaries else AnomalyKind.HANG,
             )  # fmt: skip
+    return None
+
+
+def _watchdog_aborts(a: Analysis, elastic: list[ElasticFailure]) -> bool:
+    """Every first observed failure is a SIGABRT, and ranks had reported collective timeouts
+    first: ProcessGroupNCCL's watchdog aborts the process after its timeout (c10d
+    `TORCH_NCCL_ASYNC_ERROR_HANDLING`), so the signal is the hang's consequence."""
+    if any(f.exitcode != -6 for f in elastic):
+        return False
+    return any(e.cascade and e.serious and e.match.kind == AnomalyKind.HANG for e in a.events)
+
+
+def _checked(a: Analysis, node: str) -> bool:
+    """The bundle holds this node's kernel-side logs or diagnostics (not only slurmd's)."""
+    kernel = ("dmesg_", "journal_", "syslog_", "console_", "sel_", "node_")
+    return any(
+        a.topo.hosts.canonical(name) == node and any(e.source.startswith(kernel) for e in lines)
+        for name, lines in a.node_logs.items()
+    )
+
+
+def _backed(a: Analysis, node: str) -> bool:
+    """Some node-side evidence says something is wrong with this node."""
+    if node in a.facts.failed_nodes or any(f.host == node for f in a.metric_findings):
+        return True
+    if (obs := a.facts.nodes.get(node)) is not None and node_failed(obs):
+        return True
+    return any(e.node == node and e.serious for e in a.node_events)
+
+
+_OTHER_PROCESS = re.compile(r"\bProcess \d+ has (?P<gib>\d+(?:\.\d+)?) GiB memory in use")
+
+
+def _held_by_other(message: str) -> str | None:
+    """PyTorch's OOM message names other processes on the GPU and what they hold: one holding
+    a gigabyte or more is not this job's doing."""
+    for m in _OTHER_PROCESS.finditer(message):
+        if float(m["gib"]) >= 1.0:
+            return "gpu"
     return None

@@ -20,10 +20,14 @@ from resurgo.attribute.analysis import Analysis, Verdict, actor_node, event_node
 from resurgo.attribute.causes import _drifted_node, _specific_cause, _version_drift
 from resurgo.attribute.events import Event, TaskExit, normalise
 from resurgo.attribute.stages_common import (
+    _backed,
+    _checked,
     _exit_lines,
+    _held_by_other,
     _peer_node,
     _primary_candidates,
     _shared_service,
+    _watchdog_aborts,
 )
 from resurgo.contracts import AnomalyKind, Category
 
@@ -129,6 +133,8 @@ def _root_failure(a: Analysis) -> Verdict | None:
             verdict.summary = f"every task died: {deaths[0].what}"
         return verdict
     elastic = [f for f in a.scan.elastic if f.root]
+    if elastic and _watchdog_aborts(a, elastic):
+        elastic = []  # the NCCL watchdog's own SIGABRT after its timeouts: the cascade
     if elastic:
         # One agent per node prints its own "first observed failure": the earliest is the
         # job's (the others are their nodes' ranks aborting after it).
@@ -386,18 +392,6 @@ def _from_primaries(
     )  # fmt: skip
 
 
-_OTHER_PROCESS = re.compile(r"\bProcess \d+ has (?P<gib>\d+(?:\.\d+)?) GiB memory in use")
-
-
-def _held_by_other(message: str) -> str | None:
-    """PyTorch's OOM message names other processes on the GPU and what they hold: one holding
-    a gigabyte or more is not this job's doing."""
-    for m in _OTHER_PROCESS.finditer(message):
-        if float(m["gib"]) >= 1.0:
-            return "gpu"
-    return None
-
-
 # ProcessGroupNCCL's watchdog names the work that timed out: `WorkNCCL(SeqNum=73312,
 # OpType=BROADCAST, NumelIn=1, ...)`.
 _WORK = re.compile(r"\bSeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)(?:, NumelIn=(?P<numel>\d+))?")
@@ -470,6 +464,10 @@ def _cascade_only(a: Analysis) -> Verdict | None:
     if silent and len(silent) < len(actors):
         culprits = sorted({n for s in silent if (n := a.node_of_actor(s)) is not None})
         ranks = sorted(int(s[1:]) for s in silent if s[1:].isdigit())
+        # attribution-labels.md tie-breaker 2: a silent node is suspect; once its own logs
+        # were checked and are clean, it is named only where other evidence (DCGM, Slurm's
+        # state) backs it.
+        culprits = [n for n in culprits if not _checked(a, n) or _backed(a, n)]
     # The peers they lost, where the address names one of the job's nodes (NodeAddr).
     peers = {n for e in cascades if (n := _peer_node(a, e)) is not None and n in a.node_list}
     # Ranks a reporter names as the ones that never arrived (monitored_barrier).

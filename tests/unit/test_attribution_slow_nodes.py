@@ -139,3 +139,45 @@ def test_another_jobs_sacct_row_is_not_this_jobs_state() -> None:
     assert facts.job is not None
     assert (facts.job.job_id, facts.job.state) == (4412, "RUNNING")
     assert facts.job_states == ["RUNNING"]
+
+
+# ProcessGroupNCCL's watchdog (as the failure taxonomy quotes it) on ranks 0-2; rank 3 silent.
+WATCHDOG = "\n".join(
+    f"{t}: [rank{t}]:[E ProcessGroupNCCL.cpp:563] [Rank {t}] Watchdog caught collective "
+    f"operation timeout: WorkNCCL(SeqNum=64214, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+    f"Timeout(ms)=600000) ran for 600081 milliseconds before timing out."
+    for t in range(3)
+)
+# Every rank said hello first (so the job's world is known).
+HELLO = "\n".join(f"{t}: [rank{t}]: world_size=4 backend=nccl" for t in range(4)) + "\n"
+# torchelastic's ChildFailedError summary (torch/distributed/elastic/multiprocessing/errors).
+SIGABRT_ROOT = """0: Root Cause (first observed failure):
+0: [0]:
+0:   time      : 2024-05-01_10:00:00
+0:   host      : gpu01
+0:   rank      : 0 (local_rank: 0)
+0:   exitcode  : -6 (pid: 12345)
+0:   error_file: <N/A>
+0:   traceback : Signal 6 (SIGABRT) received by PID 12345"""
+
+
+def test_the_watchdogs_own_sigabrt_after_its_timeouts_names_no_node() -> None:
+    a = _run(HELLO + WATCHDOG + "\n" + SIGABRT_ROOT, {})
+    assert a.kind == "hang"
+    assert "gpu01" not in a.culprit_nodes
+    assert default_advice(a).kind == AdviceKind.REQUEUE
+
+
+def test_a_silent_node_whose_kernel_log_was_checked_clean_is_not_named() -> None:
+    clean = {n: "(no kernel messages in the job window)" for n in NODES}
+    logs = {h: _lines(t, f"dmesg_{h}.txt") for h, t in clean.items()}
+    a = attribute(
+        Registry.default(), None, _lines(HELLO + WATCHDOG), None, [], NODES, node_logs=logs
+    )
+    assert (a.kind, a.culprit_nodes) == ("hang", [])
+
+
+def test_a_silent_node_without_any_node_logs_is_still_the_suspect() -> None:
+    a = attribute(Registry.default(), None, _lines(HELLO + WATCHDOG), None, [], NODES)
+    assert a.culprit_nodes == ["gpu04"]
+    assert default_advice(a).kind == AdviceKind.REQUEUE
