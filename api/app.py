@@ -2,10 +2,17 @@
 
 `create_app(config)` builds the FastAPI application; `resurgo.api.server.serve` runs it under
 uvicorn
-(`resurgo api`). OpenAPI 3.1 is served at `/openapi.json`. Every `/v1` route needs a bearer token:
+(`resurgo api`). OpenAPI 3.1 is served at `/openapi.json` and browsable at `/docs`; every error
+has one shape (`resurgo.api.errors`). Every `/v1` route needs a bearer token:
 reads need `viewer`, approvals and mode changes need `operator`. A request body is read only
 after its token checked out, and never past 64 KiB (413). `/healthz`, `/readyz` and `/metrics`
 are open (they carry no job data); `/readyz` names addresses only to a valid token.
+
+Liveness and readiness: `/healthz` answers 200 while the process serves requests (restart it
+otherwise). `/readyz` answers 200 while the audit store answers, because every read can then be
+served (from the store when Temporal is down: `degraded: true`), and 503 only when the store is
+down; Temporal's state is in its checks, so an outage of Temporal alone never takes the API,
+and its audit reads, out of service.
 """
 
 import logging
@@ -25,7 +32,6 @@ from prometheus_client import (
     generate_latest,
 )
 from temporalio.client import Client
-from temporalio.service import RPCError, RPCStatusCode
 
 from resurgo.api.auth import (
     INSECURE_PRINCIPAL,
@@ -35,7 +41,9 @@ from resurgo.api.auth import (
     TokenRegistry,
     bearer_principal,
 )
+from resurgo.api.conventions import add_cors, operation_id
 from resurgo.api.core import ApiProblem, TemporalConnection, as_utc
+from resurgo.api.errors import install_error_handlers
 from resurgo.api.listing import JobFilter
 from resurgo.api.models import (
     AdvicePage,
@@ -54,7 +62,7 @@ from resurgo.api.models import (
 )
 from resurgo.api.service import Gateway
 from resurgo.api.visibility import owners, shown_to
-from resurgo.audit.store import MAX_LIMIT, AuditStore, AuditStoreUnavailable, store_url_from_env
+from resurgo.audit.store import MAX_LIMIT, AuditStore, store_url_from_env
 from resurgo.config import ResurgoConfig
 
 log = logging.getLogger("resurgo.api")
@@ -100,9 +108,10 @@ def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
     return {code: {"model": ErrorBody} for code in codes}
 
 
-READ_ERRORS = _errors(400, 401, 403, 503)
-JOB_ERRORS = _errors(400, 401, 403, 404, 503)
-WRITE_ERRORS = _errors(400, 401, 403, 404, 409, 503, 504)
+# 422 too: validation errors have the one error shape, not FastAPI's own.
+READ_ERRORS = _errors(400, 401, 403, 422, 503)
+JOB_ERRORS = _errors(400, 401, 403, 404, 422, 503)
+WRITE_ERRORS = _errors(400, 401, 403, 404, 409, 413, 422, 503, 504)
 
 
 class Metrics:
@@ -154,8 +163,9 @@ def create_app(
         title="Resurgo API",
         version="1",
         summary="Jobs, attempts, anomalies, advice, approvals, modes and the audit trail",
-        docs_url=None,
+        docs_url="/docs",
         redoc_url=None,
+        generate_unique_id_function=operation_id,
     )
     app.state.gateway = gateway
     app.state.metrics = metrics
@@ -206,20 +216,8 @@ def create_app(
         metrics.latency.labels(request.method, path).observe(time.perf_counter() - started)
         return response
 
-    @app.exception_handler(ApiProblem)
-    async def problem(_: Request, exc: ApiProblem) -> JSONResponse:
-        return JSONResponse({"detail": exc.detail}, status_code=exc.status, headers=exc.headers)
-
-    @app.exception_handler(AuditStoreUnavailable)
-    async def store_down(_: Request, exc: AuditStoreUnavailable) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=503)
-
-    @app.exception_handler(RPCError)
-    async def temporal_error(_: Request, exc: RPCError) -> JSONResponse:
-        if exc.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED):
-            return JSONResponse({"detail": f"Temporal unavailable: {exc}"}, status_code=503)
-        log.error("Temporal refused a request: %s (%s)", exc, exc.status)
-        return JSONResponse({"detail": f"Temporal refused the request: {exc}"}, status_code=502)
+    install_error_handlers(app)
+    add_cors(app, config.api)  # outside the body gate, so refusals carry CORS headers too
 
     # ---- health --------------------------------------------------------------------------------
     @app.get("/healthz", tags=["health"])
@@ -230,11 +228,12 @@ def create_app(
     @app.get(
         "/readyz",
         tags=["health"],
-        responses={503: {"model": Readiness, "description": "Temporal or the store is down"}},
+        responses={503: {"model": Readiness, "description": "the audit store is down"}},
     )
     async def readyz(request: Request) -> JSONResponse:
-        """Temporal and the audit store both answer (503 otherwise). Without a valid token each
-        check says only ok / not ok: addresses and errors are for authenticated viewers."""
+        """Ready (200) while the audit store answers; `degraded` when Temporal does not (reads
+        then come from the store). Without a valid token each check says only ok / not ok:
+        addresses and errors are for authenticated viewers."""
         ready = await gateway.readiness()
         # The header is read by hand: the route stays open (no security scheme in OpenAPI).
         known = insecure or bearer_principal(registry, request.scope["headers"]) is not None

@@ -22,6 +22,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from resurgo.api.errors import error_body
 from resurgo.config import ApiSettings, ApiToken, ConfigError
 
 __all__ = [
@@ -205,7 +206,7 @@ class BodyGate:
     async def _refuse(self, send: Send, status: int, detail: str) -> None:
         if self.on_refusal is not None:
             self.on_refusal(status)
-        body = json.dumps({"detail": detail}).encode()
+        body = json.dumps(error_body(status, detail)).encode()
         headers = [
             (b"content-type", b"application/json"),
             (b"content-length", str(len(body)).encode()),

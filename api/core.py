@@ -13,6 +13,7 @@ import binascii
 import hashlib
 import hmac
 import json
+import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -36,6 +37,8 @@ from resurgo.contracts import JobStatus, RecoveryOutcome
 from resurgo.workflows import search_attributes as sa
 from resurgo.workflows.client import TemporalUnavailable, connect
 from resurgo.workflows.job_recovery import JobRecoveryWorkflow
+
+log = logging.getLogger("resurgo.api")
 
 WORKFLOW_TYPE = "JobRecoveryWorkflow"
 QUERY_TIMEOUT = timedelta(seconds=5)
@@ -61,6 +64,18 @@ class Located:
     ref: JobRef
     execution: WorkflowExecution | None
     live: bool
+    # Temporal did not answer: found in the audit store, whether it is live is unknown.
+    degraded: bool = False
+
+
+def temporal_down(exc: Exception) -> bool:
+    """Temporal cannot be reached (as opposed to refusing a request)."""
+    if isinstance(exc, ApiProblem):
+        return exc.status == 503
+    return isinstance(exc, RPCError) and exc.status in (
+        RPCStatusCode.UNAVAILABLE,
+        RPCStatusCode.DEADLINE_EXCEEDED,
+    )
 
 
 # ------------------------------------------------------------------------- helpers
@@ -191,8 +206,12 @@ class TemporalConnection:
                         connect(self.settings), timeout=CONNECT_TIMEOUT
                     )
                 except (TemporalUnavailable, TimeoutError) as exc:
+                    # The transport's error chain goes to the log, a plain sentence to callers.
+                    log.warning("Temporal at %s is unreachable: %s", self.settings.address, exc)
                     raise ApiProblem(
-                        503, f"Temporal at {self.settings.address} is unreachable: {exc}"
+                        503,
+                        f"Temporal at {self.settings.address} is unreachable; reads of jobs the "
+                        "audit store knows still answer",
                     ) from exc
         return self._client
 
@@ -263,6 +282,19 @@ class GatewayCore:
 
     # ---- locating one job ---------------------------------------------------------------------
     async def locate(self, cluster: str, job_id: int, workflow_id: str | None = None) -> Located:
+        """The job's latest workflow; from the audit store alone when Temporal is down."""
+        try:
+            return await self._locate(cluster, job_id, workflow_id)
+        except (ApiProblem, RPCError) as exc:
+            if not temporal_down(exc):
+                raise
+            for j in await self._summaries(cluster):
+                if j.job_id == job_id and workflow_id in (None, j.workflow_id):
+                    ref = job_ref(cluster, job_id, j.workflow_id)
+                    return Located(ref, None, live=False, degraded=True)
+            raise
+
+    async def _locate(self, cluster: str, job_id: int, workflow_id: str | None) -> Located:
         query = (
             f"WorkflowType = {quote(WORKFLOW_TYPE)} AND ResurgoCluster = {quote(cluster)} "
             f"AND ResurgoSlurmJobId = {quote(str(job_id))}"
@@ -296,4 +328,5 @@ __all__ = [
     "quote",
     "ref_of",
     "summary_key",
+    "temporal_down",
 ]

@@ -24,6 +24,11 @@ class JobDetails(GatewayCore):
         events = await self._events(wid)
         folded = fold_events(events)
         warnings = list(folded.warnings)
+        if loc.degraded:
+            warnings.append(
+                "Temporal is unreachable: shown from the audit store; whether the job is still "
+                "monitored (and its live state) is unknown"
+            )
         status: JobStatus | None = None
         if loc.live:
             status, problem = await self._status(wid)
@@ -44,7 +49,9 @@ class JobDetails(GatewayCore):
         page = await self.audit(
             workflow_id=loc.ref.workflow_id, types=types, cursor=cursor, limit=limit
         )
-        return TimelinePage(job=loc.ref, events=page.events, next_cursor=page.next_cursor)
+        return TimelinePage(
+            job=loc.ref, events=page.events, next_cursor=page.next_cursor, degraded=loc.degraded
+        )
 
     # ---- audit ----------------------------------------------------------------------------------
     async def audit(

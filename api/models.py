@@ -7,7 +7,7 @@ Workflow payloads (advice, anomalies, attributions, decisions, status) are the c
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -32,6 +32,7 @@ __all__ = [
     "DecisionRequest",
     "DecisionResponse",
     "ErrorBody",
+    "ErrorDetail",
     "Health",
     "JobDetail",
     "JobItem",
@@ -61,8 +62,18 @@ class Out(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class ErrorDetail(Out):
+    code: str = Field(description="stable, for programs: not_found, unavailable, ...")
+    message: str = Field(description="what went wrong, for a person")
+    details: list[dict[str, Any]] | None = Field(
+        default=None, description="422: one entry per invalid field (loc, msg, type)"
+    )
+
+
 class ErrorBody(Out):
-    detail: str = Field(description="what went wrong, for a person")
+    """Every error the API answers has this shape."""
+
+    error: ErrorDetail
 
 
 class JobRef(Out):
@@ -149,6 +160,9 @@ class TimelinePage(Out):
     job: JobRef
     events: list[StoredAuditEvent]
     next_cursor: str | None
+    degraded: bool = Field(
+        default=False, description="Temporal was unreachable: the job was found in the audit store"
+    )
 
 
 class AuditPage(Out):
@@ -209,7 +223,10 @@ class ReadinessCheck(Out):
 
 
 class Readiness(Out):
-    ready: bool
+    ready: bool = Field(description="the audit store answers: every read can be served")
+    degraded: bool = Field(
+        default=False, description="Temporal does not answer: reads come from the audit store"
+    )
     checks: dict[str, ReadinessCheck]
 
 

@@ -36,8 +36,9 @@ class Gateway(JobListing, JobDetails, Approvals):
     # ---- health ---------------------------------------------------------------------------------
     async def readiness(self) -> Readiness:
         temporal, audit = await asyncio.gather(self._temporal_ready(), self._store_ready())
+        # Ready while the store answers: with Temporal down, reads still come from the store.
         return Readiness(
-            ready=temporal.ok and audit.ok, checks={"temporal": temporal, "audit": audit}
+            ready=audit.ok, degraded=not temporal.ok, checks={"temporal": temporal, "audit": audit}
         )
 
     async def _temporal_ready(self) -> ReadinessCheck:

@@ -161,6 +161,8 @@ class ApiSettings(Strict):
     # Client side: where the operator commands find the API and their token.
     url: str | None = None
     token_file: str | None = None
+    # Browser origins allowed to call the API (CORS); empty: no CORS headers at all.
+    cors_origins: list[str] = Field(default_factory=list)
 
     def client_url(self) -> str:
         return self.url or f"http://{self.host}:{self.port}"

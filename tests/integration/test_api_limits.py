@@ -79,7 +79,7 @@ def test_bodies_over_the_limit_are_refused(api: Api) -> None:
     headers = {**api.auth(api.operator), "Content-Type": "application/json"}
     resp = httpx.post(api.url + MODE, content=big, headers=headers, timeout=30)
     assert resp.status_code == 413, resp.text
-    assert "limited to" in resp.json()["detail"]
+    assert "limited to" in resp.json()["error"]["message"]
     # The same without a Content-Length (chunked): counted while it streams in.
     chunks = iter([big[i : i + 8192] for i in range(0, len(big), 8192)])
     resp = httpx.post(api.url + MODE, content=chunks, headers=headers, timeout=30)
@@ -91,7 +91,7 @@ def test_bodies_over_the_limit_are_refused(api: Api) -> None:
 
 def test_readyz_names_addresses_only_to_a_valid_token(api: Api) -> None:
     anonymous = httpx.get(api.url + "/readyz", timeout=20)
-    assert anonymous.status_code == 503
+    assert anonymous.status_code == 200 and anonymous.json()["degraded"]
     checks = anonymous.json()["checks"]
     assert {k: (v["ok"], v["detail"]) for k, v in checks.items()} == {
         "temporal": (False, "not ok"), "audit": (True, "ok"),
@@ -100,5 +100,5 @@ def test_readyz_names_addresses_only_to_a_valid_token(api: Api) -> None:
     for token in ("wrong", "x" * 64):
         assert "audit.db" not in httpx.get(api.url + "/readyz", headers=api.auth(token)).text
     known = httpx.get(api.url + "/readyz", headers=api.auth(api.viewer), timeout=20)
-    assert known.status_code == 503
+    assert known.status_code == 200
     assert known.json()["checks"]["audit"]["detail"] == api.store
