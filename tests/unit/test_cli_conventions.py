@@ -175,3 +175,19 @@ def demo_app() -> None:
         raise typer.Exit(0)
 
     broken()
+
+
+def test_attribute_prints_the_error_as_the_job_wrote_it(tmp_path: Path) -> None:
+    said = "RuntimeError: expected [batch, 256] features, got [/opt/data] :fire:"
+    (tmp_path / "job.log").write_text(
+        f"step 1 loss 2.3\n[rank1]: Traceback (most recent call last):\n[rank1]: {said}\n"
+        "srun: error: node2: task 1: Exited with exit code 1\n"
+    )
+    code, out, err = run("attribute", str(tmp_path))
+    assert code == ExitCode.OK, err
+    summary = next(line for line in out.splitlines() if line.startswith("summary\t"))
+    assert said in summary
+    evidence = next(line for line in out.splitlines() if line.startswith("job.log\t"))
+    assert evidence.endswith(said)
+    code, _, err = run("attribute", str(tmp_path / "missing"))
+    assert code == ExitCode.NOT_FOUND and "no bundle at" in err
