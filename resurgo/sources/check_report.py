@@ -5,10 +5,10 @@ metric with its status and proposal, the registry patterns that matched), and th
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
+import tomli_w
 from pydantic import BaseModel, Field
 
 from resurgo.sources.base import ROLES
@@ -110,36 +110,28 @@ def parse_label_overrides(items: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def _toml(value: str) -> str:
-    return json.dumps(value, ensure_ascii=False)
-
-
 def config_snippet(settings: SignalsSettings, cluster: str, *, file_source: bool) -> str:
-    """The `[clusters.<cluster>.signals]` section for these settings (valid TOML)."""
-    table = f"clusters.{_toml(cluster) if not cluster.isidentifier() else cluster}.signals"
-    lines = [f"[{table}]"]
+    """The `[clusters.<cluster>.signals]` section for these settings (TOML written by tomli-w,
+    so any cluster name, label or selector is quoted and escaped correctly)."""
+    signals: dict[str, Any] = {}
     if settings.logs is not None:
-        lines.append(f"logs = {_toml(settings.logs)}")
+        signals["logs"] = settings.logs
     if settings.prometheus is not None:
-        lines.append(f"prometheus = {_toml(settings.prometheus)}")
+        signals["prometheus"] = settings.prometheus
     if settings.selector:
-        lines.append(f"selector = {_toml(settings.selector)}")
+        signals["selector"] = settings.selector
     if not file_source:
-        lines += ["", f"[{table}.labels]"]
-        lines += [f"{role} = {_toml(getattr(settings.labels, role))}" for role in ROLES]
+        signals["labels"] = {role: getattr(settings.labels, role) for role in ROLES}
     if settings.prometheus is not None:
         m = settings.metrics
-        required = ", ".join(_toml(r) for r in m.required)
-        lines += [
-            "",
-            f"[{table}.metrics]",
-            f"host_label = {_toml(m.host_label)}",
-            f"xid = {_toml(m.xid)}",
-            f"temperature = {_toml(m.temperature)}",
-            f"throughput = {_toml(m.throughput)}",
-            f"required = [{required}]",
-        ]
-    return "\n".join(lines) + "\n"
+        signals["metrics"] = {
+            "host_label": m.host_label,
+            "xid": m.xid,
+            "temperature": m.temperature,
+            "throughput": m.throughput,
+            "required": list(m.required),
+        }
+    return tomli_w.dumps({"clusters": {cluster: {"signals": signals}}})
 
 
 __all__ = [

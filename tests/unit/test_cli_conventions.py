@@ -191,3 +191,16 @@ def test_attribute_prints_the_error_as_the_job_wrote_it(tmp_path: Path) -> None:
     assert evidence.endswith(said)
     code, _, err = run("attribute", str(tmp_path / "missing"))
     assert code == ExitCode.NOT_FOUND and "no bundle at" in err
+
+
+def test_the_signals_snippet_is_toml_whatever_the_values() -> None:
+    import tomllib
+
+    from resurgo.sources.check_report import config_snippet
+    from resurgo.sources.config import SignalsSettings
+
+    # DEL and other control characters are valid JSON but not valid raw TOML: escaped here.
+    settings = SignalsSettings(logs="loki+http://loki:3100", selector='job=~"a\x7fb\x1b"')
+    text = config_snippet(settings, 'gpu "a".b', file_source=False)
+    signals = tomllib.loads(text)["clusters"]['gpu "a".b']["signals"]
+    assert signals["selector"] == 'job=~"a\x7fb\x1b"'
