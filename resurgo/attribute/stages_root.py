@@ -316,6 +316,9 @@ def _from_primaries(
             # and permissions do not change on a retry (a missing file may be a mount).
             or (mid in CONFIGURED_PATHS and any(e.checkpoint_save for e in same))
             or mid == "permission_denied"
+            # Rank 0 alone reads what the job configures first (its data index, its
+            # tokenizer): a mount missing on a node fails every rank there, not rank 0 only.
+            or (mid == "file_not_found" and ranks == [0] and len(same) >= 1)
             or (mid == "python_user_exception" and not _transient(first))
         ) and not any(e.match.id in NONDETERMINISTIC_APP or "nan" in e.match.tags for e in on_line)
         # The job's code, data, configuration or environment: the same fault comes back on

@@ -39,6 +39,12 @@ APPLICATION_LINES = [
     "collective: CollectiveFingerPrint(SequenceNumber=23, OpType=ALLREDUCE)",
     "[rank0]: Exception: Current loss scale already at minimum - cannot decrease scale anymore. "
     "Exiting run.",
+    # A truncated checkpoint (CompVis/stable-diffusion#93), Lightning's config validation
+    # (googlecolab/colabtools#1822).
+    "[rank0]: RuntimeError: PytorchStreamReader failed reading zip archive: failed finding "
+    "central directory",
+    "[rank0]: lightning.fabric.utilities.exceptions.MisconfigurationException: You requested "
+    "gpu: [0, 1, 2, 3, 4, 5, 6, 7]",
 ]
 
 
