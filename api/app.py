@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import Depends, FastAPI, Header, Path, Query, Request, Response
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, RedirectResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -41,6 +41,8 @@ from resurgo.api.auth import (
     TokenRegistry,
     bearer_principal,
 )
+from resurgo.api.console.app import PREFIX as CONSOLE
+from resurgo.api.console.app import create_console
 from resurgo.api.conventions import add_cors, operation_id
 from resurgo.api.core import ApiProblem, TemporalConnection, as_utc
 from resurgo.api.errors import install_error_handlers
@@ -175,6 +177,7 @@ def create_app(
         registry=registry,
         insecure=insecure,
         on_refusal=lambda status: metrics.refusals.labels(str(status)).inc(),
+        session_prefix=f"{CONSOLE}/",
     )
 
     def require(role: Role) -> Callable[..., Awaitable[Principal]]:
@@ -408,6 +411,13 @@ def create_app(
         owner = await owners(gateway.store, (e.workflow_id for e in page.events))
         events = [shown_to(who, owner[e.workflow_id], e) for e in page.events]
         return page.model_copy(update={"events": events})
+
+    # ---- the Recovery Console (its own session cookie and CSRF check) ------------------------
+    app.mount(CONSOLE, create_console(config, gateway, registry, insecure=insecure))
+
+    @app.get("/", include_in_schema=False)
+    async def console_home() -> RedirectResponse:
+        return RedirectResponse(f"{CONSOLE}/", status_code=307)
 
     return app
 

@@ -144,7 +144,9 @@ class _TooLarge(Exception):
 
 class BodyGate:
     """ASGI middleware in front of everything else: a request that carries a body is refused
-    (401) unless its bearer token is valid, before a byte of the body is read or parsed; a body
+    (401) unless its bearer token is valid, before a byte of the body is read or parsed (except
+    under `session_prefix`: the console's forms, which check their session cookie themselves
+    before reading a body); a body
     over `limit` bytes is refused (413), by its Content-Length or while it streams in."""
 
     def __init__(
@@ -155,9 +157,11 @@ class BodyGate:
         insecure: bool = False,
         limit: int = MAX_BODY_BYTES,
         on_refusal: Callable[[int], None] | None = None,
+        session_prefix: str | None = None,
     ) -> None:
         self.app, self.registry, self.insecure, self.limit = app, registry, insecure, limit
         self.on_refusal = on_refusal
+        self.session_prefix = session_prefix
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -167,7 +171,15 @@ class BodyGate:
         fields = {name.lower(): value for name, value in headers}
         length = fields.get(b"content-length")
         has_body = b"transfer-encoding" in fields or (length is not None and length != b"0")
-        if has_body and not self.insecure and bearer_principal(self.registry, headers) is None:
+        by_session = self.session_prefix is not None and str(scope.get("path", "")).startswith(
+            self.session_prefix
+        )
+        if (
+            has_body
+            and not self.insecure
+            and not by_session
+            and bearer_principal(self.registry, headers) is None
+        ):
             await self._refuse(send, 401, "a valid bearer token is required to send a body")
             return
         if length is not None and (not length.isdigit() or int(length) > self.limit):

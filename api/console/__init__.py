@@ -1,0 +1,1 @@
+"""The Recovery Console: the operators' web page, served by `resurgo api` at `/console`."""

@@ -1,0 +1,167 @@
+"""Prometheus metrics with conventional names and units, for every long-running process.
+
+Recovery facts (jobs watched, pending approvals, holds, anomalies, actions, latencies) come
+from the audit trail through `AuditCollector`, so every process that can read the store
+reports the same numbers, however many replicas run, and they survive restarts. Process facts
+(Slurm command and log/metric source errors, the breaker) are counted where they happen, with
+the `PROCESS` counters below.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from resurgo.audit.store import AuditStore, AuditStoreUnavailable
+from resurgo.metrics.digest import AuditDigest
+from resurgo.metrics.reader import DigestReader
+
+log = logging.getLogger("resurgo.metrics")
+
+# Recovery latencies run from seconds (a hold and requeue) to hours (a job waiting in queue).
+LATENCY_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 4 * 3600.0)
+
+
+class ProcessMetrics:
+    """Counted by the process where they happen (registered on `registry`)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.slurm_command_errors = Counter(
+            "resurgo_slurm_command_errors",
+            "Slurm commands that failed or timed out",
+            ["command"],
+            registry=registry,
+        )
+        self.source_errors = Counter(
+            "resurgo_source_errors",
+            "failed reads of an external log/metric source",
+            ["source"],
+            registry=registry,
+        )
+        self.breaker_open = Gauge(
+            "resurgo_breaker_open",
+            "1 while the cluster's circuit breaker refuses remediation",
+            ["cluster"],
+            registry=registry,
+        )
+
+
+class AuditCollector(Collector):
+    """Recovery metrics read (incrementally) from the audit store at scrape time."""
+
+    def __init__(self, reader: DigestReader) -> None:
+        self.reader = reader
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            families = self.reader.view(_families)
+        except AuditStoreUnavailable as exc:
+            log.warning("metrics: audit store unavailable: %s", exc)
+            up = GaugeMetricFamily("resurgo_audit_store_up", "the audit store answered")
+            up.add_metric([], 0)
+            yield up
+            return
+        up = GaugeMetricFamily("resurgo_audit_store_up", "the audit store answered")
+        up.add_metric([], 1)
+        yield up
+        yield from families
+
+
+def _families(d: AuditDigest) -> list[Metric]:
+    out: list[Metric] = []
+
+    def gauge(name: str, doc: str, value: float) -> None:
+        g = GaugeMetricFamily(name, doc)
+        g.add_metric([], value)
+        out.append(g)
+
+    gauge("resurgo_jobs_watched", "jobs whose monitoring started and has not ended", d.jobs_watched)
+    gauge("resurgo_pending_approvals", "advice waiting for an operator's decision", len(d.pending))
+    gauge(
+        "resurgo_holds_outstanding",
+        "jobs held by Resurgo and not yet released",
+        d.holds_outstanding,
+    )
+    anomalies = CounterMetricFamily(
+        "resurgo_anomalies", "failures attributed, by category", labels=["category"]
+    )
+    for category, n in sorted(d.anomalies.items()):
+        anomalies.add_metric([category], n)
+    out.append(anomalies)
+    actions = CounterMetricFamily(
+        "resurgo_actions", "scheduler actions applied, by step", labels=["type"]
+    )
+    for step, n in sorted(d.actions.items()):
+        actions.add_metric([step], n)
+    out.append(actions)
+    ended = CounterMetricFamily(
+        "resurgo_jobs_ended",
+        "monitored jobs whose monitoring ended, by outcome",
+        labels=["outcome"],
+    )
+    for outcome, n in sorted(d.outcomes.items()):
+        ended.add_metric([outcome], n)
+    out.append(ended)
+    out.append(
+        _histogram(
+            "resurgo_detection_latency_seconds",
+            "from an anomaly's detection to the first scheduler action after it",
+            d.detection_to_action,
+        )
+    )
+    out.append(
+        _histogram(
+            "resurgo_recovery_latency_seconds",
+            "from an anomaly's detection to the job's next attempt running",
+            d.failure_to_running,
+        )
+    )
+    return out
+
+
+def _histogram(name: str, doc: str, values: list[float]) -> HistogramMetricFamily:
+    cumulative, buckets = 0, []
+    ordered = sorted(values)
+    i = 0
+    for bound in LATENCY_BUCKETS:
+        while i < len(ordered) and ordered[i] <= bound:
+            i += 1
+        cumulative = i
+        buckets.append((repr(bound), cumulative))
+    buckets.append(("+Inf", len(ordered)))
+    h = HistogramMetricFamily(name, doc)
+    h.add_metric([], buckets, sum_value=sum(ordered))
+    return h
+
+
+def recovery_registry(
+    store: AuditStore, registry: CollectorRegistry | None = None
+) -> tuple[CollectorRegistry, ProcessMetrics]:
+    """A registry with the audit-derived metrics and the process counters."""
+    registry = registry if registry is not None else CollectorRegistry()
+    registry.register(AuditCollector(DigestReader(store)))
+    return registry, ProcessMetrics(registry)
+
+
+def serve_metrics(port: int, registry: CollectorRegistry, host: str = "0.0.0.0") -> None:
+    """`/metrics` on its own port, from a daemon thread (worker, controller, watchdog)."""
+    start_http_server(port, addr=host, registry=registry)
+    log.info("Prometheus metrics on http://%s:%s/metrics", host, port)
+
+
+__all__ = [
+    "LATENCY_BUCKETS",
+    "AuditCollector",
+    "ProcessMetrics",
+    "recovery_registry",
+    "serve_metrics",
+]
