@@ -204,21 +204,31 @@ class ResurgoConfig(Strict):
 
 
 def load_config(path: str | os.PathLike[str] | None = None) -> ResurgoConfig:
-    """Load the file named by `path` or $RESURGO_CONFIG; defaults when neither is set."""
+    """Load the file named by `path` or $RESURGO_CONFIG (defaults when neither is set), with
+    every key the environment sets on top (`RESURGO_<SECTION>__<KEY>`, `*_FILE` secrets: see
+    `resurgo.config_env`)."""
+    from resurgo.config_env import SecretFileError, environment_overrides, merge
+
     chosen = path or os.environ.get("RESURGO_CONFIG")
-    if not chosen:
-        return ResurgoConfig()
-    file = Path(chosen)
+    raw: dict[str, object] = {}
+    where = "the environment"
+    if chosen:
+        file = Path(chosen)
+        where = f"{file} (with the environment)"
+        try:
+            raw = tomllib.loads(file.read_text())
+        except OSError as exc:
+            raise ConfigError(f"cannot read config {file}: {exc.strerror}") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config {file} is not valid TOML: {exc}") from exc
     try:
-        raw = tomllib.loads(file.read_text())
-    except OSError as exc:
-        raise ConfigError(f"cannot read config {file}: {exc.strerror}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config {file} is not valid TOML: {exc}") from exc
+        raw = merge(raw, environment_overrides(ResurgoConfig))
+    except SecretFileError as exc:
+        raise ConfigError(f"config from the environment: {exc}") from exc
     try:
         return ResurgoConfig.model_validate(raw)
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
         )
-        raise ConfigError(f"config {file} is invalid: {problems}") from exc
+        raise ConfigError(f"config {where} is invalid: {problems}") from exc
