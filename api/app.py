@@ -66,6 +66,8 @@ from resurgo.api.service import Gateway
 from resurgo.api.visibility import owners, shown_to
 from resurgo.audit.store import MAX_LIMIT, AuditStore, store_url_from_env
 from resurgo.config import ResurgoConfig
+from resurgo.metrics.exporter import AuditCollector
+from resurgo.metrics.reader import DigestReader
 
 log = logging.getLogger("resurgo.api")
 
@@ -159,6 +161,8 @@ def create_app(
         cursor_key=registry.derived_key("resurgo-api-cursor"),
     )
     metrics = Metrics()
+    # Recovery metrics (jobs watched, approvals, holds, anomalies, actions, latencies).
+    metrics.registry.register(AuditCollector(DigestReader(gateway.store)))
     bearer = HTTPBearer(auto_error=False, description="a token from `[api.tokens]`")
 
     app = FastAPI(

@@ -58,10 +58,13 @@ class HostileCluster(ScriptedCluster):
             summary="uncorrectable ECC error on node2 (rank 1)",
             evidence=[
                 LogLine(source="node2:/home/alice/run/out.log", line_no=4242, text=HOSTILE),
-                LogLine(source="node2:/var/log/kern.log", line_no=17,
-                        text="NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus"),
+                LogLine(
+                    source="node2:/var/log/kern.log",
+                    line_no=17,
+                    text="NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus",
+                ),
             ],
-        )  # fmt: skip
+        )
 
 
 @asynccontextmanager
@@ -71,10 +74,13 @@ async def hostile_workers(
     name = "ui" + uuid.uuid4().hex[:8]
     queue = f"test-{name}"
     scripted = HostileCluster()
-    core = Worker(client, task_queue=queue, workflows=[JobRecoveryWorkflow],
-                  activities=[AuditActivities(store).record_audit])  # fmt: skip
-    side = Worker(client, task_queue=controller_task_queue(name),
-                  activities=scripted.activities())  # fmt: skip
+    core = Worker(
+        client,
+        task_queue=queue,
+        workflows=[JobRecoveryWorkflow],
+        activities=[AuditActivities(store).record_audit],
+    )
+    side = Worker(client, task_queue=controller_task_queue(name), activities=scripted.activities())
     async with core, side:
         yield JobStarter(client, name, queue), scripted
 
@@ -82,7 +88,7 @@ async def hostile_workers(
 def make_tokens() -> tuple[dict[str, str], dict[str, ApiToken]]:
     tokens = {role: new_token() for role in ROLES}
     entries = {
-        ROLES[role]: ApiToken(role=role, sha256=hash_token(tok))  # type: ignore[arg-type]
+        ROLES[role]: ApiToken(role=role, sha256=hash_token(tok))
         for role, tok in tokens.items()
     }
     return tokens, entries

@@ -68,12 +68,23 @@ async def stack(
     tokens, entries = make_tokens()
     try:
         async with hostile_workers(temporal_env.client, store) as (jobs, scripted):
-            gated = {jobs.cluster: ClusterSettings(acknowledge_scheduler_actions=True,
-                                                   partitions=["gpu"])}  # fmt: skip
+            gated = {
+                jobs.cluster: ClusterSettings(
+                    acknowledge_scheduler_actions=True, partitions=["gpu"]
+                )
+            }
             config = console_config(temporal_address, url, entries, **gated)
             async with serve_console(config, store, temporal_env.client) as base:
-                yield Stack(base, store, url, jobs, scripted, tokens, tmp / "shots",
-                            lambda address: console_config(address, url, entries, **gated))  # fmt: skip
+                yield Stack(
+                    base,
+                    store,
+                    url,
+                    jobs,
+                    scripted,
+                    tokens,
+                    tmp / "shots",
+                    lambda address: console_config(address, url, entries, **gated),
+                )
             await terminate_running(temporal_env.client, jobs.cluster)
     finally:
         store.close()
@@ -129,15 +140,27 @@ async def test_operator_watches_the_job_appear_live_reads_its_story_and_approves
         c.driver.execute_script("window.__same_page = true")
         loop.call_soon_threadsafe(started.set_result, None)
         # Pushed over the event stream: the page is never reloaded.
-        c.wait_for_text(str(job), "awaiting_approval", "needs approval", "hardware_gpu",
-                        "node2", timeout=60, what="live row")  # fmt: skip
+        c.wait_for_text(
+            str(job),
+            "awaiting_approval",
+            "needs approval",
+            "hardware_gpu",
+            "node2",
+            timeout=60,
+            what="live row",
+        )
         assert c.driver.execute_script("return window.__same_page === true")
         assert loads == 1
         c.shot("jobs-live")
 
         c.driver.find_element("link text", str(job)).click()
-        page = c.wait_for_text("Timeline", "attribution", "uncorrectable ECC error on node2",
-                               "Waiting for approval", what="timeline")  # fmt: skip
+        page = c.wait_for_text(
+            "Timeline",
+            "attribution",
+            "uncorrectable ECC error on node2",
+            "Waiting for approval",
+            what="timeline",
+        )
         assert HOSTILE in page  # shown literally, as text
         assert "node2:/home/alice/run/out.log" in page and "4242" in page
         assert "Policy: requeue excluding node2, because" in page
@@ -154,8 +177,15 @@ async def test_operator_watches_the_job_appear_live_reads_its_story_and_approves
         c.wait_for_text(f"{cluster}/{job} g1 approved.", what="approval flash")
 
         c.open(f"/console/jobs/{cluster}/{job}")
-        c.wait_reloading("requeue_hold", "exclude_nodes", "release", "progress recovered",
-                        "completed", timeout=60, what="actions on the timeline")  # fmt: skip
+        c.wait_reloading(
+            "requeue_hold",
+            "exclude_nodes",
+            "release",
+            "progress recovered",
+            "completed",
+            timeout=60,
+            what="actions on the timeline",
+        )
         c.wait_for_text("approved", "node2 is known bad <b>ok</b>", what="decision")
 
     await in_browser(stack, script)
@@ -163,8 +193,9 @@ async def test_operator_watches_the_job_appear_live_reads_its_story_and_approves
     outcome = await stack.handle.result()  # type: ignore[attr-defined]
     assert outcome.outcome == "completed"
     assert stack.scripted.steps[job][:3] == ["requeue_hold", "exclude_nodes", "release"]
-    events = await asyncio.to_thread(stack.store.query, cluster=cluster, job_id=job,
-                                     types=["approval_approved"])  # fmt: skip
+    events = await asyncio.to_thread(
+        stack.store.query, cluster=cluster, job_id=job, types=["approval_approved"]
+    )
     assert [(e.data["actor"], e.data["reason"]) for e in events] == [
         ("otto", "node2 is known bad <b>ok</b>")
     ]
@@ -200,8 +231,12 @@ async def test_a_viewer_sees_the_inbox_but_cannot_approve(stack: Stack) -> None:
     assert answers["status"] == 403
     status = await handle.query(JobRecoveryWorkflow.status)
     assert status.pending_approval is not None and status.pending_approval.generation == 1
-    decided = await asyncio.to_thread(stack.store.query, cluster=cluster, job_id=job,
-                                      types=["approval_approved", "approval_rejected"])  # fmt: skip
+    decided = await asyncio.to_thread(
+        stack.store.query,
+        cluster=cluster,
+        job_id=job,
+        types=["approval_approved", "approval_rejected"],
+    )
     assert decided == []
 
 
@@ -211,8 +246,9 @@ async def test_the_story_still_shows_when_temporal_is_down(stack: Stack) -> None
     handle = await stack.jobs.start(job, Directive(mode=Mode.OBSERVE))
     stack.scripted.push(job, "crash")
     for _ in range(150):
-        done = await asyncio.to_thread(stack.store.query, cluster=stack.jobs.cluster,
-                                       job_id=job, types=["advice"])  # fmt: skip
+        done = await asyncio.to_thread(
+            stack.store.query, cluster=stack.jobs.cluster, job_id=job, types=["advice"]
+        )
         if done:
             break
         await asyncio.sleep(0.2)
@@ -225,8 +261,15 @@ async def test_the_story_still_shows_when_temporal_is_down(stack: Stack) -> None
         c.wait_for_text("Temporal cannot be read", str(job), timeout=40, what="degraded jobs")
         c.shot("jobs-temporal-down")
         c.open(f"/console/jobs/{cluster}/{job}")
-        c.wait_for_text("Temporal", "unreachable", "attribution", "hardware_gpu",
-                        "uncorrectable ECC error on node2", timeout=40, what="degraded timeline")  # fmt: skip
+        c.wait_for_text(
+            "Temporal",
+            "unreachable",
+            "attribution",
+            "hardware_gpu",
+            "uncorrectable ECC error on node2",
+            timeout=40,
+            what="degraded timeline",
+        )
         c.shot("timeline-temporal-down")
 
     async with serve_console(down, stack.store, None) as base:  # type: ignore[arg-type]

@@ -1,0 +1,123 @@
+"""Recovery metrics read from a real audit store (SQLite) and scraped in Prometheus' text
+format: names, units and values a dashboard plots, kept current incrementally."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from resurgo.audit.store import AuditStore
+from resurgo.contracts import AuditEvent
+from resurgo.metrics.digest import AuditDigest, percentile
+from resurgo.metrics.exporter import recovery_registry
+
+T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+def story(job: int, offset: int = 0, *, approve: bool = True) -> list[AuditEvent]:
+    """A job that crashes on node2, is held, excluded, released and runs again 90 s later."""
+    wid = f"resurgo:c1:{job}:1700000000"
+    seq = [
+        (0, "monitoring_started", None, {"user": "alice"}),
+        (1, "attempt_started", 0, {"nodes": ["node1", "node2"], "excluded": []}),
+        (10, "anomaly", 0, {"kind": "crash"}),
+        (11, "attribution", 0, {"category": "hardware_gpu", "culprit_nodes": ["node2"]}),
+        (12, "advice", 0, {"kind": "requeue_excluding", "nodes": ["node2"]}),
+        (12, "approval_requested", 0, {"generation": 1}),
+    ]
+    if approve:
+        seq += [
+            (20, "approval_approved", 0, {"generation": 1, "actor": "otto"}),
+            (30, "action", 0, {"step": "requeue_hold", "outcome": "applied"}),
+            (31, "action", 0, {"step": "exclude_nodes", "outcome": "applied"}),
+            (32, "action", 0, {"step": "release", "outcome": "applied"}),
+            (100, "attempt_started", 1, {"nodes": ["node3", "node4"], "excluded": ["node2"]}),
+        ]
+    return [
+        AuditEvent(
+            event_id=f"{job}-{i}",
+            cluster="c1",
+            job_id=job,
+            workflow_id=wid,
+            attempt=attempt,
+            type=kind,
+            producer="test",
+            at=T0 + timedelta(seconds=offset + s),
+            data=data,
+        )
+        for i, (s, kind, attempt, data) in enumerate(seq)
+    ]
+
+
+def scrape(registry: Any) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = generate_latest(registry).decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def test_scraped_metrics_follow_the_audit_trail(tmp_path: Path) -> None:
+    store = AuditStore(f"sqlite:///{tmp_path / 'audit.db'}")
+    store.append(story(1) + story(2, 1000, approve=False))
+    registry, _ = recovery_registry(store)
+    got = scrape(registry)
+    assert got[("resurgo_audit_store_up", ())] == 1
+    assert got[("resurgo_jobs_watched", ())] == 2
+    assert got[("resurgo_pending_approvals", ())] == 1  # job 2 still waits
+    assert got[("resurgo_holds_outstanding", ())] == 0  # job 1 was released
+    assert got[("resurgo_anomalies_total", (("category", "hardware_gpu"),))] == 2
+    assert got[("resurgo_actions_total", (("type", "requeue_hold"),))] == 1
+    assert got[("resurgo_actions_total", (("type", "release"),))] == 1
+    # detection (t=10) -> first action (t=30): 20 s; failure -> next attempt running: 90 s
+    assert got[("resurgo_detection_latency_seconds_sum", ())] == 20
+    assert got[("resurgo_detection_latency_seconds_bucket", (("le", "15.0"),))] == 0
+    assert got[("resurgo_detection_latency_seconds_bucket", (("le", "30.0"),))] == 1
+    assert got[("resurgo_recovery_latency_seconds_sum", ())] == 90
+    assert got[("resurgo_recovery_latency_seconds_count", ())] == 1
+    store.close()
+
+
+def test_new_events_are_read_incrementally_and_a_hold_stays_outstanding(tmp_path: Path) -> None:
+    store = AuditStore(f"sqlite:///{tmp_path / 'audit.db'}")
+    store.append(story(1))
+    registry, _ = recovery_registry(store)
+    reader = next(c for c in registry._collector_to_names if hasattr(c, "reader")).reader
+    reader.max_age = 0
+    assert scrape(registry)[("resurgo_actions_total", (("type", "release"),))] == 1
+    held = [
+        *story(3, 5000)[:6],
+        AuditEvent(
+            event_id="3-hold",
+            cluster="c1",
+            job_id=3,
+            workflow_id="resurgo:c1:3:1700000000",
+            attempt=0,
+            type="action",
+            producer="test",
+            at=T0 + timedelta(seconds=5040),
+            data={"step": "requeue_hold", "outcome": "applied"},
+        ),
+    ]
+    store.append(held)
+    before = reader._digest.events
+    got = scrape(registry)
+    assert reader._digest.events == before + len(held)  # only the new events were folded
+    assert got[("resurgo_holds_outstanding", ())] == 1
+    assert got[("resurgo_actions_total", (("type", "requeue_hold"),))] == 2
+    store.close()
+
+
+def test_nodes_and_stops_are_remembered_per_job() -> None:
+    d = AuditDigest()
+    d.feed(story(1) + story(2, 1000))
+    node2 = d.nodes["node2"]
+    assert node2.implicated == 2 and node2.implicated_jobs == {"c1/1", "c1/2"}
+    assert node2.excluded_jobs == {"c1/1", "c1/2"}
+    assert "node3" not in d.nodes
+    assert percentile([5.0, 1.0, 3.0], 0.5) == 3.0 and percentile([], 0.95) is None
