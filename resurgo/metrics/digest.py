@@ -97,7 +97,7 @@ class AuditDigest:
                 rec = self.nodes[node]
                 rec.implicated += 1
                 rec.implicated_jobs.add(job.label)
-                rec.last_at = e.at
+                rec.last_at = max(rec.last_at, e.at) if rec.last_at else e.at
         elif e.type == T.ADVICE:
             job.drain_nodes = _names(d.get("drain_nodes"))
             if d.get("kind") == "stop":

@@ -7,6 +7,8 @@ and a headless Chromium that logs in like a person.
 from __future__ import annotations
 
 import contextlib
+import shutil
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -88,8 +90,7 @@ async def hostile_workers(
 def make_tokens() -> tuple[dict[str, str], dict[str, ApiToken]]:
     tokens = {role: new_token() for role in ROLES}
     entries = {
-        ROLES[role]: ApiToken(role=role, sha256=hash_token(tok))
-        for role, tok in tokens.items()
+        ROLES[role]: ApiToken(role=role, sha256=hash_token(tok)) for role, tok in tokens.items()
     }
     return tokens, entries
 
@@ -129,7 +130,8 @@ class Console:
 
         options = webdriver.ChromeOptions()
         options.binary_location = CHROMIUM
-        for flag in [*FLAGS, f"--user-data-dir={self.shots / ('profile-' + uuid.uuid4().hex)}"]:
+        self.profile = tempfile.mkdtemp(prefix="console-chromium-")
+        for flag in [*FLAGS, f"--user-data-dir={self.profile}"]:
             options.add_argument(flag)
         self.shots.mkdir(parents=True, exist_ok=True)
         self.driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
@@ -182,6 +184,7 @@ class Console:
     def quit(self) -> None:
         with contextlib.suppress(Exception):
             self.driver.quit()
+        shutil.rmtree(self.profile, ignore_errors=True)
 
 
 __all__ = [
