@@ -15,13 +15,13 @@ from __future__ import annotations
 import json
 import os
 import threading
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
+import stamina
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy import event, func, insert, select
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -173,14 +173,15 @@ class AuditStore:
             return 0
         self._ensure_schema()
         chunks = list(batches(rows))
-        for attempt in range(_LOCK_RETRIES):
-            try:
-                with self._unavailable_on_error(), self._engine.begin() as conn:
-                    return sum(self._insert_ignore(conn, chunk) for chunk in chunks)
-            except AuditStoreUnavailable as exc:
-                if attempt + 1 >= _LOCK_RETRIES or not _is_lock_conflict(exc.__cause__):
-                    raise
-                time.sleep(0.05 * 2**attempt)
+        # A lock conflict (deadlock, lock wait, "database is locked") is retried at once, with
+        # jittered backoff so that writers that collided do not collide again; the rest of
+        # the outage handling is the caller's (the audit activity's Temporal retry policy).
+        for attempt in stamina.retry_context(
+            on=_lock_conflict, attempts=_LOCK_RETRIES, timeout=None,
+            wait_initial=0.05, wait_max=1.0, wait_jitter=0.05,
+        ):  # fmt: skip
+            with attempt, self._unavailable_on_error(), self._engine.begin() as conn:
+                return sum(self._insert_ignore(conn, chunk) for chunk in chunks)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _insert_ignore(self, conn: Connection, rows: list[dict[str, Any]]) -> int:
@@ -371,6 +372,10 @@ def _translate_errors(safe_url: str) -> Iterator[None]:
         raise AuditStoreUnavailable(
             f"audit store {safe_url} unavailable: {reason.splitlines()[0]}"
         ) from exc
+
+
+def _lock_conflict(exc: Exception) -> bool:
+    return isinstance(exc, AuditStoreUnavailable) and _is_lock_conflict(exc.__cause__)
 
 
 def _is_lock_conflict(exc: BaseException | None) -> bool:

@@ -1,28 +1,35 @@
 """A small HTTP client shared by the Loki, VictoriaLogs and Prometheus sources.
 
 httpx.AsyncClient with explicit timeouts and bounded retries (connection errors, timeouts, 429
-and 5xx answers, with exponential backoff). Every failure becomes a `SourceUnavailable` or a
-`SourceContractError` whose message names the source, the request and the server's own words.
+and 5xx answers) by stamina, the kept retry library: exponential backoff with jitter, so many
+watches retrying one restarted Loki do not come back in lockstep. Every failure becomes a
+`SourceUnavailable` or a `SourceContractError` whose message names the source, the request and
+the server's own words.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import httpx
+import stamina
 
 from resurgo.sources.errors import SourceContractError, SourceUnavailable
 
 DEFAULT_TIMEOUT = 10.0
 DEFAULT_RETRIES = 2
 DEFAULT_BACKOFF = 0.25
+MAX_BACKOFF = 5.0
 _RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 _SNIPPET = 300
 
 Params = Mapping[str, str | int | float | Sequence[str]]
+
+
+class _Retryable(Exception):
+    """A failure worth another try (the message says what happened)."""
 
 
 def snippet(text: str, limit: int = _SNIPPET) -> str:
@@ -71,35 +78,47 @@ class HttpApi:
         """A successful (2xx) response; raises SourceUnavailable / SourceContractError."""
         url = self.url(path)
         what = f"{self.name} at {self.base_url}: GET {path}"
-        last: str = ""
-        for attempt in range(self.retries + 1):
-            if attempt:
-                await asyncio.sleep(self.backoff * (2 ** (attempt - 1)))
-            try:
-                response = await self._client.get(url, params=_params(params), headers=self.headers)
-            except httpx.TimeoutException as exc:
-                last = f"timed out ({type(exc).__name__})"
-                continue
-            except httpx.TransportError as exc:
-                last = f"cannot connect ({type(exc).__name__}: {exc or 'no detail'})"
-                continue
-            status = response.status_code
-            if 200 <= status < 300:
-                return response
-            body = snippet(response.text)
-            if status in _RETRY_STATUS:
-                last = f"answered HTTP {status}: {body or response.reason_phrase}"
-                continue
-            hint = ""
-            if status == 404:
-                hint = f" (is {self.base_url} really a {self.name} server?)"
-            elif status in (401, 403):
-                hint = " (authentication required: configure headers/credentials)"
-            raise SourceContractError(
-                f"{what} was rejected with HTTP {status}: {body or response.reason_phrase}{hint}"
-            )
-        tries = self.retries + 1
-        raise SourceUnavailable(f"{what} failed after {tries} attempt(s): {last}")
+        retrying = stamina.retry_context(
+            on=_Retryable,
+            attempts=self.retries + 1,
+            timeout=None,
+            wait_initial=self.backoff,
+            wait_max=MAX_BACKOFF,
+            wait_jitter=self.backoff,
+            wait_exp_base=2,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    return await self._get_once(url, what, params)
+        except _Retryable as exc:
+            tries = self.retries + 1
+            raise SourceUnavailable(f"{what} failed after {tries} attempt(s): {exc}") from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _get_once(self, url: str, what: str, params: Params | None) -> httpx.Response:
+        try:
+            response = await self._client.get(url, params=_params(params), headers=self.headers)
+        except httpx.TimeoutException as exc:
+            raise _Retryable(f"timed out ({type(exc).__name__})") from exc
+        except httpx.TransportError as exc:
+            raise _Retryable(
+                f"cannot connect ({type(exc).__name__}: {exc or 'no detail'})"
+            ) from exc
+        status = response.status_code
+        if 200 <= status < 300:
+            return response
+        body = snippet(response.text)
+        if status in _RETRY_STATUS:
+            raise _Retryable(f"answered HTTP {status}: {body or response.reason_phrase}")
+        hint = ""
+        if status == 404:
+            hint = f" (is {self.base_url} really a {self.name} server?)"
+        elif status in (401, 403):
+            hint = " (authentication required: configure headers/credentials)"
+        raise SourceContractError(
+            f"{what} was rejected with HTTP {status}: {body or response.reason_phrase}{hint}"
+        )
 
     async def get_json(self, path: str, params: Params | None = None) -> Any:
         response = await self.get(path, params)

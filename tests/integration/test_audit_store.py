@@ -473,3 +473,34 @@ def test_store_url_from_env(tmp_path: Path) -> None:
     with AuditStore(store_url_from_env({"RESURGO_HOME": str(tmp_path / "home")})) as s:
         assert s.append([ev(1)]) == 1
     assert (tmp_path / "home" / "audit.db").exists()
+
+
+def test_lock_conflicts_are_retried_and_other_errors_are_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sqlalchemy.exc import OperationalError
+
+    store = AuditStore(f"sqlite:///{tmp_path / 'retry.db'}")
+    real = store._insert_ignore
+    calls: list[str] = []
+
+    def flaky(conn: Any, rows: list[dict[str, Any]]) -> int:
+        calls.append("try")
+        if len(calls) <= 2:
+            raise OperationalError("INSERT", {}, Exception("database is locked"))
+        return real(conn, rows)
+
+    monkeypatch.setattr(store, "_insert_ignore", flaky)
+    assert store.append([ev(1), ev(2)]) == 2 and len(calls) == 3
+    assert [e.event_id for e in store.query()] == [ev(1).event_id, ev(2).event_id]
+
+    def broken(conn: Any, rows: list[dict[str, Any]]) -> int:
+        calls.append("broken")
+        raise OperationalError("INSERT", {}, Exception("disk I/O error"))
+
+    monkeypatch.setattr(store, "_insert_ignore", broken)
+    calls.clear()
+    with pytest.raises(AuditStoreUnavailable, match="disk I/O error"):
+        store.append([ev(3)])
+    assert calls == ["broken"]
+    store.close()
