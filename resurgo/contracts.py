@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from resurgo.nodes.policy import NodeHealthPolicy
+
 CORE_TASK_QUEUE = "resurgo"
 
 
@@ -115,24 +117,7 @@ class PolicyConfig(Frozen):
     # Nodes one job may have excluded in total (the cluster-wide circuit breaker and per-node
     # caps are enforced by the controller, which sees every job).
     max_nodes_excluded_per_job: int = Field(default=2, ge=0)
-    # Lemon nodes (resurgo/nodes/lemon.py): a node blamed for failures of `lemon_failures`
-    # distinct jobs within `lemon_window_seconds` gets drain advice; carried out (through the
-    # controller's gates and breaker) only when `lemon_mode` is action. Read from the default
-    # policy: nodes belong to the cluster, not to one job.
-    lemon_failures: int = Field(default=3, ge=1, le=1000)
-    lemon_window_seconds: float = Field(default=86400.0, gt=0, le=365 * 86400)
-    lemon_mode: Literal["observe", "action"] = "observe"
-    # Validated return to service of a node Resurgo drained (docs: README, "Node health"):
-    # the check's argv, run on that node alone by `sbatch -w <node> --reservation`; exit 0
-    # passes. Empty: no validation, the node waits drained for a human.
-    health_check: list[str] = Field(default_factory=list, max_length=100)
-    health_check_timeout_seconds: float = Field(default=300.0, gt=0, le=86400)
-    # Where the check's output is written: a directory the job and the controller both see.
-    health_check_output_dir: str = "/tmp"
-    # Validate this long after the drain even without a repair mark (0: only when marked).
-    node_validate_after_seconds: float = Field(default=0.0, ge=0, le=365 * 86400)
-    # How often the node's Slurm state is looked at while waiting for a repair.
-    node_poll_seconds: float = Field(default=60.0, ge=1, le=86400)
+    nodes: NodeHealthPolicy = NodeHealthPolicy()  # lemon nodes, validated return
 
 
 class JobObservation(Frozen):
@@ -384,13 +369,10 @@ class AuditEventType(StrEnum):
     MONITORING_ENDED = "monitoring_ended"
     # What the watch could not read, and why (a refused output file, an unusable pattern).
     EVIDENCE_LIMITED = "evidence_limited"
-    # Node health (workflows/node_health.py): job_id 0, the node in data["node"].
     NODE_DRAIN_ADVISED = "node_drain_advised"
     NODE_DRAINED = "node_drained"
-    NODE_REPAIRED = "node_repaired"
     NODE_VALIDATION = "node_validation"
     NODE_RESUMED = "node_resumed"
-    NODE_KEPT_DRAINED = "node_kept_drained"
 
 
 class AuditEvent(Frozen):

@@ -9,7 +9,8 @@ sentinel read the same history the same way:
 - `advice` + `action` events of a job: the `exclude_nodes` step of advice g<n> excluded that
   advice's nodes, its `drain_node` step drained its `drain_nodes`; a cross-job drain done inside
   an exclusion step is read from the step's detail;
-- the node health workflow's own events (`node_*`, job id 0, the node in `data["node"]`).
+- the node health workflow's own events (`node_*`, job id 0, the node in `data["node"]`; see
+  `node_entry_kind`).
 
 Nothing here reads a clock: `now` and the window come from the caller.
 """
@@ -47,14 +48,14 @@ NodeState = Literal["in_service", "drained", "validating"]
 
 _STEP_KEY = re.compile(r":g(\d+):(\w+)$")
 _CROSS_JOB_DRAIN = re.compile(r"node (\S+) implicated in (\d+) jobs: drain advised \(drained\)")
-_NODE_EVENTS: dict[AuditEventType, EntryKind] = {
-    AuditEventType.NODE_DRAIN_ADVISED: "drain_advised",
-    AuditEventType.NODE_DRAINED: "drain",
-    AuditEventType.NODE_REPAIRED: "repaired",
-    AuditEventType.NODE_VALIDATION: "validation",
-    AuditEventType.NODE_RESUMED: "resumed",
-    AuditEventType.NODE_KEPT_DRAINED: "kept_drained",
-}
+_NODE_EVENTS = frozenset(
+    {
+        AuditEventType.NODE_DRAIN_ADVISED,
+        AuditEventType.NODE_DRAINED,
+        AuditEventType.NODE_VALIDATION,
+        AuditEventType.NODE_RESUMED,
+    }
+)
 # A bug in the training code is not the node's fault: such failures are listed, never counted.
 NOT_THE_NODES_FAULT = frozenset({Category.APPLICATION.value, Category.NONE.value})
 MAX_EVIDENCE_LINES = 3
@@ -128,6 +129,18 @@ def _evidence(value: Any) -> list[LogLine]:
     return lines
 
 
+def node_entry_kind(event: AuditEvent) -> EntryKind:
+    """A node health event as a history entry: a drain after a failed validation is `kept_drained`
+    (`data.kept`), the start of a validation (`data.phase == "started"`) is `repaired`."""
+    if event.type == AuditEventType.NODE_DRAIN_ADVISED:
+        return "drain_advised"
+    if event.type == AuditEventType.NODE_DRAINED:
+        return "kept_drained" if event.data.get("kept") is True else "drain"
+    if event.type == AuditEventType.NODE_VALIDATION:
+        return "repaired" if event.data.get("phase") == "started" else "validation"
+    return "resumed"
+
+
 class Ledger:
     """Accumulates events (`add`, in id order) into per-node histories (`records`)."""
 
@@ -138,13 +151,13 @@ class Ledger:
 
     def add(self, event: AuditEvent) -> None:
         data = event.data
-        kind = _NODE_EVENTS.get(event.type)
-        if kind is not None:
+        if event.type in _NODE_EVENTS:
             node = data.get("node")
             if isinstance(node, str) and node:
-                self._entry(event.cluster, node, kind, event, jobs=_jobs(data.get("jobs")),
-                            passed=data.get("passed") if isinstance(data.get("passed"), bool)
-                            else None)  # fmt: skip
+                passed = data.get("passed")
+                self._entry(event.cluster, node, node_entry_kind(event), event,
+                            jobs=_jobs(data.get("jobs")),
+                            passed=passed if isinstance(passed, bool) else None)  # fmt: skip
             return
         if event.type == AuditEventType.MONITORING_STARTED:
             user = data.get("user")
@@ -201,6 +214,10 @@ class Ledger:
             **fields,
         )  # fmt: skip
         self._history.setdefault((cluster, node), []).append(entry)
+
+    def histories(self) -> list[tuple[str, str, list[LedgerEntry]]]:
+        """(cluster, node, history) of every node seen so far."""
+        return [(c, n, list(h)) for (c, n), h in self._history.items()]
 
     def records(self, *, now: datetime, window: timedelta) -> list[NodeRecord]:
         """Every node seen, riskiest first (then most failures, most recent, name)."""

@@ -3,10 +3,10 @@ advice. Pure: the ledger's history in, at most one advice out.
 
 What counts (see `ledger.counted_failures`): failures Resurgo attributed to the node (a culprit
 of an `attribution` event of category other than `none` and `application`: a bug in the
-training code is not the node's fault), of distinct jobs, within `lemon_window_seconds` before
-`now`, and after the node was last cleared (drain advised, or resumed after a passing
-validation): so one set of failures yields one advice, and a validated node starts afresh.
-A node already drained or under validation gets no new advice.
+training code is not the node's fault), of distinct jobs, within `lemon_window_seconds`
+(`PolicyConfig.nodes`) before `now`, and after the node was last cleared (drain advised, or
+resumed after a passing validation): so one set of failures yields one advice, and a
+validated node starts afresh. A node already drained or under validation gets no new advice.
 """
 
 from __future__ import annotations
@@ -64,10 +64,11 @@ def lemon_advice(
     """Drain advice for the node, or None while it stays under the threshold."""
     if state_of(history) != "in_service":
         return None
-    window = timedelta(seconds=policy.lemon_window_seconds)
+    rules = policy.nodes
+    window = timedelta(seconds=rules.lemon_window_seconds)
     counted = counted_failures(history, now=now, window=window)
     jobs = sorted({e.job_id for e in counted if e.job_id is not None})
-    if len(jobs) < policy.lemon_failures:
+    if len(jobs) < rules.lemon_failures:
         return None
     categories = sorted({e.category for e in counted if e.category})
     return LemonAdvice(
@@ -78,7 +79,7 @@ def lemon_advice(
         categories=categories,
         evidence=[f"job {e.job_id} ({e.category}): {e.summary[:200]}" for e in counted][-10:],
         reason=lemon_reason(node, jobs, categories, window),
-        window_seconds=policy.lemon_window_seconds,
+        window_seconds=rules.lemon_window_seconds,
         first_at=min(e.at for e in counted),
         last_at=max(e.at for e in counted),
     )

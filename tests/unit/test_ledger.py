@@ -110,7 +110,8 @@ def test_a_validated_resume_clears_the_risk_and_the_state() -> None:
     assert drained.state == "drained" and drained.risk == 0 and drained.drains == 1
     assert drained.history[2].jobs == [1, 2]
     events += [
-        event(AuditEventType.NODE_REPAIRED, 0, T0 + timedelta(minutes=3), node),
+        event(AuditEventType.NODE_VALIDATION, 0, T0 + timedelta(minutes=3),
+              {**node, "phase": "started"}),
         event(AuditEventType.NODE_VALIDATION, 0, T0 + timedelta(minutes=4),
               {**node, "passed": True}),
         event(AuditEventType.NODE_RESUMED, 0, T0 + timedelta(minutes=5), node),
@@ -125,13 +126,29 @@ def test_a_failed_validation_keeps_the_node_drained() -> None:
     node = {"node": "n"}
     events = [
         event(AuditEventType.NODE_DRAINED, 0, T0, node),
-        event(AuditEventType.NODE_REPAIRED, 0, T0 + timedelta(minutes=1), node),
+        event(
+            AuditEventType.NODE_VALIDATION,
+            0,
+            T0 + timedelta(minutes=1),
+            {**node, "phase": "started"},
+        ),
     ]
     (validating,) = fold_ledger(events, now=T0 + DAY, window=DAY)
     assert validating.state == "validating"
-    events.append(event(AuditEventType.NODE_KEPT_DRAINED, 0, T0 + timedelta(minutes=2), node))
+    events.append(
+        event(
+            AuditEventType.NODE_VALIDATION,
+            0,
+            T0 + timedelta(minutes=2),
+            {**node, "phase": "finished", "passed": False},
+        )
+    )
+    events.append(
+        event(AuditEventType.NODE_DRAINED, 0, T0 + timedelta(minutes=2), {**node, "kept": True})
+    )
     (kept,) = fold_ledger(events, now=T0 + DAY, window=DAY)
-    assert kept.state == "drained"
+    assert kept.state == "drained" and kept.drains == 1
+    assert [e.kind for e in kept.history] == ["drain", "repaired", "validation", "kept_drained"]
 
 
 def test_hostile_or_malformed_data_is_skipped_not_fatal() -> None:

@@ -10,9 +10,10 @@ from hypothesis import strategies as st
 from resurgo.contracts import PolicyConfig
 from resurgo.nodes.ledger import LedgerEntry
 from resurgo.nodes.lemon import MAX_REASON, lemon_advice, lemon_reason
+from resurgo.nodes.policy import NodeHealthPolicy
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
-POLICY = PolicyConfig(lemon_failures=3, lemon_window_seconds=3600)
+POLICY = PolicyConfig(nodes=NodeHealthPolicy(lemon_failures=3, lemon_window_seconds=3600))
 
 
 def failure(job: int, minutes: float, category: str = "hardware_gpu") -> LedgerEntry:
@@ -90,7 +91,8 @@ def test_advice_exactly_when_enough_distinct_jobs_failed_recently(
     raw: list[tuple[int, float, str]], k: int, window_minutes: int
 ) -> None:
     history = [failure(job, minutes, cat) for job, minutes, cat in raw]
-    policy = PolicyConfig(lemon_failures=k, lemon_window_seconds=window_minutes * 60)
+    nodes = NodeHealthPolicy(lemon_failures=k, lemon_window_seconds=window_minutes * 60)
+    policy = PolicyConfig(nodes=nodes)
     advice = lemon_advice("c1", "n", history, policy, now=NOW)
     start = NOW - timedelta(minutes=window_minutes)
     expected = sorted({
