@@ -10,7 +10,8 @@ the `PROCESS` counters below.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+import os
+from collections.abc import Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 from prometheus_client.core import (
@@ -27,6 +28,8 @@ from resurgo.metrics.reader import DigestReader
 
 log = logging.getLogger("resurgo.metrics")
 
+PORT_ENV = "RESURGO_METRICS_PORT"
+HOST_ENV = "RESURGO_METRICS_HOST"
 # Recovery latencies run from seconds (a hold and requeue) to hours (a job waiting in queue).
 LATENCY_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 4 * 3600.0)
 
@@ -152,6 +155,26 @@ def recovery_registry(
     return registry, ProcessMetrics(registry)
 
 
+def start_process_metrics(
+    process: str, store: AuditStore | None, environ: Mapping[str, str] | None = None
+) -> ProcessMetrics | None:
+    """`/metrics` for a worker, controller or watchdog on $RESURGO_METRICS_PORT (unset or 0:
+    off), with the recovery metrics when the process can read the audit store."""
+    env = os.environ if environ is None else environ
+    raw = env.get(PORT_ENV, "").strip()
+    if not raw or raw == "0":
+        return None
+    if not raw.isdigit() or not 0 < int(raw) < 65536:
+        raise ValueError(f"${PORT_ENV} must be a TCP port, got {raw!r}")
+    registry = CollectorRegistry()
+    info = Gauge("resurgo_process", "1 per running Resurgo process", ["process"], registry=registry)
+    info.labels(process).set(1)
+    if store is not None:
+        registry.register(AuditCollector(DigestReader(store)))
+    serve_metrics(int(raw), registry, env.get(HOST_ENV, "0.0.0.0"))
+    return ProcessMetrics(registry)
+
+
 def serve_metrics(port: int, registry: CollectorRegistry, host: str = "0.0.0.0") -> None:
     """`/metrics` on its own port, from a daemon thread (worker, controller, watchdog)."""
     start_http_server(port, addr=host, registry=registry)
@@ -164,4 +187,5 @@ __all__ = [
     "ProcessMetrics",
     "recovery_registry",
     "serve_metrics",
+    "start_process_metrics",
 ]

@@ -292,3 +292,35 @@ async def test_login_is_required_and_a_wrong_token_is_refused(stack: Stack) -> N
         c.wait_for_text("Nodes", what="nodes after login")
 
     await in_browser(stack, script)
+
+
+async def test_an_operator_switches_the_mode_after_confirming(stack: Stack) -> None:
+    job = 7104
+    handle = await stack.jobs.start(job, Directive(mode=Mode.OBSERVE))
+    cluster = stack.jobs.cluster
+
+    def script(c: Console) -> None:
+        c.login(stack.tokens["viewer"])
+        c.open(f"/console/jobs/{cluster}/{job}")
+        c.wait_for_text(f"{cluster}/{job}", "observe", what="viewer job page")
+        assert not c.driver.find_elements("id", "mode-box")
+        c.driver.delete_all_cookies()
+        c.login(stack.tokens["operator"])
+        c.open(f"/console/jobs/{cluster}/{job}")
+        c.driver.find_element("css selector", "#mode-box summary").click()
+        form = c.driver.find_element("css selector", "form.mode")
+        form.find_element("css selector", "option[value=action]").click()
+        form.find_element("name", "reason").send_keys("validated in observe for a week")
+        form.find_element("id", "set-mode").click()  # unconfirmed: the browser holds it back
+        assert "is now in action mode" not in c.text()
+        form.find_element("name", "confirm").click()
+        form.find_element("id", "set-mode").click()
+        c.wait_for_text(f"{cluster}/{job} is now in action mode.", what="mode flash")
+
+    await in_browser(stack, script)
+    status = await handle.query(JobRecoveryWorkflow.status)
+    assert status.mode == Mode.ACTION
+    changed = await asyncio.to_thread(
+        stack.store.query, cluster=cluster, job_id=job, types=["mode_changed"]
+    )
+    assert [e.data.get("actor") for e in changed] == ["otto"]

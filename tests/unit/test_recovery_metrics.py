@@ -15,6 +15,7 @@ from resurgo.contracts import AuditEvent
 from resurgo.metrics.digest import AuditDigest, percentile
 from resurgo.metrics.exporter import recovery_registry
 
+REPO = Path(__file__).resolve().parents[2]
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
 
@@ -121,3 +122,58 @@ def test_nodes_and_stops_are_remembered_per_job() -> None:
     assert node2.excluded_jobs == {"c1/1", "c1/2"}
     assert "node3" not in d.nodes
     assert percentile([5.0, 1.0, 3.0], 0.5) == 3.0 and percentile([], 0.95) is None
+
+
+def exported_families(text: str) -> set[str]:
+    return {family.name for family in text_string_to_metric_families(text)}
+
+
+def test_the_grafana_dashboard_plots_only_metrics_that_are_exported(tmp_path: Path) -> None:
+    import json
+    import re
+
+    from resurgo.api.app import Metrics
+
+    store = AuditStore(f"sqlite:///{tmp_path / 'audit.db'}")
+    store.append(story(1))
+    registry, process = recovery_registry(store)
+    process.slurm_command_errors.labels("scontrol").inc()
+    process.source_errors.labels("loki").inc()
+    process.breaker_open.labels("c1").set(0)
+    api = Metrics()
+    api.requests.labels("GET", "/v1/jobs", "200").inc()
+    api.latency.labels("GET", "/v1/jobs").observe(0.01)
+    exported = exported_families(generate_latest(registry).decode())
+    exported |= exported_families(generate_latest(api.registry).decode())
+    dashboard = json.loads((REPO / "infra/grafana/resurgo-dashboard.json").read_text())
+    used = {
+        re.sub(r"_(bucket|total|sum|count)$", "", name)
+        for panel in dashboard["panels"]
+        for target in panel["targets"]
+        for name in re.findall(r"resurgo_[a-z_]+", target["expr"])
+    }
+    assert len(used) >= 12
+    assert used <= exported, used - exported
+    store.close()
+
+
+def test_a_process_serves_metrics_on_the_configured_port(tmp_path: Path) -> None:
+    import urllib.request
+
+    from resurgo.api.server import free_port
+    from resurgo.metrics.exporter import start_process_metrics
+
+    assert start_process_metrics("worker", None, {}) is None  # off unless asked for
+    store = AuditStore(f"sqlite:///{tmp_path / 'audit.db'}")
+    store.append(story(1))
+    port = free_port()
+    env = {"RESURGO_METRICS_PORT": str(port), "RESURGO_METRICS_HOST": "127.0.0.1"}
+    process = start_process_metrics("controller/c1", store, env)
+    assert process is not None
+    process.slurm_command_errors.labels("squeue").inc()
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    assert 'resurgo_process{process="controller/c1"} 1.0' in text
+    assert 'resurgo_slurm_command_errors_total{command="squeue"} 1.0' in text
+    assert "resurgo_jobs_watched 1.0" in text
+    store.close()
