@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sys
 from pathlib import Path
@@ -62,6 +61,8 @@ def _config(path: str | None):  # type: ignore[no-untyped-def]
 @app.command()
 def worker(config: ConfigOpt = None) -> None:
     """Run workflows and audit activities (task queue `resurgo`)."""
+    import asyncio  # the service commands only: 50 ms on every start
+
     from resurgo.worker.processes import run_worker
     from resurgo.workflows.client import connect
 
@@ -81,6 +82,8 @@ def controller(
     config: ConfigOpt = None,
 ) -> None:
     """Run scheduler activities and job discovery for one cluster (task queue `slurm.<cluster>`)."""
+    import asyncio
+
     from resurgo.worker.processes import run_controller
     from resurgo.workflows.client import connect
 
@@ -120,6 +123,8 @@ def watchdog(
 ) -> None:
     """Fail-open: release Resurgo holds past their deadline (by default; `--observe` only
     reports). Holds without Resurgo's tag are never touched. Needs only Slurm (no Temporal/DB)."""
+    import asyncio
+
     from resurgo.slurm.client import SlurmClient
     from resurgo.worker.processes import make_runner
     from resurgo.worker.watchdog import run_watchdog
@@ -198,7 +203,7 @@ def audit(
 @app.command()
 def api(
     host: Annotated[str | None, typer.Option(help="bind address (default [api] host)")] = None,
-    port: Annotated[int | None, typer.Option(help="port (default [api] port, 8080)")] = None,
+    port: Annotated[int | None, typer.Option(help="port (default [api] port, 8000)")] = None,
     insecure: Annotated[
         bool, typer.Option("--insecure", help="NO authentication: local demos only (loopback)")
     ] = False,

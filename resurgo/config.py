@@ -140,13 +140,17 @@ class ApiToken(Strict):
     )
 
 
+# The API's one port: the code default, docker-compose.yml and the Helm chart (tests check).
+API_PORT = 8000
+
+
 class ApiSettings(Strict):
     """`resurgo api` (server side) and the operator commands (client side).
 
     ```toml
     [api]
     host = "127.0.0.1"
-    port = 8080
+    port = 8000
     tokens_file = "/etc/resurgo/api-tokens.toml"   # optional: more [tokens.NAME] entries
     [api.tokens.alice]                             # the principal recorded as the actor
     role = "operator"                              # viewer | operator | admin
@@ -155,7 +159,7 @@ class ApiSettings(Strict):
     """
 
     host: str = "127.0.0.1"
-    port: int = Field(default=8080, ge=1, le=65535)
+    port: int = Field(default=API_PORT, ge=1, le=65535)
     tokens: dict[str, ApiToken] = Field(default_factory=dict)
     tokens_file: str | None = None
     # Client side: where the operator commands find the API and their token.

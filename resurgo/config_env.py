@@ -3,7 +3,7 @@
 `RESURGO_<SECTION>__<KEY>` sets `[section] key`, deeper tables with more `__`:
 
     RESURGO_TEMPORAL__ADDRESS=temporal.prod:7233
-    RESURGO_API__PORT=8080
+    RESURGO_API__PORT=8000
     RESURGO_CLUSTERS__GPU__PARTITIONS='["a100", "h100"]'      # lists and tables as JSON
     RESURGO_AUDIT__URL_FILE=/run/secrets/audit-url            # a secret read from a file
 

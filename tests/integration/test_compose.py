@@ -277,7 +277,13 @@ def test_command_is_a_real_subcommand_or_script(name: str) -> None:
 def test_api_command_is_the_agreed_one() -> None:
     api = services()["api"]
     cmd = _command(api)
-    assert cmd[:5] == ["api", "--host", "0.0.0.0", "--port", "8000"]
+    from resurgo.config import API_PORT
+
+    # One API port: the code's default, here, and in the Helm chart (test_helm).
+    assert cmd[:5] == ["api", "--host", "0.0.0.0", "--port", str(API_PORT)]
+    published = {str(p.get("target")) for p in api.get("ports", [])}
+    assert published == {str(API_PORT)}
+    assert f"127.0.0.1:{API_PORT}/readyz" in " ".join(api["healthcheck"]["test"])
     # Not --insecure (that only binds loopback): tokens from a mounted secret.
     tokens = cmd[cmd.index("--tokens-file") + 1]
     assert tokens.startswith("/run/secrets/")

@@ -402,11 +402,72 @@ def test_action_mode_is_an_explicit_value() -> None:
             {"clusters": [{"name": "x", "mode": "ssh", "ssh": {"host": "h"}}]},
             "ssh.existingSecret",
         ),
-        ({"clusters": [{"name": "Bad-Name", "slurm": {"existingSecret": "s"}}]}, "must match"),
-        ({"clusters": [{"name": "x", "mode": "rest"}]}, "mode must be"),
+        # values.schema.json refuses these before the templates do.
+        (
+            {"clusters": [{"name": "Bad-Name", "slurm": {"existingSecret": "s"}}]},
+            "does not match pattern",
+        ),
+        ({"clusters": [{"name": "x", "mode": "rest"}]}, "clusters/0/mode"),
+        ({"api": {"port": 0}}, "api/port"),
+        ({"apii": {"port": 8000}}, "apii"),
+        ({"podDisruptionBudget": {"maxUnavailable": 0}}, "maxUnavailable"),
         ({"api": {"tokens": {"existingSecret": ""}}}, "api.tokens.existingSecret"),
     ],
 )
 def test_refuses_unsafe_or_incomplete_values(values: dict[str, Any], message: str) -> None:
     with pytest.raises(helm.HelmError, match=message):
         render(values)
+
+
+# ------------------------------------------------------------------ availability and access
+
+
+def test_disruption_budgets_never_block_a_drain(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    for values_file in VALUES_FILES:
+        docs = rendered[values_file]
+        budgets = {
+            d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "PodDisruptionBudget"
+        }
+        assert set(budgets) == {f"{RELEASE}-resurgo-worker", f"{RELEASE}-resurgo-api"}
+        for name, spec in budgets.items():
+            assert spec == {"maxUnavailable": 1, "selector": spec["selector"]}
+            target = by_name(docs, "Deployment", name)
+            assert spec["selector"]["matchLabels"] == target["spec"]["selector"]["matchLabels"]
+    off = render({"podDisruptionBudget": {"enabled": False}})
+    assert "PodDisruptionBudget" not in kinds(off)
+
+
+def test_network_policy_is_opt_in_and_opens_only_the_api_port() -> None:
+    assert "NetworkPolicy" not in kinds(render({}))
+    peer = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress"}}}
+    docs = render({"networkPolicy": {"enabled": True, "apiIngressFrom": [peer]}})
+    policy = by_name(docs, "NetworkPolicy", f"{RELEASE}-resurgo")["spec"]
+    assert policy["podSelector"]["matchLabels"] == {"app.kubernetes.io/instance": RELEASE}
+    assert policy["policyTypes"] == ["Ingress"]
+    same_release, api = policy["ingress"]
+    assert same_release["from"][0]["podSelector"]["matchLabels"] == {
+        "app.kubernetes.io/instance": RELEASE
+    }
+    api_port = values_of("values.yaml")["api"]["port"]
+    assert api == {"ports": [{"port": api_port, "protocol": "TCP"}], "from": [peer]}
+
+
+def test_helm_test_checks_readiness_through_the_service() -> None:
+    with helm.Chart.load(str(CHART)) as chart:
+        manifests = chart.render({}, name=RELEASE, namespace="resurgo", is_install=True)
+    tests = [yaml.safe_load(t) for p, t in manifests.items() if "/tests/" in p]
+    assert len(tests) == 1
+    pod = tests[0]
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    service = by_name(render({}), "Service", f"{RELEASE}-resurgo-api")
+    port = service["spec"]["ports"][0]["port"]
+    assert pod["spec"]["containers"][0]["command"][-2:] == [
+        "http", f"http://{RELEASE}-resurgo-api:{port}/readyz",
+    ]  # fmt: skip
+
+
+def test_one_api_port_in_the_code_and_the_chart() -> None:
+    from resurgo.config import API_PORT, ApiSettings
+
+    api = values_of("values.yaml")["api"]
+    assert ApiSettings().port == API_PORT == api["port"] == api["service"]["port"]
