@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from temporalio.client import WorkflowExecution
+from temporalio.service import RPCError
 
 from resurgo.api.core import (
     WORKFLOW_TYPE,
@@ -23,6 +24,7 @@ from resurgo.api.core import (
     quote,
     ref_of,
     summary_key,
+    temporal_down,
 )
 from resurgo.api.history import Folded, fold_events, job_ref
 from resurgo.api.models import JobItem, JobPage
@@ -112,7 +114,20 @@ class JobListing(GatewayCore):
     """`list_jobs`: live jobs first, then finished ones."""
 
     async def list_jobs(self, f: JobFilter, cursor: str | None, limit: int) -> JobPage:
-        """Live jobs first (Temporal's order), then finished ones, newest first."""
+        """Live jobs first (Temporal's order), then finished ones, newest first. With Temporal
+        down, every job the audit store knows, from the store alone (`degraded`)."""
+        try:
+            return await self._list_jobs(f, cursor, limit)
+        except (ApiProblem, RPCError) as exc:
+            if not temporal_down(exc):
+                raise
+        state = self.cursors.decode(cursor) if cursor else {}
+        after = _after_key(state.get("k")) if state.get("p") == "done" else None
+        items, next_key = await self._finished(f, after, limit, enrich=False)
+        done = self.cursors.encode({"p": "done", "k": list(next_key)}) if next_key else None
+        return JobPage(items=items, next_cursor=done, degraded=True)
+
+    async def _list_jobs(self, f: JobFilter, cursor: str | None, limit: int) -> JobPage:
         state = self.cursors.decode(cursor) if cursor else {"p": "live"}
         items: list[JobItem] = []
         if state.get("p") == "live":
@@ -140,22 +155,16 @@ class JobListing(GatewayCore):
             state = {"p": "done"}
         if state.get("p") != "done":
             raise ApiProblem(400, "invalid cursor")
-        after = state.get("k")
-        if after is not None and not (
-            isinstance(after, list)
-            and [type(v) for v in after] == [int, str, int, str]  # the shape of summary_key
-        ):
-            raise ApiProblem(400, "invalid cursor")
-        more, next_key = await self._finished(
-            f, tuple(after) if after else None, limit - len(items)
-        )
+        more, next_key = await self._finished(f, _after_key(state.get("k")), limit - len(items))
         items += more
         done = self.cursors.encode({"p": "done", "k": list(next_key)}) if next_key else None
         return JobPage(items=items, next_cursor=done)
 
     async def _finished(
-        self, f: JobFilter, after: tuple[Any, ...] | None, limit: int
+        self, f: JobFilter, after: tuple[Any, ...] | None, limit: int, *, enrich: bool = True
     ) -> tuple[list[JobItem], tuple[int, str, int, str] | None]:
+        """Jobs from the audit store after `after`, with their closed workflow's search
+        attributes when `enrich` (Temporal answers); from the events alone otherwise."""
         candidates = [
             j for j in await self._summaries(f.cluster) if after is None or summary_key(j) > after
         ]
@@ -165,18 +174,21 @@ class JobListing(GatewayCore):
         while pos < len(candidates) and pos < SCAN_BUDGET:
             batch = candidates[pos : pos + batch_size]
             wanted = [j for j in batch if f.window(j.first_at, j.last_at, live=False)]
-            known = await self._by_ids([j.workflow_id for j in wanted]) if wanted else {}
+            known = await self._by_ids([j.workflow_id for j in wanted]) if wanted and enrich else {}
             for i, j in enumerate(batch):
                 if not f.window(j.first_at, j.last_at, live=False):
                     continue
                 e = known.get(j.workflow_id)
                 if is_running(e):
                     continue  # listed among the live jobs
-                item = (
-                    item_from_execution(e, j)
-                    if e is not None
-                    else item_from_audit(j, fold_events(await self._events(j.workflow_id)))
-                )
+                if e is not None:
+                    item = item_from_execution(e, j)
+                else:
+                    folded = fold_events(await self._events(j.workflow_id))
+                    item = item_from_audit(j, folded)
+                    if not enrich and folded.outcome is None:
+                        # Without Temporal, a job with no final event may still be running.
+                        item = item.model_copy(update={"state": "unknown"})
                 if item is not None and f.facts(item.state, item.mode, item.last_category):
                     items.append(item)
                 if len(items) >= limit:
@@ -185,6 +197,15 @@ class JobListing(GatewayCore):
             pos += len(batch)
         # Scan budget spent: the next page goes on after the last candidate looked at.
         return items, summary_key(candidates[pos - 1]) if pos < len(candidates) else None
+
+
+def _after_key(after: Any) -> tuple[Any, ...] | None:
+    """The keyset position of a finished-jobs cursor (400 unless it has summary_key's shape)."""
+    if after is None:
+        return None
+    if not (isinstance(after, list) and [type(v) for v in after] == [int, str, int, str]):
+        raise ApiProblem(400, "invalid cursor")
+    return tuple(after)
 
 
 __all__ = ["JobFilter", "JobListing", "item_from_audit", "item_from_execution", "jobs_query"]

@@ -108,6 +108,10 @@ class JobItem(JobRef):
 class JobPage(Out):
     items: list[JobItem]
     next_cursor: str | None = Field(description="pass as `cursor` for the next page; null: done")
+    degraded: bool = Field(
+        default=False,
+        description="Temporal was unreachable: jobs from the audit store (live state unknown)",
+    )
 
 
 class AdviceView(Out):

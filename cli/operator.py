@@ -219,6 +219,7 @@ def jobs(
     since, until = _when_option("--since", since), _when_option("--until", until)
     client = make_client(api_url, token, config)
     items: list[dict[str, Any]] = []
+    degraded = False
     with api_call(client, "listing jobs…"):
         while len(items) < limit:
             page = client.get(
@@ -227,10 +228,13 @@ def jobs(
             )  # fmt: skip
             items += page["items"]
             cursor = page["next_cursor"]
+            degraded = degraded or bool(page.get("degraded"))
             if not cursor:
                 break
+    if degraded:
+        warn("Temporal is unreachable: jobs from the audit store only, live state unknown")
     if as_json:
-        emit_json({"items": items, "next_cursor": cursor})
+        emit_json({"items": items, "next_cursor": cursor, "degraded": degraded})
         return
     table = Table("cluster", "job", "state", "mode", "attempt", "category", "approval", "user",
                   "first seen", title="jobs", title_justify="left")  # fmt: skip

@@ -66,6 +66,12 @@ async def test_with_temporal_down_audit_reads_answer_degraded(
     detail = await http.get("/v1/jobs/c1/42")
     assert detail.status_code == 200
     assert any("Temporal is unreachable" in w for w in detail.json()["warnings"])
+    listed = await http.get("/v1/jobs")
+    assert listed.status_code == 200, listed.text
+    page = listed.json()
+    assert page["degraded"] and [(j["job_id"], j["state"]) for j in page["items"]] == [
+        (42, "unknown")  # no final event, and Temporal cannot say whether it still runs
+    ]
     ready = await http.get("/readyz")
     assert ready.status_code == 200 and ready.json()["ready"] and ready.json()["degraded"]
     # A job the store does not know is still an error, with no transport text in it.
