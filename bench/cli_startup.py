@@ -2,13 +2,17 @@
 
     .venv/bin/python bench/cli_startup.py [--runs 7] [--bundle tests/corpus/<bundle>]
 
-Prints one table: median and best wall time of `python -c pass` (the baseline, measured in
-the same run), `resurgo --help`, and `resurgo attribute BUNDLE --json` (target: < 0.5 s).
+Prints one table: median and best wall time, and median CPU time (user + system of the child),
+of `python -c pass` (the baseline, measured in the same run), `resurgo --help`, and
+`resurgo attribute BUNDLE --json` (target: < 0.5 s). On a busy machine wall time grows with
+the load; CPU time does not, and on an idle one the two agree (the CLI is single-threaded).
+Exit 1 when the attribute command misses the target in CPU time.
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import subprocess
 import sys
@@ -22,13 +26,20 @@ ROOT = Path(__file__).resolve().parent.parent
 TARGET_SECONDS = 0.5
 
 
-def _wall(cmd: list[str], runs: int) -> list[float]:
-    times = []
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _timed(cmd: list[str], runs: int) -> tuple[list[float], list[float]]:
+    """Wall and CPU seconds of each run."""
+    walls, cpus = [], []
     for _ in range(runs):
-        start = time.perf_counter()
+        cpu, start = _children_cpu(), time.perf_counter()
         subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        times.append(time.perf_counter() - start)
-    return times
+        walls.append(time.perf_counter() - start)
+        cpus.append(_children_cpu() - cpu)
+    return walls, cpus
 
 
 def main() -> None:
@@ -43,17 +54,22 @@ def main() -> None:
         ("resurgo --help", [*resurgo, "--help"]),
         (f"resurgo attribute {args.bundle} --json", [*resurgo, "attribute", args.bundle, "--json"]),
     ]
-    table = Table("command", "median s", "best s", "over baseline s", "target")
+    table = Table("command", "median s", "best s", "median CPU s", "over baseline s", "target")
     baseline = None
+    missed = False
     for name, cmd in cases:
-        times = _wall(cmd, args.runs)
-        median, best = statistics.median(times), min(times)
+        walls, cpus = _timed(cmd, args.runs)
+        median, best, cpu = statistics.median(walls), min(walls), statistics.median(cpus)
         baseline = median if baseline is None else baseline
         target = ""
         if "attribute" in name:
-            target = f"< {TARGET_SECONDS} s " + ("ok" if median < TARGET_SECONDS else "MISSED")
-        table.add_row(name, f"{median:.3f}", f"{best:.3f}", f"{median - baseline:.3f}", target)
-    Console().print(table)
+            missed = cpu >= TARGET_SECONDS
+            target = f"< {TARGET_SECONDS} s CPU " + ("MISSED" if missed else "ok")
+        over = median - baseline
+        table.add_row(name, f"{median:.3f}", f"{best:.3f}", f"{cpu:.3f}", f"{over:.3f}", target)
+    Console(width=140).print(table)
+    if missed:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

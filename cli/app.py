@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import sys
 from enum import StrEnum
-from importlib import metadata
 from typing import Annotated, Any
 
 import typer
@@ -90,6 +89,8 @@ def setup_logging(default: LogLevel = LogLevel.INFO) -> None:
 
 def _version(value: bool) -> None:
     if value:
+        from importlib import metadata  # 20 ms, and only `--version` needs it
+
         try:
             version = metadata.version("resurgo")
         except metadata.PackageNotFoundError:

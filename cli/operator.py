@@ -16,9 +16,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import httpx
 import typer
 from rich.table import Table
 from rich.text import Text
@@ -26,7 +25,9 @@ from rich.text import Text
 from resurgo.cli.app import ModeChoice, Role
 from resurgo.cli.exits import ExitCode
 from resurgo.cli.output import console, err, fail, show, warn
-from resurgo.config import ConfigError, load_config
+
+if TYPE_CHECKING:  # httpx and the config (pydantic-settings) load when a command calls the API
+    import httpx
 
 ENV_URL = "RESURGO_API_URL"
 ENV_TOKEN = "RESURGO_API_TOKEN"
@@ -71,6 +72,8 @@ class ApiClient:
 
     def __init__(self, url: str, token: str | None, timeout: float = 60.0) -> None:
         self.url = url.rstrip("/")
+        import httpx
+
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
 
@@ -85,6 +88,8 @@ class ApiClient:
         params: dict[str, Any] | None = None,
         body: dict[str, Any] | None = None,
     ) -> Any:
+        import httpx
+
         clean = {k: v for k, v in (params or {}).items() if v is not None}
         try:
             resp = self._http.request(method, path, params=clean, json=body)
@@ -125,6 +130,8 @@ def _detail(resp: httpx.Response) -> str:
 
 
 def make_client(url: str | None, token: str | None, config: str | None) -> ApiClient:
+    from resurgo.config import ConfigError, load_config
+
     try:
         settings = load_config(config).api
     except ConfigError as exc:

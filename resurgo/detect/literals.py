@@ -52,6 +52,26 @@ def needs_folding(regex: str) -> bool:
     return _Extractor(sp, fold=False).scoped_ignorecase(list(parsed))
 
 
+def literal_filter(regex: str) -> tuple[bool, frozenset[str] | None]:
+    """`(needs_folding(regex), required_literals(regex, fold=that))`, parsing `regex` once."""
+    try:
+        sp = _parser()
+        parsed = sp.parse(regex, REGEX_FLAGS)
+    except Exception:
+        return True, None
+    items = list(parsed)
+    fold = bool(parsed.state.flags & re.IGNORECASE) or _Extractor(sp, fold=False).scoped_ignorecase(
+        items
+    )
+    try:
+        found = _Extractor(sp, fold=fold).sequence(items)
+    except Exception:
+        return fold, None
+    if not found or min(len(s) for s in found) < _MIN_LITERAL:
+        return fold, None
+    return fold, frozenset(found)
+
+
 def required_literals(regex: str, *, fold: bool = True) -> frozenset[str] | None:
     """Literals one of which every match of `regex` contains (lower-case if `fold`), or None.
 
@@ -184,26 +204,35 @@ class _Extractor:
         return None
 
     def sequence(self, items: list[tuple[Any, Any]]) -> set[str] | None:
-        candidates: list[set[str]] = []
+        # The candidate with the longest shortest string wins, then the smallest set; among
+        # equals the first one found. Keys are kept incrementally (a product's shortest string
+        # is the sum of its factors' shortest), which keeps loading the registry fast.
+        best: set[str] | None = None
+        best_key = (0, 0)
         languages = [self.finite(op, av) for op, av in items]
+        shortest = [0 if lang is None else min(map(len, lang)) for lang in languages]
         for start in range(len(items)):  # windows over runs of finite elements
             if languages[start] is None:
                 continue
             product: set[str] = {""}
+            length = 0
             for end in range(start, len(items)):
                 language = languages[end]
                 if language is None:
                     break
-                product = {a + b for a in product for b in language}
+                if len(product) == 1 and len(language) == 1:
+                    (head,), (tail,) = product, language
+                    product = {head + tail}
+                else:
+                    product = {a + b for a in product for b in language}
                 if len(product) > _MAX_SET:
                     break
-                if "" not in product:
-                    candidates.append(product)
+                length += shortest[end]
+                if length > 0 and (key := (length, -len(product))) > best_key:
+                    best, best_key = product, key
         for (op, av), language in zip(items, languages, strict=True):
             if language is None:
                 sub = self.required(op, av)
-                if sub:
-                    candidates.append(sub)
-        if not candidates:
-            return None
-        return max(candidates, key=lambda s: (min(len(x) for x in s), -len(s)))
+                if sub and (key := (min(map(len, sub)), -len(sub))) > best_key:
+                    best, best_key = sub, key
+        return best

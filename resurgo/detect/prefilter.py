@@ -21,24 +21,32 @@ class Prefilter:
 
     def __init__(self, keywords: Mapping[str, set[int]]) -> None:
         words = sorted(keywords)
-        trie = _trie_regex(words)
-        self.search = re.compile(trie).search
-        self.scan_iter = re.compile(trie).finditer
-        self.finditer = re.compile(f"(?=({trie}))").finditer
-        # The finder reports the shortest keyword starting at a position; every longer keyword
-        # starting there extends it, so a keyword implies the entries of all its extensions.
-        self.implies: dict[str, tuple[int, ...]] = {
-            k: tuple(sorted(set().union(*(v for w, v in keywords.items() if w.startswith(k)))))
-            for k in words
-        }
+        trie = re.compile(_trie_regex(words))
+        self.search = trie.search
+        self.scan_iter = trie.finditer
+        # The trie reports the shortest keyword starting at a position; every longer keyword
+        # starting there extends it, so a keyword implies the entries of all its extensions
+        # (in sorted order, the words right after it that start with it).
+        implies: dict[str, tuple[int, ...]] = {}
+        for index, word in enumerate(words):
+            entries = set(keywords[word])
+            after = index + 1
+            while after < len(words) and words[after].startswith(word):
+                entries |= keywords[words[after]]
+                after += 1
+            implies[word] = tuple(sorted(entries))
+        self.implies = implies
         self.keywords = tuple(words)
 
     def collect(self, text: str, into: set[int]) -> bool:
-        first = self.search(text)
-        if first is None:
+        """Add the entries of every keyword occurring in `text` (overlapping ones too)."""
+        m = self.search(text)
+        if m is None:
             return False
-        for m in self.finditer(text, first.start()):
-            into.update(self.implies[m.group(1)])
+        search, implies = self.search, self.implies
+        while m is not None:  # every start position holding a keyword, one search each
+            into.update(implies[m.group()])
+            m = search(text, m.start() + 1)
         return True
 
 

@@ -10,8 +10,10 @@ Matching rules:
 - regexes are compiled with `re.ASCII` and searched (not matched) in the line's *body*, i.e.
   after an `srun -l` label (`3: `) and a leading `[rankN]:` prefix, so `^` means "start of the
   message"; spans are reported in the coordinates of the original line;
-- `examples` must match their entry and `near_misses` must match no entry at all; `Registry.load`
-  checks both and raises `RegistryError` otherwise.
+- `examples` must match their entry and `near_misses` must match no entry at all:
+  `Registry.check_examples` checks both and raises `RegistryError` otherwise. Loading a registry
+  file or document runs it; loading the packaged catalogue does not (every process loads it,
+  the check costs start-up time, and its tests run the check instead).
 
 Fast path (`resurgo.detect.prefilter`): the literals every match of an entry must contain
 (`resurgo.detect.literals`) select the few entries worth running on a line.
@@ -36,13 +38,23 @@ from dataclasses import dataclass
 from importlib import resources
 from os import PathLike
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ValidationError
 
-from resurgo.contracts import AnomalyKind, Category
 from resurgo.detect.lines import strip_prefixes
-from resurgo.detect.literals import REGEX_FLAGS, needs_folding, required_literals
+from resurgo.detect.literals import REGEX_FLAGS, literal_filter
+from resurgo.detect.pattern_entry import (
+    Determinism,
+    PatternEntry,
+    PatternMatch,
+    RegistryError,
+    RegistryFile,
+    Role,
+    Scope,
+    Severity,
+    first_error,
+)
 from resurgo.detect.prefilter import Prefilter, group_by_keyword
 from resurgo.detect.scanner import (
     ChunkEngine,
@@ -53,6 +65,19 @@ from resurgo.detect.scanner import (
     requested_engine,
 )
 
+__all__ = [
+    "CHUNK_LINES",
+    "ENGINE_AFTER_LINES",
+    "Determinism",
+    "PatternEntry",
+    "PatternMatch",
+    "Registry",
+    "RegistryError",
+    "Role",
+    "Scope",
+    "Severity",
+]
+
 log = logging.getLogger(__name__)
 
 SUPPORTED_VERSIONS = frozenset({1})
@@ -62,83 +87,10 @@ CATALOGUE_GLOB = "catalogue_*.json"
 per domain (Xid, application, kernel...); `Registry.load()` merges them in name order."""
 CHUNK_LINES = 2048
 """Lines joined into one buffer per engine call (a buffer this size stays in the CPU cache)."""
-
-Role = Literal["root", "cascade", "context"]
-Scope = Literal["gpu", "node", "job", "shared", "unknown"]
-Determinism = Literal["recurs", "transient", "unknown"]
-Severity = Literal["fatal", "error", "warning"]
-
-_ID = r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)*$"
-
-
-class RegistryError(ValueError):
-    """The registry file is missing, malformed or inconsistent (message says which entry)."""
-
-
-class PatternEntry(BaseModel):
-    """One failure signature."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    id: str = Field(pattern=_ID, max_length=64)
-    regex: str = Field(min_length=1, max_length=2000)
-    kind: AnomalyKind
-    category: Category
-    role: Role
-    severity: Severity
-    description: str = Field(min_length=1)
-    examples: tuple[str, ...] = Field(min_length=1)
-    near_misses: tuple[str, ...] = ()
-    tags: tuple[str, ...] = ()
-    """Free-form markers, e.g. `checkpoint_save`, `checkpoint_load`, `nan`."""
-    scope: Scope = "unknown"
-    """What the failure is bound to: one `gpu`, one `node`, the `job` (its code, data,
-    configuration or environment: the same fault wherever it runs), or a `shared` service
-    (file system, registry, switch, site power: no node to blame)."""
-    determinism: Determinism = "unknown"
-    """Whether the same cause `recurs` on a retry as it is, is `transient`, or `unknown`."""
-    source: str = ""
-    """The public reference the signature comes from (vendor docs, project source, issue)."""
-
-    @field_validator("category")
-    @classmethod
-    def _not_none(cls, value: Category) -> Category:
-        if value == Category.NONE:
-            raise ValueError("'none' is not a failure category")
-        return value
-
-    @field_validator("regex")
-    @classmethod
-    def _compiles(cls, value: str) -> str:
-        try:
-            re.compile(value, REGEX_FLAGS)
-        except (re.error, ValueError, OverflowError, RecursionError) as exc:
-            raise ValueError(f"invalid regex: {exc}") from None
-        return value
-
-
-class PatternMatch(BaseModel):
-    """One entry matching one line."""
-
-    model_config = ConfigDict(frozen=True)
-
-    id: str
-    kind: AnomalyKind
-    category: Category
-    role: Role
-    severity: Severity
-    span: tuple[int, int]
-    """Start and end of the match in the original line."""
-    groups: dict[str, str] = Field(default_factory=dict)
-    """Named groups that matched (e.g. `node`, `rank`, `xid`, `pci`, `peer`, `exit_code`)."""
-    tags: tuple[str, ...] = ()
-
-
-class _RegistryFile(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    version: int
-    patterns: list[dict[str, Any]]
+ENGINE_AFTER_LINES = 50_000
+"""With the `auto` engine, lines scanned line by line (prefilter) before the chunk engine is
+built: compiling Hyperscan's database costs about what the prefilter spends on this many lines,
+so a small bundle or a short-lived watch never pays for it. Explicit engines start at once."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,8 +104,7 @@ class _Compiled:
 
 
 def _compile(entry: PatternEntry) -> _Compiled:
-    fold = needs_folding(entry.regex)
-    literals = required_literals(entry.regex, fold=fold)
+    fold, literals = literal_filter(entry.regex)
     template = PatternMatch.model_construct(
         id=entry.id,
         kind=entry.kind,
@@ -177,9 +128,11 @@ class Registry:
         version: int = 1,
         source: str = "",
         engine: str | None = None,
+        check: bool = True,
     ) -> None:
         """`engine`: the chunk engine (`auto`, `hyperscan` or `re`; default from the environment
-        variable `RESURGO_SCAN_ENGINE`, else `auto`). It only changes speed, never results."""
+        variable `RESURGO_SCAN_ENGINE`, else `auto`). It only changes speed, never results.
+        `check`: run `check_examples` (RegistryError when an example or near miss is wrong)."""
         self.version = version
         self.source = source or "<memory>"
         if version not in SUPPORTED_VERSIONS:
@@ -190,6 +143,7 @@ class Registry:
             raise RegistryError(f"{self.source}: {exc}") from None
         self._engine: ChunkEngine | None = None
         self._engine_lock = threading.Lock()
+        self._lines_before_engine = 0
         seen: dict[str, int] = {}
         for index, entry in enumerate(entries):
             if entry.id in seen:
@@ -201,16 +155,23 @@ class Registry:
         self._compiled: tuple[_Compiled, ...] = tuple(_compile(e) for e in entries)
         self._by_id = {c.entry.id: c.entry for c in self._compiled}
         self._build_prefilter()
-        self._check_examples()
+        if check:
+            self.check_examples()
 
     # ------------------------------------------------------------------ construction
     @classmethod
     def load(
-        cls, path: str | PathLike[str] | None = None, *, engine: str | None = None
+        cls,
+        path: str | PathLike[str] | None = None,
+        *,
+        engine: str | None = None,
+        check: bool | None = None,
     ) -> Registry:
-        """Load and validate a registry file (default: the packaged `patterns.json`)."""
+        """Load and validate a registry file (default: the packaged `patterns.json` and
+        catalogue). `check`: run `check_examples`; by default for a file given here, not for
+        the packaged catalogue (its tests check it)."""
         if path is None:
-            return cls._load_packaged(engine=engine)
+            return cls._load_packaged(engine=engine, check=bool(check))
         else:
             source = str(path)
             try:
@@ -221,10 +182,10 @@ class Registry:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise RegistryError(f"{source}: not valid JSON: {exc}") from exc
-        return cls.from_data(data, source=source, engine=engine)
+        return cls.from_data(data, source=source, engine=engine, check=check is not False)
 
     @classmethod
-    def _load_packaged(cls, *, engine: str | None = None) -> Registry:
+    def _load_packaged(cls, *, engine: str | None = None, check: bool = False) -> Registry:
         """`patterns.json` plus every `catalogue_*.json` beside it, as one registry."""
         source = f"resurgo.detect/{PACKAGED_FILE}"
         try:
@@ -252,26 +213,29 @@ class Registry:
             patterns.extend(data["patterns"])
         where = source + (f" + {len(names) - 1} catalogue files" if len(names) > 1 else "")
         return cls.from_data({"version": version, "patterns": patterns}, source=where,
-                             engine=engine)  # fmt: skip
+                             engine=engine, check=check)  # fmt: skip
 
     @classmethod
-    def from_data(cls, data: object, *, source: str = "", engine: str | None = None) -> Registry:
-        """Build from the decoded JSON document (`{"version": 1, "patterns": [...]}`)."""
+    def from_data(
+        cls, data: object, *, source: str = "", engine: str | None = None, check: bool = True
+    ) -> Registry:
+        """Build from the decoded JSON document (`{"version": 1, "patterns": [...]}`);
+        `check`: run `check_examples`."""
         where = source or "<memory>"
         if not isinstance(data, Mapping):
             raise RegistryError(f"{where}: expected an object with 'version' and 'patterns'")
         try:
-            doc = _RegistryFile.model_validate(data)
+            doc = RegistryFile.model_validate(data)
         except ValidationError as exc:
-            raise RegistryError(f"{where}: {_first_error(exc)}") from exc
+            raise RegistryError(f"{where}: {first_error(exc)}") from exc
         entries: list[PatternEntry] = []
         for index, raw in enumerate(doc.patterns):
             name = raw.get("id") if isinstance(raw.get("id"), str) else f"#{index}"
             try:
                 entries.append(PatternEntry.model_validate(raw))
             except ValidationError as exc:
-                raise RegistryError(f"{where}: pattern {name!r}: {_first_error(exc)}") from exc
-        return cls(entries, version=doc.version, source=where, engine=engine)
+                raise RegistryError(f"{where}: pattern {name!r}: {first_error(exc)}") from exc
+        return cls(entries, version=doc.version, source=where, engine=engine, check=check)
 
     @classmethod
     def default(cls) -> Registry:
@@ -330,7 +294,10 @@ class Registry:
         it = iter(lines)
         base = 0
         while block := list(itertools.islice(it, CHUNK_LINES)):
-            self._scan_block(block, base, out)
+            if self._engine_pays(len(block)):
+                self._scan_block(block, base, out)
+            else:
+                self._scan_lines(block, base, out)
             base += len(block)
         return out
 
@@ -339,6 +306,9 @@ class Registry:
         matched, in order. The chunk engine searches whole buffers of lines for the entries'
         literals; only the lines it flags run regexes. Same result as `scan` on every line."""
         out: list[tuple[int, list[PatternMatch]]] = []
+        if not self._engine_pays(len(lines)):
+            self._scan_lines(lines, 0, out)
+            return out
         if len(lines) <= CHUNK_LINES:
             self._scan_block(lines, 0, out)
             return out
@@ -349,6 +319,21 @@ class Registry:
     def scan_naive(self, line: str) -> list[PatternMatch]:
         """Reference scanner without the prefilter (tests and benchmarks compare against it)."""
         return self._run(line, range(len(self._compiled)))
+
+    def _engine_pays(self, more_lines: int) -> bool:
+        """Whether to scan `more_lines` lines with the chunk engine (see ENGINE_AFTER_LINES)."""
+        if self._engine is not None or self._engine_request != "auto":
+            return True
+        self._lines_before_engine += more_lines
+        return self._lines_before_engine >= ENGINE_AFTER_LINES
+
+    def _scan_lines(
+        self, lines: Sequence[str], base: int, out: list[tuple[int, list[PatternMatch]]]
+    ) -> None:
+        for index, line in enumerate(lines):
+            matches = self.scan(line)
+            if matches:
+                out.append((base + index, matches))
 
     def _scan_block(
         self, lines: Sequence[str], base: int, out: list[tuple[int, list[PatternMatch]]]
@@ -362,10 +347,7 @@ class Registry:
             log.exception("pattern registry: %s engine failed; scanning line by line", engine.name)
             found = None
         if found is None:  # the engine refused the chunk (a line holds a newline)
-            for index, line in enumerate(lines):
-                matches = self.scan(line)
-                if matches:
-                    out.append((base + index, matches))
+            self._scan_lines(lines, base, out)
             return
         always = self._always
         if always:
@@ -453,7 +435,9 @@ class Registry:
         self._raw = Prefilter(raw) if raw else None
         self._folded = Prefilter(folded) if folded else None
 
-    def _check_examples(self) -> None:
+    def check_examples(self) -> None:
+        """Every entry's examples match it (through the prefilter too) and its near misses
+        match no entry at all; RegistryError names the first that does not."""
         for compiled in self._compiled:
             e = compiled.entry
             for n, example in enumerate(e.examples, 1):
@@ -478,13 +462,3 @@ class Registry:
 @functools.lru_cache(maxsize=1)
 def _default_registry() -> Registry:
     return Registry.load()
-
-
-def _first_error(exc: ValidationError) -> str:
-    errors = exc.errors()
-    if not errors:
-        return str(exc)
-    first = errors[0]
-    where = ".".join(str(p) for p in first.get("loc", ()))
-    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    return f"{where}: {first.get('msg', 'invalid')}{more}" if where else f"{first.get('msg')}{more}"

@@ -15,6 +15,12 @@ def test_catalogue_files_are_loaded_into_the_one_registry() -> None:
     assert {"argparse_error", "ddp_unused_parameters", "xid_reset_required"} <= ids
 
 
+def test_every_example_matches_and_no_near_miss_does() -> None:
+    """The catalogue's own lines: each example is found as its entry (through the prefilter),
+    each near miss matches no entry. Loading skips this check; the tests keep it."""
+    Registry.default().check_examples()
+
+
 @pytest.mark.parametrize("entry", list(Registry.default()), ids=lambda e: e.id)
 def test_every_entry_says_where_it_comes_from(entry: PatternEntry) -> None:
     assert len(entry.source) > 10

@@ -340,6 +340,38 @@ def test_near_miss_that_matches_is_rejected() -> None:
         Registry.from_data(_doc(_minimal(), other))
 
 
+def test_packaged_catalogue_passes_its_self_check() -> None:
+    """Loading the packaged catalogue skips the example/near-miss check (start-up time); this
+    test is where it runs, so a catalogue entry with a wrong example cannot be merged."""
+    Registry.load().check_examples()
+    assert len(Registry.load(check=True)) == len(ENTRIES)
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        (_minimal(examples=["demo failure 1", "no"]), "example 2 does not match: 'no'"),
+        (_minimal(near_misses=["demo failure 9"]), "near-miss 1 matches demo_error"),
+    ],
+)
+def test_deferred_self_check_refuses_what_loading_would(entry: Any, message: str) -> None:
+    """`check=False` (as for the packaged catalogue) only defers the check: the explicit
+    check refuses the same entries, with the same message, as a checked load."""
+    with pytest.raises(RegistryError, match=message):
+        Registry.from_data(_doc(entry))
+    deferred = Registry.from_data(_doc(entry), check=False)
+    with pytest.raises(RegistryError, match=message):
+        deferred.check_examples()
+
+
+def test_registry_file_is_checked_unless_told_not_to(tmp_path: Path) -> None:
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps(_doc(_minimal(examples=["nothing like it"]))), encoding="utf-8")
+    with pytest.raises(RegistryError, match="example 1 does not match"):
+        Registry.load(path)
+    assert len(Registry.load(path, check=False)) == 1
+
+
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [

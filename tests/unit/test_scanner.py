@@ -10,6 +10,7 @@ from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -129,6 +130,27 @@ def test_chunk_scan_equals_naive_line_by_line(engine: str, lines: list[str]) -> 
     expected = _expected(registry, lines)
     assert registry.scan_chunk(lines) == expected
     assert registry.scan_many(iter(lines)) == expected
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lines=st.lists(log_lines(), min_size=1, max_size=25))
+def test_auto_engine_scans_small_inputs_line_by_line_with_the_same_result(
+    lines: list[str],
+) -> None:
+    """`auto` scans its first ENGINE_AFTER_LINES lines with the prefilter (no database to
+    compile for a small bundle), then with the chunk engine: the same matches either way."""
+    registry = Registry.from_data(
+        {"version": 1, "patterns": [e.model_dump() for e in _REGISTRIES["re"]]},
+        engine="auto",
+        check=False,
+    )
+    threshold = 2 * len(lines)
+    with mock.patch.object(registry_module, "ENGINE_AFTER_LINES", threshold):
+        assert registry.scan_chunk(lines) == _expected(registry, lines)
+        assert registry._engine is None  # nothing compiled for a small input
+        assert registry.scan_many(iter(lines)) == _expected(registry, lines)
+        assert registry._engine is not None  # the threshold is reached: the engine takes over
+        assert registry.scan_chunk(lines) == _expected(registry, lines)
 
 
 @pytest.mark.parametrize("engine", ENGINES)
