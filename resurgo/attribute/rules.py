@@ -39,6 +39,7 @@ from resurgo.attribute.liveness import noted_running, running_fine, still_progre
 from resurgo.attribute.log_header import nodes_in_log
 from resurgo.attribute.scheduler import job_id_in_log, parse_scheduler
 from resurgo.attribute.stages_hardware import _hardware, _node_failure
+from resurgo.attribute.stages_launch import agent_never_started
 from resurgo.attribute.stages_outcome import (
     _healthy,
     _nothing,
@@ -131,6 +132,7 @@ def analyse(
         or _hardware(a)
         or _suspended(a)
         or (stragglers(a) if live_straggler else None)
+        or agent_never_started(a)
         or _root_failure(a)
         or _scheduler(a, outcome)
         or _cascade_only(a)
@@ -212,13 +214,18 @@ def _finish(a: Analysis, v: Verdict, anomaly: Anomaly | None, outcome: str | Non
         fingerprint=fingerprint(category, v.key),
         summary=v.summary[:500],
         evidence=_dedupe(v.evidence),
-        scheduler_outcome=v.outcome if v.outcome is not None else _outcome_for(outcome),
+        scheduler_outcome=v.outcome if v.outcome is not None else _outcome_for(outcome, v),
         checkpoint_failure=checkpoint,
     )
 
 
-def _outcome_for(outcome: str | None) -> str | None:
+def _outcome_for(outcome: str | None, v: Verdict) -> str | None:
     # A failure found in the log keeps the scheduler's verdict only where it shapes the budget.
+    if outcome == "timeout" and v.culprits and v.category in (
+        *HARDWARE_CATEGORIES, Category.SYSTEM_SOFTWARE
+    ):
+        # A node's fault hung the job and the time limit only ended it: the node is the cause.
+        return None
     return outcome if outcome in ("timeout", "preempted", "node_fail") else None
 
 

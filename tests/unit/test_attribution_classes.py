@@ -42,3 +42,57 @@ def test_a_file_missing_for_every_rank_of_one_node_is_not_stopped() -> None:
     )
     a = _run(job + "srun: error: gpu02: task 1: Exited with exit code 1\n")
     assert default_advice(a).kind != AdviceKind.STOP
+
+
+def test_a_node_fault_that_hung_the_job_until_its_time_limit_excludes_the_node() -> None:
+    # Progress, then silence; the kernel of gpu02 logged Xid 79 (NVIDIA Xid catalogue) and
+    # Slurm's time limit ended the job much later (slurmstepd's kill line).
+    job = (
+        "".join(
+            f"0: [2025-03-01 10:{m:02d}:00] iteration {m * 10} | elapsed time per iteration (ms): "
+            f"6000.0\n"
+            for m in range(10)
+        )
+        + "slurmstepd: error: *** JOB 4242 ON gpu01 CANCELLED AT 2025-03-01T14:00:00 DUE TO "
+        "TIME LIMIT ***\n"
+    )
+    dmesg = {
+        "gpu02": _lines(
+            "[Sat Mar  1 10:09:30 2025] NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has "
+            "fallen off the bus.",
+            "dmesg_gpu02.txt",
+        )
+    }
+    a = attribute(Registry.default(), None, _lines(job), None, [], NODES, node_logs=dmesg)
+    assert (a.category, a.culprit_nodes) == (Category.HARDWARE_GPU, ["gpu02"])
+    # (The attempt made progress: a time limit alone would be a free requeue.)
+    assert default_advice(a, max_iteration=90).kind == AdviceKind.REQUEUE_EXCLUDING
+
+
+def test_the_node_whose_launcher_never_started_is_named_while_the_others_wait() -> None:
+    # torchrun's agents (torch/distributed/elastic/rendezvous/dynamic_rendezvous.py) on tasks
+    # 0-2 join and time out; task 3 never prints a line; srun reports it killed.
+    nodes = ["gx-d01", "gx-d02", "gx-d03", "gx-d04"]
+    job = "".join(
+        f"{t}: I1208 12:00:09.120000 8811 torch/distributed/elastic/rendezvous/"
+        f"dynamic_rendezvous.py:1093] The node '{nodes[t]}_8811_0' attempts to join the next "
+        f"round of the rendezvous '1187730'.\n"
+        for t in range(3)
+    )
+    job += "".join(
+        f"{t}: torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError\n" for t in range(3)
+    )
+    job += "".join(
+        f"srun: error: {nodes[t]}: task {t}: Exited with exit code 1\n" for t in range(3)
+    )
+    job += "srun: error: gx-d04: task 3: Killed\n"
+    a = _run(job, nodes)
+    assert (a.kind, a.category, a.culprit_nodes) == ("hang", Category.UNKNOWN, ["gx-d04"])
+
+
+def test_a_rendezvous_timeout_where_every_node_spoke_names_no_one() -> None:
+    nodes = ["gx-d01", "gx-d02"]
+    job = "".join(
+        f"{t}: torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError\n" for t in range(2)
+    )
+    assert _run(job, nodes).culprit_nodes == []
