@@ -1,0 +1,60 @@
+"""The README's command, exit-code and config tables come from the code
+(`python -m resurgo.cli.reference commands|exit-codes|config`) and are checked against it here,
+so they cannot go stale."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import typer.main
+
+from resurgo.cli.exits import ExitCode
+from resurgo.cli.main import app
+from resurgo.cli.reference import TABLES, commands_markdown, config_markdown, exit_codes_markdown
+from resurgo.config import load_config
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def test_every_command_is_in_the_table() -> None:
+    root = typer.main.get_command(app)
+    table = commands_markdown()
+    for name, command in root.commands.items():  # type: ignore[attr-defined]
+        subs = getattr(command, "commands", None) or {}
+        for shown in [f"{name} {s}" for s in subs] or [name]:
+            assert f"| `resurgo {shown}` |" in table
+
+
+def test_every_exit_code_is_in_the_table() -> None:
+    rows = re.findall(r"^\| (\d+) \| (\w+) \|", exit_codes_markdown(), re.MULTILINE)
+    assert rows == [(str(int(c)), c.name) for c in ExitCode]
+
+
+def test_the_config_table_names_variables_that_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    rows = re.findall(r"^\| `([^`]+)` \| `([^`]+)` \| (\w+)", config_markdown(), re.MULTILINE)
+    assert len(rows) > 40
+    keys = {key for key, _, _ in rows}
+    assert {"temporal.address", "audit.url", "api.port", "clusters.<name>.mode"} <= keys
+    # Every plain top-level-section key: setting its variable changes what load_config reads.
+    monkeypatch.delenv("RESURGO_CONFIG", raising=False)
+    for key, env, kind in rows:
+        section, _, field = key.partition(".")
+        if "<name>" in key or "." in field or kind not in ("str", "int", "float"):
+            continue
+        value = {"str": "from-env", "int": "7", "float": "7.5"}[kind]
+        monkeypatch.setenv(env, value)
+        got = getattr(getattr(load_config(), section), field)
+        assert str(got) == value, (key, env, got)
+        monkeypatch.delenv(env)
+
+
+@pytest.mark.parametrize("name", sorted(TABLES))
+def test_the_readme_tables_match_the_code(name: str) -> None:
+    text = README.read_text()
+    start, end = f"<!-- generated:{name} -->", f"<!-- /generated:{name} -->"
+    if start not in text:
+        pytest.skip(f"README has no {start} block yet (python -m resurgo.cli.reference {name})")
+    block = text.split(start, 1)[1].split(end, 1)[0]
+    assert block.strip() == TABLES[name]().strip(), f"regenerate: resurgo.cli.reference {name}"
