@@ -4,12 +4,15 @@ its environment variable (from the config models). `tests/unit/test_cli_referenc
 the README against them.
 
     python -m resurgo.cli.reference commands|exit-codes|config
+    python -m resurgo.cli.reference man DIR      # man pages: resurgo.1, resurgo-audit.1, ...
 """
 
 from __future__ import annotations
 
 import sys
 import types
+from datetime import date
+from pathlib import Path
 from typing import Any, Union, get_args, get_origin
 
 from pydantic import BaseModel
@@ -17,7 +20,7 @@ from pydantic_core import PydanticUndefined
 
 from resurgo.cli.exits import ExitCode
 
-__all__ = ["commands_markdown", "config_markdown", "exit_codes_markdown"]
+__all__ = ["commands_markdown", "config_markdown", "exit_codes_markdown", "man_pages"]
 
 EXIT_MEANINGS = {
     ExitCode.OK: "done",
@@ -107,6 +110,52 @@ def config_markdown() -> str:
     return "\n".join(rows) + "\n"
 
 
+def _roff(text: str) -> str:
+    """Text as literal roff: no line may start a request, backslashes stay backslashes."""
+    lines = []
+    for line in text.replace("\\", "\\e").splitlines():
+        lines.append("\\&" + line if line.startswith((".", "'")) else line)
+    return "\n".join(lines)
+
+
+def man_pages(directory: Path) -> list[Path]:
+    """One man page per command (section 1), its text the command's own `--help`."""
+    import typer.main
+
+    from resurgo.cli.main import app
+
+    root = typer.main.get_command(app)
+    directory.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    today = date.today().isoformat()
+
+    def page(names: list[str], command: Any, parent: Any) -> None:
+        ctx = command.context_class(command, info_name=names[-1], parent=parent)
+        title = "-".join(names)
+        summary = command.get_short_help_str(limit=120) or "Resurgo"
+        body = [
+            f'.TH "{title.upper()}" "1" "{today}" "resurgo" "Resurgo manual"',
+            ".SH NAME",
+            f"{title} \\- {_roff(summary)}",
+            ".SH DESCRIPTION",
+            ".nf",
+            _roff(command.get_help(ctx)),
+            ".fi",
+            ".SH EXIT STATUS",
+            ".nf",
+            _roff("\n".join(f"{int(c)}  {c.name}: {EXIT_MEANINGS[c]}" for c in ExitCode)),
+            ".fi",
+        ]
+        path = directory / f"{title}.1"
+        path.write_text("\n".join(body) + "\n")
+        written.append(path)
+        for sub, child in sorted(getattr(command, "commands", {}).items()):
+            page([*names, sub], child, ctx)
+
+    page(["resurgo"], root, None)
+    return written
+
+
 TABLES = {
     "commands": commands_markdown,
     "exit-codes": exit_codes_markdown,
@@ -115,6 +164,10 @@ TABLES = {
 
 if __name__ == "__main__":  # pragma: no cover
     which = sys.argv[1] if len(sys.argv) > 1 else ""
+    if which == "man" and len(sys.argv) == 3:
+        for written in man_pages(Path(sys.argv[2])):
+            print(written)
+        sys.exit(0)
     if which not in TABLES:
         sys.exit(f"usage: python -m resurgo.cli.reference {'|'.join(TABLES)}")
     sys.stdout.write(TABLES[which]())

@@ -5,6 +5,7 @@ so they cannot go stale."""
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,13 @@ import typer.main
 
 from resurgo.cli.exits import ExitCode
 from resurgo.cli.main import app
-from resurgo.cli.reference import TABLES, commands_markdown, config_markdown, exit_codes_markdown
+from resurgo.cli.reference import (
+    TABLES,
+    commands_markdown,
+    config_markdown,
+    exit_codes_markdown,
+    man_pages,
+)
 from resurgo.config import load_config
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -58,3 +65,39 @@ def test_the_readme_tables_match_the_code(name: str) -> None:
         pytest.skip(f"README has no {start} block yet (python -m resurgo.cli.reference {name})")
     block = text.split(start, 1)[1].split(end, 1)[0]
     assert block.strip() == TABLES[name]().strip(), f"regenerate: resurgo.cli.reference {name}"
+
+
+def test_a_man_page_for_every_command(tmp_path: Path) -> None:
+    import shutil
+    import subprocess
+
+    written = {p.name for p in man_pages(tmp_path)}
+    root = typer.main.get_command(app)
+    for name, command in root.commands.items():  # type: ignore[attr-defined]
+        subs = getattr(command, "commands", None) or {}
+        for page in [f"resurgo-{name}-{s}.1" for s in subs] or [f"resurgo-{name}.1"]:
+            assert page in written
+    assert "resurgo.1" in written
+    text = (tmp_path / "resurgo-api.1").read_text()
+    assert text.startswith('.TH "RESURGO-API" "1"') and "(default [api] host)" in text
+    if shutil.which("nroff"):
+        shown = subprocess.run(["nroff", "-man", "-ww", str(tmp_path / "resurgo-audit.1")],
+                               capture_output=True, text=True, check=True)  # fmt: skip
+        assert "Usage: resurgo audit [OPTIONS]" in shown.stdout and not shown.stderr
+
+
+@pytest.mark.parametrize(
+    ("words", "expected"),
+    [("resurgo au", "audit"), ("resurgo policy re", "replay"), ("resurgo demo --fault ec", "ecc")],
+)
+def test_shell_completion_knows_commands_and_choices(words: str, expected: str) -> None:
+    import os
+    import shutil
+    import subprocess
+
+    resurgo = shutil.which("resurgo", path=str(Path(sys.executable).parent))
+    assert resurgo is not None
+    env = {**os.environ, "COMP_WORDS": words, "COMP_CWORD": str(len(words.split()) - 1),
+           "_RESURGO_COMPLETE": "complete_bash"}  # fmt: skip
+    done = subprocess.run([resurgo], env=env, capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == [expected]
