@@ -38,7 +38,11 @@ from resurgo.attribute.bundle import Bundle
 from resurgo.attribute.liveness import noted_running, running_fine, still_progressing
 from resurgo.attribute.log_header import nodes_in_log
 from resurgo.attribute.scheduler import job_id_in_log, parse_scheduler
-from resurgo.attribute.stages_hardware import _hardware, _node_failure
+from resurgo.attribute.stages_hardware import (
+    _hardware,
+    _node_failure,
+    _repeating_gpu_exception,
+)
 from resurgo.attribute.stages_launch import agent_never_started
 from resurgo.attribute.stages_outcome import (
     _healthy,
@@ -129,6 +133,7 @@ def analyse(
         or _owner_cancel(a, outcome)
         or _node_failure(a, outcome)
         or (running_fine(a) if a.offline and a.running and not live_straggler else None)
+        or _repeating_gpu_exception(a)
         or _hardware(a)
         or _suspended(a)
         or (stragglers(a) if live_straggler else None)
@@ -221,8 +226,10 @@ def _finish(a: Analysis, v: Verdict, anomaly: Anomaly | None, outcome: str | Non
 
 def _outcome_for(outcome: str | None, v: Verdict) -> str | None:
     # A failure found in the log keeps the scheduler's verdict only where it shapes the budget.
-    if outcome == "timeout" and v.culprits and v.category in (
-        *HARDWARE_CATEGORIES, Category.SYSTEM_SOFTWARE
+    if (
+        outcome == "timeout"
+        and v.culprits
+        and v.category in (*HARDWARE_CATEGORIES, Category.SYSTEM_SOFTWARE)
     ):
         # A node's fault hung the job and the time limit only ended it: the node is the cause.
         return None

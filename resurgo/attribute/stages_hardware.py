@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 
 from resurgo.attribute.analysis import Analysis, Verdict, event_node
@@ -283,3 +284,37 @@ def _sole_failing_node(a: Analysis) -> str | None:
         return a.node_list[0]
     failing = {x.node for x in a.scan.exit_order if x.status != "terminated" and x.node}
     return next(iter(failing)) if len(failing) == 1 else None
+
+
+# NVSentinel's health-events analyzer: Xid 13/31/43 bursts (15 s for 13, 3 minutes for 31)
+# count once; the same Xid again on the same GPU in a later burst is the GPU, on different
+# GPUs the workload (docs/configuration/health-events-analyzer.md; failure taxonomy B.3).
+XID_BURST_SECONDS = 180.0
+_AMBIGUOUS_XID = "xid_application"
+
+
+def _repeating_gpu_exception(a: Analysis) -> Verdict | None:
+    """Xid 13/31/43 on one GPU only, in two or more separate bursts (the job's restarts)."""
+    gpus: dict[tuple[str, str], list[Event]] = {}
+    for e in a.node_events:
+        pci = e.match.groups.get("pci")
+        if e.match.id != _AMBIGUOUS_XID or e.node is None or not pci or not a.in_job(e.node):
+            continue
+        gpus.setdefault((e.node, _bus_id(pci)), []).append(e)
+    if len(gpus) != 1:
+        return None
+    (node, bus), events = next(iter(gpus.items()))
+    times = sorted(e.when for e in events if e.when is not None)
+    bursts = 1 if times else 0
+    for before, after in itertools.pairwise(times):
+        if (after - before).total_seconds() > XID_BURST_SECONDS:
+            bursts += 1
+    pids = {p for e in events if (p := re.search(r"\bpid=(\d+)", e.line.text))}
+    if bursts < 2 and len({p.group(1) for p in pids}) < 2:
+        return None
+    return Verdict(
+        Category.HARDWARE_GPU, f"xid_repeat|{events[0].match.groups.get('xid', '')}",
+        f"Xid {events[0].match.groups.get('xid', '')} on the same GPU ({node}:{bus}) in "
+        f"separate failures: the GPU, not the code", 0.85,
+        culprits=[node], gpus=[f"{node}:{bus}"], evidence=[e.line for e in events[:4]],
+    )  # fmt: skip

@@ -96,3 +96,39 @@ def test_a_rendezvous_timeout_where_every_node_spoke_names_no_one() -> None:
         f"{t}: torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError\n" for t in range(2)
     )
     assert _run(job, nodes).culprit_nodes == []
+
+
+XID13 = (
+    "[{when}] NVRM: Xid (PCI:0000:{bus}:00): 13, pid={pid}, name=python, Graphics SM Warp "
+    "Exception on (GPC 5, TPC 3, SM 1): Illegal Instruction Encoding"
+)
+ILLEGAL = (
+    "1: [rank9]: RuntimeError: CUDA error: an illegal instruction was encountered\n"
+    "srun: error: gpu02: task 1: Exited with exit code 1\n"
+)
+
+
+def _xid_run(kernel: dict[str, str]) -> Attribution:
+    logs = {h: _lines(t, f"dmesg_{h}.txt") for h, t in kernel.items()}
+    return attribute(Registry.default(), None, _lines(ILLEGAL), None, [], NODES, node_logs=logs)
+
+
+def test_xid_13_on_the_same_gpu_in_separate_failures_is_the_gpu() -> None:
+    # NVSentinel's health-events analyzer: the same Xid 13 again on one GPU is hardware.
+    dmesg = "\n".join([
+        XID13.format(when="Mon Dec 22 18:40:12 2025", bus="9d", pid=41220),
+        XID13.format(when="Wed Dec 24 07:58:43 2025", bus="9d", pid=60171),
+    ])  # fmt: skip
+    a = _xid_run({"gpu02": dmesg})
+    assert (a.category, a.culprit_nodes) == (Category.HARDWARE_GPU, ["gpu02"])
+    assert default_advice(a).kind == AdviceKind.REQUEUE_EXCLUDING
+
+
+def test_xid_13_once_or_on_different_gpus_is_not_blamed_on_a_gpu() -> None:
+    once = _xid_run({"gpu02": XID13.format(when="Wed Dec 24 07:58:43 2025", bus="9d", pid=1)})
+    assert once.category != Category.HARDWARE_GPU
+    spread = _xid_run({
+        "gpu01": XID13.format(when="Mon Dec 22 18:40:12 2025", bus="3b", pid=41220),
+        "gpu02": XID13.format(when="Wed Dec 24 07:58:43 2025", bus="9d", pid=60171),
+    })  # fmt: skip
+    assert spread.category != Category.HARDWARE_GPU
