@@ -40,7 +40,9 @@ def build(
             "or a tokens_file, or pass --insecure for a local demo"
         )
     app = create_app(config, tokens=tokens, insecure=insecure)
-    return uvicorn.Config(app, host=host, port=config.api.port, log_level="info", lifespan="on")
+    # uvicorn logs at the level `resurgo --log-level` set (info by default for a service).
+    level = logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower()
+    return uvicorn.Config(app, host=host, port=config.api.port, log_level=level, lifespan="on")
 
 
 def serve(

@@ -135,3 +135,21 @@ async def test_cors_is_off_unless_configured(tmp_path: Path) -> None:
         assert resp.headers["access-control-allow-origin"] == "https://console.example"
         other = await http.options("/v1/audit", headers={**preflight, "Origin": "https://evil"})
         assert "access-control-allow-origin" not in other.headers
+
+
+def test_the_server_logs_at_the_chosen_level(tmp_path: Path) -> None:
+    import logging
+
+    from resurgo.api.server import build
+
+    _, entries = make_tokens()
+    config = api_config(TEMPORAL_DOWN, f"sqlite:///{tmp_path / 'a.db'}", entries)
+    root = logging.getLogger()
+    before = root.level
+    try:
+        for level in (logging.WARNING, logging.DEBUG):
+            root.setLevel(level)
+            built = build(config, host="127.0.0.1", insecure=False, tokens_file=None)
+            assert built.log_level == logging.getLevelName(level).lower()
+    finally:
+        root.setLevel(before)
