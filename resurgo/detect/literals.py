@@ -214,6 +214,11 @@ class _Extractor:
         for start in range(len(items)):  # windows over runs of finite elements
             if languages[start] is None:
                 continue
+            before = languages[start - 1] if start else None
+            if before is not None and len(before) == 1:
+                # Dominated: the window one element earlier prepends one fixed string, so it
+                # has the same set size, no shorter strings, and was found first.
+                continue
             product: set[str] = {""}
             length = 0
             for end in range(start, len(items)):
