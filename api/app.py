@@ -62,6 +62,7 @@ from resurgo.api.models import (
     RejectRequest,
     TimelinePage,
 )
+from resurgo.api.nodes import nodes_router
 from resurgo.api.service import Gateway
 from resurgo.api.visibility import owners, shown_to
 from resurgo.audit.store import MAX_LIMIT, AuditStore, store_url_from_env
@@ -415,6 +416,11 @@ def create_app(
         owner = await owners(gateway.store, (e.workflow_id for e in page.events))
         events = [shown_to(who, owner[e.workflow_id], e) for e in page.events]
         return page.model_copy(update={"events": events})
+
+    # ---- node health (resurgo/api/nodes.py) ------------------------------------------------
+    app.include_router(
+        nodes_router(gateway, config.policy(None), require(Role.VIEWER), require(Role.OPERATOR))
+    )
 
     # ---- the Recovery Console (its own session cookie and CSRF check) ------------------------
     app.mount(CONSOLE, create_console(config, gateway, registry, insecure=insecure))

@@ -11,6 +11,7 @@ import typer
 
 from resurgo.cli.app import Fault, LogLevel, ModeChoice, make_app, setup_logging, subcommands
 from resurgo.cli.exits import ExitCode
+from resurgo.cli.nodes import app as nodes_app
 from resurgo.cli.output import console, err, fail
 
 # Heavy modules (the config and its pydantic-settings sources, temporalio, fastapi,
@@ -327,6 +328,7 @@ def attribute(
 
 policy_app = subcommands("Recovery policy tools.")
 app.add_typer(policy_app, name="policy")
+app.add_typer(nodes_app, name="nodes")
 
 
 @policy_app.command("replay")

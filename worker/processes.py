@@ -8,20 +8,24 @@ import signal
 import socket
 from collections.abc import Callable, Sequence
 from datetime import timedelta
+from typing import Any
 
 from temporalio.client import Client
 from temporalio.worker import Worker
 
 from resurgo.activities.audit import AuditActivities
 from resurgo.activities.controller import ControllerActivities
+from resurgo.activities.node_health import NodeActivities
 from resurgo.audit.store import AuditStore, store_url_from_env
 from resurgo.config import ClusterSettings, ConfigError, ResurgoConfig
 from resurgo.contracts import CORE_TASK_QUEUE, controller_task_queue
 from resurgo.slurm.client import SlurmClient
 from resurgo.slurm.runner import CommandRunner, LocalRunner
 from resurgo.worker.discovery import Discovery
+from resurgo.worker.node_sentinel import NodeSentinel
 from resurgo.worker.telemetry import AuditMetrics, setup_telemetry
 from resurgo.workflows.job_recovery import JobRecoveryWorkflow
+from resurgo.workflows.node_health import NodeHealthWorkflow
 
 log = logging.getLogger("resurgo")
 
@@ -37,7 +41,7 @@ def core_worker(client: Client, store: AuditStore, max_cached_workflows: int = 4
         client,
         task_queue=CORE_TASK_QUEUE,
         max_cached_workflows=max_cached_workflows,
-        workflows=[JobRecoveryWorkflow],
+        workflows=[JobRecoveryWorkflow, NodeHealthWorkflow],
         activities=[AuditActivities(store, on_recorded=AuditMetrics()).record_audit],
         identity=f"resurgo-worker@{socket.gethostname()}",
         graceful_shutdown_timeout=timedelta(seconds=5),
@@ -69,13 +73,22 @@ def cluster_activities(
     )  # fmt: skip
 
 
+def node_activities(
+    cluster: str, settings: ClusterSettings, activities: ControllerActivities
+) -> NodeActivities:
+    return NodeActivities(
+        cluster, activities.runner, settings.gates(), settings.breaker(), activities.actions
+    )
+
+
 def controller_worker(
     client: Client, cluster: str, settings: ClusterSettings, activities: ControllerActivities
 ) -> Worker:
+    served: list[Any] = [*activities.all(), *node_activities(cluster, settings, activities).all()]
     return Worker(
         client,
         task_queue=controller_task_queue(cluster),
-        activities=activities.all(),  # type: ignore[arg-type]
+        activities=served,
         max_concurrent_activities=settings.max_concurrent_activities,
         identity=f"resurgo-controller/{cluster}@{socket.gethostname()}",
         graceful_shutdown_timeout=timedelta(seconds=5),
@@ -108,7 +121,10 @@ async def run_worker(client: Client, config: ResurgoConfig) -> None:
     setup_telemetry(config.telemetry, process="worker")
     store = audit_store(config)
     log.info("worker: task queue %s, audit store %s", CORE_TASK_QUEUE, store.url)
-    await run_until_signalled([core_worker(client, store, config.worker.max_cached_workflows)])
+    sentinel = NodeSentinel(client, store, config)  # lemon nodes: resurgo/nodes/lemon.py
+    await run_until_signalled(
+        [core_worker(client, store, config.worker.max_cached_workflows)], [sentinel.run_forever]
+    )
 
 
 async def run_controller(client: Client, config: ResurgoConfig, cluster: str) -> None:

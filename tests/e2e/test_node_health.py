@@ -1,0 +1,195 @@
+"""End-to-end, real Slurm + real Temporal: a node blamed by failures of three different jobs is
+drained with a reason naming the jobs (action mode, the cluster allows draining) or only advised
+(observe mode); its validation runs a real gloo check on that node through Slurm, keeps it
+drained while the check fails and resumes it once the check passes; the breaker bounds drains.
+
+Gentle with the shared cluster: short jobs, pinned to two nodes; every node this test may drain
+is resumed and its reservation deleted in a `finally`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from resurgo.audit.store import StoredAuditEvent
+from resurgo.devstack.localstack import REPO, wait_for
+from resurgo.nodes.health_check import reservation_name
+from tests.e2e.conftest import SBATCH, Deployment
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slurm, pytest.mark.timeout(900)]
+
+LEMON = "node4"
+PAIR = "node3,node4"
+CHECK = [sys.executable, str(REPO / "infra" / "demo" / "node_check.py")]
+
+
+def slurm(dep: Deployment, *argv: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "SLURM_CONF": dep.slurm_conf}
+    return subprocess.run(list(argv), capture_output=True, text=True, env=env, timeout=60)
+
+
+def node_state(dep: Deployment, node: str) -> tuple[str, str]:
+    out = slurm(dep, "sinfo", "-h", "-N", "-n", node, "-o", "%T|%E").stdout.strip()
+    state, _, reason = out.splitlines()[0].partition("|")
+    return state, reason
+
+
+@contextmanager
+def restored(dep: Deployment, *nodes: str) -> Iterator[None]:
+    """Whatever happens, the nodes go back to service and their reservations go away."""
+    try:
+        yield
+    finally:
+        for node in nodes:
+            slurm(dep, "scontrol", "delete", f"ReservationName={reservation_name(node)}")
+            state, _ = node_state(dep, node)
+            if "drain" in state or "down" in state:
+                slurm(dep, "scontrol", "update", f"NodeName={node}", "State=RESUME")
+
+
+def configure(dep: Deployment, cluster_lines: list[str], nodes_policy: dict[str, object]) -> None:
+    """Restart worker and controller with extra cluster settings and `[policies.default.nodes]`
+    (the cluster table is the last one in the generated file)."""
+    dep.stack.stop("controller")
+    dep.stack.stop("worker")
+    policy = [f"{k} = {json.dumps(v)}" for k, v in nodes_policy.items()]
+    text = dep.stack.config.read_text().rstrip("\n")
+    dep.stack.config.write_text(
+        "\n".join([text, *cluster_lines, "[policies.default.nodes]", *policy]) + "\n"
+    )
+    dep.stack.start("worker")
+    dep.stack.start("controller")
+
+
+def submit_on_pair(dep: Deployment, fault_node: str) -> int:
+    """A short 2-node observe-mode training job on node3+node4 whose `fault_node` reports an
+    uncorrectable ECC error at iteration 3."""
+    directive = {"resurgo": {"mode": "observe", "environment": dep.environment}}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RESURGO_FAULT")}
+    env.update(SLURM_CONF=dep.slurm_conf, RESURGO_REPO=str(REPO), RESURGO_FAULT="ecc",
+               RESURGO_FAULT_NODE=fault_node, RESURGO_FAULT_AT="3")  # fmt: skip
+    argv = [
+        "sbatch", "--parsable", "--nodes=2", f"--nodelist={PAIR}", "--job-name=resurgo-lemon",
+        f"--output={dep.workdir / 'job-%j.out'}", "--comment=" + json.dumps(directive),
+        str(SBATCH), "--iters", "8", "--sleep-per-iter", "0.05", "--hidden", "64",
+        "--batch", "16",
+    ]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=dep.workdir)
+    assert done.returncode == 0, done.stderr
+    return int(done.stdout.strip().split(";")[0])
+
+
+def node_events(dep: Deployment) -> list[StoredAuditEvent]:
+    return list(dep.store.iter_all(cluster=dep.name, job_id=0))
+
+
+def wait_node_event(
+    dep: Deployment, type_: str, where: Callable[[StoredAuditEvent], bool] = lambda e: True,
+    timeout: float = 240,
+) -> StoredAuditEvent:  # fmt: skip
+    def found() -> StoredAuditEvent | None:
+        return next((e for e in node_events(dep) if e.type == type_ and where(e)), None)
+
+    try:
+        return wait_for(found, timeout, what=f"node event {type_}")  # type: ignore[no-any-return]
+    except TimeoutError:
+        raise AssertionError(
+            f"no {type_}; node events: {[(e.type, e.summary) for e in node_events(dep)]}\n"
+            f"--- worker ---\n{dep.stack.log_tail('worker')}\n"
+            f"--- controller ---\n{dep.stack.log_tail('controller')}"
+        ) from None
+
+
+def three_failures_on(dep: Deployment, node: str) -> list[int]:
+    jobs = [submit_on_pair(dep, node) for _ in range(3)]
+    try:
+        for job in jobs:
+            verdict = dep.wait_event(job, "attribution", timeout=300)
+            assert verdict.data["culprit_nodes"] == [node], verdict.summary
+    finally:
+        for job in jobs:
+            dep.cancel(job)
+    return jobs
+
+
+def mark_repaired(dep: Deployment, node: str, note: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "resurgo.cli.main", "nodes", "repaired", dep.name, node,
+         "--note", note, "--config", str(dep.stack.config)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr + done.stdout
+
+
+def test_lemon_is_drained_validated_kept_drained_then_resumed(
+    deploy: Callable[..., Deployment], tmp_path: Path
+) -> None:
+    dep = deploy()
+    broken = tmp_path / "still-broken"
+    broken.write_text("the GPU was not replaced yet")
+    configure(dep, ["allow_drain = true"], {
+        "lemon_mode": "action", "lemon_failures": 3, "lemon_window_seconds": 3600,
+        "health_check": [*CHECK, "--fail-if-exists", str(broken)],
+        "health_check_timeout_seconds": 120, "health_check_output_dir": str(dep.workdir),
+        "poll_seconds": 2,
+    })  # fmt: skip
+    with restored(dep, LEMON):
+        jobs = three_failures_on(dep, LEMON)
+        advised = wait_node_event(dep, "node_drain_advised")
+        assert advised.data["node"] == LEMON and advised.data["jobs"] == sorted(jobs)
+        drained = wait_node_event(dep, "node_drained")
+        state, reason = node_state(dep, LEMON)
+        assert "drain" in state, state
+        assert reason.startswith("resurgo") and all(str(j) in reason for j in jobs), reason
+        assert drained.data["jobs"] == sorted(jobs)
+
+        # Still broken: the check runs on the node and fails; the node stays drained.
+        mark_repaired(dep, LEMON, "first try")
+        failed = wait_node_event(dep, "node_validation",
+                                 lambda e: e.data.get("phase") == "finished")  # fmt: skip
+        assert failed.data["passed"] is False and failed.data["job_id"] > 0
+        assert any("simulated fault" in line for line in failed.data["report"])
+        wait_node_event(dep, "node_drained", lambda e: e.data.get("kept") is True)
+        state, reason = node_state(dep, LEMON)
+        assert "drain" in state and "validation failed" in reason, (state, reason)
+        assert reservation_name(LEMON) not in slurm(dep, "scontrol", "show", "res").stdout
+
+        # Repaired: the same check passes (a real gloo all-reduce on node4) and it is resumed.
+        broken.unlink()
+        mark_repaired(dep, LEMON, "GPU replaced")
+        passed = wait_node_event(
+            dep, "node_validation", lambda e: e.data.get("phase") == "finished" and e.data["passed"]
+        )
+        assert any("gloo all-reduce" in line for line in passed.data["report"])
+        check_job = slurm(dep, "scontrol", "show", "-o", "job", str(passed.data["job_id"])).stdout
+        assert f"NodeList={LEMON}" in check_job
+        wait_node_event(dep, "node_resumed")
+        state, _ = node_state(dep, LEMON)
+        assert "drain" not in state, state
+        assert reservation_name(LEMON) not in slurm(dep, "scontrol", "show", "res").stdout
+        ledger = subprocess.run(
+            [sys.executable, "-m", "resurgo.cli.main", "nodes", "show", dep.name, LEMON,
+             "--json", "--config", str(dep.stack.config)],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        record = json.loads(ledger.stdout)
+        kinds = [e["kind"] for e in record["history"]]
+        assert record["state"] == "in_service" and record["failing_jobs"] == sorted(jobs)
+        assert kinds == ["failure"] * 3 + [
+            "drain_advised",
+            "drain",
+            "repaired",
+            "validation",
+            "kept_drained",
+            "repaired",
+            "validation",
+            "resumed",
+        ]

@@ -1,0 +1,109 @@
+"""The lemon sentinel: follows the audit trail, keeps the node ledger, and starts one
+NodeHealthWorkflow per node that lemon detection advises draining.
+
+Runs in `resurgo worker` (which owns the audit store). Starting is idempotent: one workflow id
+per node; a running one is left alone, and an advice already started (the same jobs) is not
+started again. Whether the drain happens is the workflow's and the controller's business
+(lemon_mode, approval, acknowledge_scheduler_actions, allow_drain, the circuit breaker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from temporalio.client import Client
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError
+
+from resurgo.audit.store import AuditStore, AuditStoreUnavailable
+from resurgo.config import ResurgoConfig
+from resurgo.contracts import CORE_TASK_QUEUE, Mode, PolicyConfig
+from resurgo.nodes.ledger import Ledger
+from resurgo.nodes.lemon import LemonAdvice, lemon_advice
+from resurgo.nodes.models import HealthCheckSpec, NodeHealthInput
+from resurgo.workflows.node_health import NodeHealthWorkflow
+
+log = logging.getLogger("resurgo.nodes")
+
+SCAN_SECONDS = 5.0
+
+
+def node_health_input(advice: LemonAdvice, policy: PolicyConfig) -> NodeHealthInput:
+    rules = policy.nodes
+    check = (
+        HealthCheckSpec(
+            command=rules.health_check,
+            timeout_seconds=rules.health_check_timeout_seconds,
+            output_dir=rules.health_check_output_dir,
+        )
+        if rules.health_check
+        else None
+    )
+    return NodeHealthInput(
+        cluster=advice.cluster, node=advice.node, advice=advice, mode=Mode(rules.lemon_mode),
+        require_approval=policy.require_approval, check=check,
+        validate_after_seconds=rules.validate_after_seconds, poll_seconds=rules.poll_seconds,
+    )  # fmt: skip
+
+
+class NodeSentinel:
+    def __init__(
+        self,
+        client: Client,
+        store: AuditStore,
+        config: ResurgoConfig,
+        *,
+        interval: float = SCAN_SECONDS,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.client = client
+        self.store = store
+        self.clusters = set(config.clusters)
+        self.policy = config.policy(None)
+        self.interval = interval
+        self.clock = clock
+        self.ledger = Ledger()
+        self.after_id: int | None = None
+        self.started: dict[tuple[str, str], list[int]] = {}
+
+    def _read_new(self) -> None:
+        for event in self.store.iter_all(after_id=self.after_id):
+            self.after_id = event.id
+            if event.cluster in self.clusters:
+                self.ledger.add(event)
+
+    async def tick(self) -> list[LemonAdvice]:
+        """Read what is new in the audit trail; start a workflow for each new advice."""
+        await asyncio.to_thread(self._read_new)
+        now = self.clock()
+        started = []
+        for cluster, node, history in self.ledger.histories():
+            advice = lemon_advice(cluster, node, history, self.policy, now=now)
+            if advice is None or self.started.get((cluster, node)) == advice.jobs:
+                continue
+            inp = node_health_input(advice, self.policy)
+            try:
+                await self.client.start_workflow(
+                    NodeHealthWorkflow.run, inp, id=inp.workflow_id(), task_queue=CORE_TASK_QUEUE,
+                    id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+                    id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+                )  # fmt: skip
+            except WorkflowAlreadyStartedError:
+                log.info("%s/%s: node health workflow already running", cluster, node)
+            else:
+                log.warning("%s/%s: %s", cluster, node, advice.reason)
+                started.append(advice)
+            self.started[(cluster, node)] = advice.jobs
+        return started
+
+    async def run_forever(self) -> None:
+        while True:
+            try:
+                await self.tick()
+            except (AuditStoreUnavailable, RPCError) as exc:
+                log.warning("node sentinel: %s; trying again", exc)
+            await asyncio.sleep(self.interval)
