@@ -18,11 +18,27 @@ from rich.text import Text
 
 from resurgo.cli.exits import ExitCode
 
-__all__ = ["console", "err", "fail", "plain_cell", "show", "tsv", "warn"]
+__all__ = ["PlainWhenPiped", "console", "err", "fail", "plain_cell", "show", "tsv", "warn"]
+
+
+class PlainWhenPiped(Console):
+    """A console whose every `print` is plain when its file is not a terminal: a table alone is
+    tab-separated values, anything else is never wrapped or cropped. A recording console (an
+    export, a test) draws as a terminal would."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        if not (self.is_terminal or self.record):
+            if len(objects) == 1 and isinstance(objects[0], Table):
+                self.file.write(tsv(objects[0]) + "\n")
+                self.file.flush()
+                return
+            kwargs.setdefault("soft_wrap", True)
+            kwargs.setdefault("crop", False)
+        super().print(*objects, **kwargs)
 
 
 def _console(stderr: bool) -> Console:
-    return Console(stderr=stderr, markup=False, emoji=False, highlight=False)
+    return PlainWhenPiped(stderr=stderr, markup=False, emoji=False, highlight=False)
 
 
 console = _console(stderr=False)
@@ -48,8 +64,9 @@ def tsv(table: Table) -> str:
 def show(renderable: RenderableType, out: Console | None = None) -> None:
     """Print a table or text: as drawn on a terminal, plain (TSV, unwrapped) when piped."""
     out = out or console
-    # A recording console (export, tests) wants the drawn table, like a terminal does.
-    if out.is_terminal or out.record:
+    # Ours decide for themselves; another recording console (an export, a test) wants the drawn
+    # table, as a terminal does.
+    if isinstance(out, PlainWhenPiped) or out.is_terminal or out.record:
         out.print(renderable)
     elif isinstance(renderable, Table):
         out.file.write(tsv(renderable) + "\n")

@@ -204,3 +204,21 @@ def test_the_signals_snippet_is_toml_whatever_the_values() -> None:
     text = config_snippet(settings, 'gpu "a".b', file_source=False)
     signals = tomllib.loads(text)["clusters"]['gpu "a".b']["signals"]
     assert signals["selector"] == 'job=~"a\x7fb\x1b"'
+
+
+def test_every_print_is_plain_when_piped() -> None:
+    import io
+
+    from resurgo.cli.output import PlainWhenPiped
+
+    out = io.StringIO()
+    piped = PlainWhenPiped(file=out, markup=False, emoji=False, highlight=False, width=80)
+    long = "uncorrectable ECC error on gpu-17 " * 10
+    piped.print(Text(long.strip()))
+    piped.print("note:", "[/opt/data] stays", sep=" ")
+    table = Table("node", "why")
+    table.add_row("gpu-17", long.strip())
+    piped.print(table)
+    assert out.getvalue().splitlines() == [
+        long.strip(), "note: [/opt/data] stays", "node\twhy", f"gpu-17\t{long.strip()}"
+    ]  # fmt: skip
