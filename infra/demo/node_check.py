@@ -39,7 +39,8 @@ def _rank(rank: int, world: int, port: int, size: int) -> None:
         if not torch.allclose(value, torch.full((size,), expected)):
             raise SystemExit(f"all-reduce gave {value[0].item()}, expected {expected}")
         torch.manual_seed(rank)
-        model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+        layers = [torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1)]
+        model = torch.nn.Sequential(*layers)
         loss = model(torch.randn(32, 64)).pow(2).mean()
         loss.backward()
         for p in model.parameters():
@@ -65,7 +66,7 @@ def main() -> int:
 
     started = time.monotonic()
     try:
-        mp.start_processes(
+        mp.start_processes(  # type: ignore[attr-defined,no-untyped-call]
             _rank, args=(args.ranks, _free_port(), args.size), nprocs=args.ranks,
             start_method="spawn",
         )  # fmt: skip
