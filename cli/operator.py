@@ -207,7 +207,7 @@ def jobs(
     state: Annotated[
         str | None, typer.Option(help="phase or outcome, e.g. awaiting_approval")
     ] = None,
-    mode: Annotated[str | None, typer.Option(help="observe | action")] = None,
+    mode: Annotated[ModeChoice | None, typer.Option(help="only jobs in this mode")] = None,
     category: Annotated[str | None, typer.Option(help="last attribution category")] = None,
     since: Annotated[
         str | None, typer.Option(help="active at or after: 7d, 1h30m ago or an ISO date/time")
@@ -230,7 +230,8 @@ def jobs(
     with api_call(client, "listing jobs…"):
         while len(items) < limit:
             page = client.get(
-                "/v1/jobs", cluster=cluster, state=state, mode=mode, category=category,
+                "/v1/jobs", cluster=cluster, state=state, mode=mode and mode.value,
+                category=category,
                 since=since, until=until, cursor=cursor, limit=min(limit - len(items), 1000),
             )  # fmt: skip
             items += page["items"]

@@ -60,6 +60,7 @@ def test_help_is_grouped_and_printed_literally() -> None:
         ["demo", "--fault", "bogus"],
         ["demo", "--mode", "acting"],
         ["mode", "c1", "42", "actoin"],
+        ["jobs", "--mode", "acting", "--api-url", "http://127.0.0.1:9"],
         ["api-token", "bob", "--role", "root"],
         ["--log-level", "loud", "audit"],
     ],
