@@ -24,13 +24,14 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from jinja2 import Environment, FileSystemLoader
+from markupsafe import Markup
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.middleware.sessions import SessionMiddleware
 
 from resurgo.api.auth import Principal, Role, TokenRegistry
 from resurgo.api.console.insights import gates_of, nodes_view, overview_view
 from resurgo.api.console.job_page import job_page_context
-from resurgo.api.console.live import LiveJobs
+from resurgo.api.console.live import JobsSnapshot, LiveJobs
 from resurgo.api.console.session import (
     CSRF_FIELD,
     SESSION_COOKIE,
@@ -86,8 +87,8 @@ def create_console(
     config: ResurgoConfig, gateway: Gateway, registry: TokenRegistry, *, insecure: bool
 ) -> FastAPI:
     auth = ConsoleAuth(registry, insecure)
-    live = LiveJobs(gateway)
-    digest = DigestReader(gateway.store, max_age=10.0)
+    digest = DigestReader(gateway.store, max_age=1.0)
+    live = LiveJobs(gateway, digest)
     pages = templates()
     ui_base = temporal_ui_base(config)
     namespace = config.temporal.namespace
@@ -178,26 +179,33 @@ def create_console(
         return RedirectResponse(f"{PREFIX}/login", status_code=303)
 
     # ---- jobs ------------------------------------------------------------------------------
+    rows_template = pages.get_template("_job_rows.html")
+    rendered: dict[str, Markup] = {}
+
+    def job_rows(snap: JobsSnapshot) -> Markup:
+        """The rows of a snapshot, rendered (autoescaped) once for every page view and stream:
+        a thousand rows cost one render per change, not one per viewer."""
+        if snap.fingerprint not in rendered:
+            rendered.clear()
+            html = rows_template.render(snap=snap, prefix=PREFIX, workflow_url=workflow_url)
+            # Autoescaped by the template above; Markup only keeps it from being escaped twice.
+            rendered[snap.fingerprint] = Markup(html.replace("\n", " "))
+        return rendered[snap.fingerprint]
+
     @app.get("/")
     async def jobs(request: Request) -> HTMLResponse:
         principal = auth.principal(request)
         snap = await live.snapshot()
         gates = await asyncio.to_thread(gates_of, config, digest)
-        return render(request, "jobs.html", principal, snap=snap, gates=gates)
+        return render(request, "jobs.html", principal, snap=snap, gates=gates, rows=job_rows(snap))
 
     @app.get("/stream")
     async def stream(request: Request) -> EventSourceResponse:
-        principal = auth.principal(request)
-        rows = pages.get_template("_job_rows.html")
+        auth.principal(request)
 
         async def events() -> AsyncIterator[ServerSentEvent]:
             async for snap in live.changes():
-                html = rows.render(
-                    snap=snap, prefix=PREFIX, workflow_url=workflow_url, principal=principal
-                )
-                yield ServerSentEvent(
-                    data=html.replace("\n", " "), event="jobs", id=snap.fingerprint
-                )
+                yield ServerSentEvent(data=str(job_rows(snap)), event="jobs", id=snap.fingerprint)
                 yield ServerSentEvent(data=snap.degraded or "", event="degraded")
 
         return EventSourceResponse(events(), ping=15, headers={"Cache-Control": "no-store"})

@@ -6,8 +6,10 @@ per `max_age` seconds, whoever asks; the refresh loop runs only while a browser 
 wakes listeners only when the list actually changed (a fingerprint of what is shown). So ten
 open consoles cost the same as one, and an idle one costs nothing.
 
-When Temporal cannot be read, the list falls back to the audit store (every job Resurgo ever
-recorded, its last event as its state) and says so.
+A read costs one Temporal visibility call (the running jobs) and the audit events stored since
+the previous read (`DigestReader`): finished jobs, culprit nodes and categories come from the
+digest, never from one store query per job. When Temporal cannot be read, the list is the
+digest's alone, and says so.
 """
 
 from __future__ import annotations
@@ -25,10 +27,11 @@ from datetime import datetime
 from temporalio.service import RPCError
 
 from resurgo.api.core import ApiProblem
-from resurgo.api.listing import JobFilter
+from resurgo.api.listing import JobFilter, item_from_execution, jobs_query
 from resurgo.api.service import Gateway
 from resurgo.audit.store import AuditStoreUnavailable
-from resurgo.contracts import AuditEventType
+from resurgo.metrics.digest import JobDigest
+from resurgo.metrics.reader import DigestReader
 from resurgo.slurm.parsers import compress_hostlist
 
 log = logging.getLogger("resurgo.api.console")
@@ -69,8 +72,9 @@ class JobsSnapshot:
 
 
 class LiveJobs:
-    def __init__(self, gateway: Gateway, *, max_age: float = 2.0) -> None:
+    def __init__(self, gateway: Gateway, digest: DigestReader, *, max_age: float = 2.0) -> None:
         self.gateway = gateway
+        self.digest = digest
         self.max_age = max_age
         self._snapshot: JobsSnapshot | None = None
         self._lock = asyncio.Lock()
@@ -124,76 +128,76 @@ class LiveJobs:
 
     # ---- reading ------------------------------------------------------------------------------
     async def _read(self) -> JobsSnapshot:
+        """One visibility call (running jobs) and the digest's new events: every finished job,
+        and every job's culprits, come from the digest, not from a read per job."""
         self.reads += 1
-        culprits = await asyncio.to_thread(self._culprits)
         try:
-            page = await asyncio.wait_for(
-                self.gateway.list_jobs(JobFilter(), None, MAX_JOBS), TEMPORAL_TIMEOUT
+            known = await asyncio.to_thread(self.digest.view, lambda d: d.job_summaries(MAX_JOBS))
+            store_problem = None
+        except AuditStoreUnavailable as exc:
+            known, store_problem = [], f"The audit store cannot be read ({exc})."
+        by_id = {j.workflow_id: j for j in known}
+        try:
+            page, _ = await asyncio.wait_for(
+                self.gateway._visibility_page(
+                    jobs_query(JobFilter(), running=True), MAX_JOBS, None
+                ),
+                TEMPORAL_TIMEOUT,
             )
         except (ApiProblem, RPCError, RuntimeError, TimeoutError, OSError) as exc:
             detail = getattr(exc, "detail", None) or str(exc) or type(exc).__name__
-            return JobsSnapshot(
-                await asyncio.to_thread(self._from_store, culprits),
-                f"Temporal cannot be read ({detail}): jobs and states below "
-                "come from the audit trail",
-                time.monotonic(),
+            degraded = (
+                f"Temporal cannot be read ({detail}): jobs and states below come from "
+                "the audit trail; whether a job is still monitored is unknown."
             )
-        rows = [
-            JobRow(
-                i.cluster,
-                i.job_id,
-                i.workflow_id,
-                i.live,
-                i.state or "",
-                i.mode or "",
-                "" if i.attempt is None else str(i.attempt),
-                i.last_category or "",
-                culprits.get(i.workflow_id, ""),
-                i.needs_approval,
-                i.user or "",
-                i.last_seen or i.first_seen,
+            rows = [_from_digest(j) for j in known]
+            return JobsSnapshot(rows, _joined(store_problem, degraded), time.monotonic())
+        rows = []
+        for e in page:
+            item = item_from_execution(e)
+            if item is None:
+                continue
+            seen = by_id.pop(item.workflow_id, None)
+            rows.append(
+                JobRow(
+                    item.cluster,
+                    item.job_id,
+                    item.workflow_id,
+                    True,
+                    item.state or "",
+                    item.mode or "",
+                    "" if item.attempt is None else str(item.attempt),
+                    item.last_category or "",
+                    compress_hostlist(seen.culprits) if seen else "",
+                    item.needs_approval,
+                    item.user or "",
+                    seen.last_at if seen else item.first_seen,
+                )
             )
-            for i in page.items
-        ]
-        return JobsSnapshot(rows, None, time.monotonic())
+        rows += [_from_digest(j) for j in by_id.values()][: max(0, MAX_JOBS - len(rows))]
+        return JobsSnapshot(rows, store_problem, time.monotonic())
 
-    def _culprits(self) -> dict[str, str]:
-        """The culprit nodes of each job's latest attribution, as a compressed hostlist."""
-        try:
-            events = self.gateway.store.query(
-                types=[AuditEventType.ATTRIBUTION], order="desc", limit=MAX_JOBS
-            )
-        except AuditStoreUnavailable:
-            return {}
-        found: dict[str, str] = {}
-        for e in events:
-            nodes = e.data.get("culprit_nodes")
-            if e.workflow_id not in found and isinstance(nodes, list):
-                found[e.workflow_id] = compress_hostlist(str(n) for n in nodes)
-        return found
 
-    def _from_store(self, culprits: dict[str, str]) -> list[JobRow]:
-        try:
-            summaries = self.gateway.store.jobs(limit=MAX_JOBS)
-        except AuditStoreUnavailable:
-            return []
-        return [
-            JobRow(
-                j.cluster,
-                j.job_id,
-                j.workflow_id,
-                False,
-                j.last_type,
-                "",
-                "",
-                "",
-                culprits.get(j.workflow_id, ""),
-                False,
-                "",
-                j.last_at,
-            )
-            for j in summaries
-        ]
+def _from_digest(j: JobDigest) -> JobRow:
+    state = j.outcome or f"not running ({j.last_type.replace('_', ' ')})"
+    return JobRow(
+        j.cluster,
+        j.job_id,
+        j.workflow_id,
+        False,
+        state,
+        j.mode,
+        str(j.attempt),
+        j.category,
+        compress_hostlist(j.culprits) if j.culprits else "",
+        False,
+        j.user,
+        j.last_at,
+    )
+
+
+def _joined(*parts: str | None) -> str | None:
+    return " ".join(p for p in parts if p) or None
 
 
 __all__ = ["MAX_JOBS", "JobRow", "JobsSnapshot", "LiveJobs"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime
 
 from resurgo.contracts import AuditEvent, AuditEventType, Category
@@ -34,8 +34,27 @@ class NodeRecord:
 
 
 @dataclass
+class JobDigest:
+    """One monitored job as its audit events tell it (what a jobs list shows)."""
+
+    cluster: str
+    job_id: int
+    workflow_id: str
+    first_at: datetime
+    last_at: datetime
+    last_type: str = ""
+    user: str = ""
+    mode: str = ""
+    attempt: int = 0
+    category: str = ""
+    culprits: list[str] = field(default_factory=list)
+    outcome: str = ""
+
+
+@dataclass
 class _Job:
     label: str
+    summary: JobDigest
     open_anomalies: list[tuple[int | None, datetime]] = field(default_factory=list)
     awaiting_action: list[datetime] = field(default_factory=list)
     drain_nodes: list[str] = field(default_factory=list)
@@ -82,8 +101,10 @@ class AuditDigest:
         key = e.workflow_id
         job = self._jobs.get(key)
         if job is None:
-            job = self._jobs[key] = _Job(label=f"{e.cluster}/{e.job_id}")
+            summary = JobDigest(e.cluster, e.job_id, key, e.at, e.at)
+            job = self._jobs[key] = _Job(label=f"{e.cluster}/{e.job_id}", summary=summary)
         d = e.data
+        _summarise(job.summary, e)
         if e.type == T.MONITORING_STARTED:
             self.jobs_started += 1
         elif e.type == T.ANOMALY:
@@ -156,6 +177,31 @@ class AuditDigest:
             self.pending.discard((key, gen))
 
 
+    def job_summaries(self, limit: int) -> list[JobDigest]:
+        """The `limit` most recently active jobs, newest first (copies: safe to keep)."""
+        ordered = sorted(self._jobs.values(), key=lambda j: j.summary.last_at, reverse=True)
+        return [replace(j.summary, culprits=list(j.summary.culprits)) for j in ordered[:limit]]
+
+
+def _summarise(job: JobDigest, e: AuditEvent) -> None:
+    d = e.data
+    job.first_at, job.last_at = min(job.first_at, e.at), max(job.last_at, e.at)
+    job.last_type = str(e.type)
+    if e.attempt is not None:
+        job.attempt = max(job.attempt, e.attempt)
+    if e.type == T.MONITORING_STARTED:
+        directive = d.get("directive")
+        job.user = str(d.get("user") or "")
+        job.mode = str(directive.get("mode", "")) if isinstance(directive, dict) else ""
+    elif e.type == T.MODE_CHANGED:
+        job.mode = str(d.get("mode") or job.mode)
+    elif e.type == T.ATTRIBUTION:
+        job.category = str(d.get("category") or "")
+        job.culprits = _names(d.get("culprit_nodes"))
+    elif e.type == T.MONITORING_ENDED:
+        job.outcome = str(d.get("outcome") or "ended")
+
+
 def percentile(values: list[float], q: float) -> float | None:
     """The q-quantile (0..1) by nearest rank; None without values."""
     if not values:
@@ -173,4 +219,4 @@ def _seconds(start: datetime, end: datetime) -> float:
     return max(0.0, (end - start).total_seconds())
 
 
-__all__ = ["AuditDigest", "NodeRecord", "percentile"]
+__all__ = ["AuditDigest", "JobDigest", "NodeRecord", "percentile"]
