@@ -73,6 +73,15 @@ def _node_failure(a: Analysis, outcome: str | None) -> Verdict | None:
     if specific:
         category = specific[0].category
         evidence = [e.line for e in specific] + evidence
+    elif software := [
+        e for e in [*a.events, *a.node_events]
+        if e.root and e.serious and e.category == Category.SYSTEM_SOFTWARE
+        and _named_node(a, e) in failed
+    ]:  # fmt: skip
+        # Slurm lost the node because its own software broke (munge credentials rejected by
+        # a clock gone wrong, slurmd): the node's software, still excluded.
+        category = Category.SYSTEM_SOFTWARE
+        evidence = [e.line for e in software[:3]] + evidence
     evidence += [e.line for e in a.events if e.match.id.startswith("slurm_cancelled_node")]
     where = ", ".join(culprits) or "an unidentified node"
     if _shared_outage(specific, culprits):
@@ -86,6 +95,12 @@ def _node_failure(a: Analysis, outcome: str | None) -> Verdict | None:
         0.9 if culprits else 0.7, culprits=culprits, evidence=evidence,
         kind=AnomalyKind.CRASH, outcome="node_fail" if node_fail or not a.running else None,
     )  # fmt: skip
+
+
+def _named_node(a: Analysis, e: Event) -> str | None:
+    """The node an event happened on, or the node its message names (`Task launch for
+    StepId=5.0 failed on node cn131`)."""
+    return event_node(a, e) or a.topo.hosts.canonical(e.match.groups.get("node"))
 
 
 def _node_record_line(a: Analysis, node: str) -> LogLine | None:

@@ -262,6 +262,10 @@ def _from_primaries(
         unlabeled = [e for e in same if e.actor is None and e.origin == "job"]
         everywhere = len({e.line.line_no for e in unlabeled}) >= world and not others
     nodes = sorted({n for e in same if (n := event_node(a, e)) is not None})
+    if not nodes and first.category == Category.SYSTEM_SOFTWARE:
+        # Slurm's own line names the node (`Task launch for StepId=5.0 failed on node cn131`).
+        said = {a.topo.hosts.canonical(e.match.groups.get("node")) for e in same}
+        nodes = sorted(n for n in said if n is not None and a.in_job(n))
     if not nodes and not everywhere and first.actor is None:
         # An unlabelled crash report: srun's verdict says whose process died of a signal.
         dead = {x.node for x in deaths if x.node} or {

@@ -132,3 +132,28 @@ def test_xid_13_once_or_on_different_gpus_is_not_blamed_on_a_gpu() -> None:
         "gpu02": XID13.format(when="Wed Dec 24 07:58:43 2025", bus="9d", pid=60171),
     })  # fmt: skip
     assert spread.category != Category.HARDWARE_GPU
+
+
+def test_a_task_launch_refused_by_one_node_names_that_node() -> None:
+    # srun (src/srun/launch) reports the node that refused the step's credential.
+    nodes = ["cn129", "cn130", "cn131", "cn132"]
+    job = (
+        "srun: error: Task launch for StepId=1772009.0 failed on node cn131: Job credential "
+        "expired\n"
+        "srun: error: Application launch failed: Job credential expired\n"
+        "srun: error: cn129: task 0: Killed\n"
+    )
+    a = _run(job, nodes)
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["cn131"])
+    assert default_advice(a).kind == AdviceKind.REQUEUE_EXCLUDING
+
+
+def test_a_node_slurm_lost_because_its_software_broke_is_system_software() -> None:
+    nodes = ["gpu-b-13", "gpu-b-14"]
+    job = (
+        "srun: error: Task launch for StepId=1002231.0 failed on node gpu-b-14: Protocol "
+        "authentication error\n"
+    )
+    ctld = _lines("[2025-02-11T15:06:41.002] error: Nodes gpu-b-14 not responding", "sched")
+    a = attribute(Registry.default(), None, _lines(job), None, [], nodes, scheduler_lines=ctld)
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["gpu-b-14"])

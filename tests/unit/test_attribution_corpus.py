@@ -94,10 +94,10 @@ NEXT = Path(__file__).resolve().parents[1] / "corpus_blind_next"
 # Sets below the targets (tests/corpus_blind_next/README.md): floors at today's scores, so a
 # change may only raise them. (category, culprit F1, action, false stops at most)
 FLOORS = {
-    "s6-": (0.90, 0.79, 0.84, 0),
+    "s6-": (0.90, 0.81, 0.86, 0),
     "s7-": (0.81, 0.93, 0.87, 0),
     "hardware": (0.92, 0.86, 0.95, 0),
-    "software": (0.88, 0.94, 0.93, 0),
+    "software": (0.90, 0.94, 0.93, 0),
     "lifecycle": (0.97, 0.99, 0.95, 0),
 }
 
