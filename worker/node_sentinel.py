@@ -25,6 +25,7 @@ from resurgo.contracts import CORE_TASK_QUEUE, Mode, PolicyConfig
 from resurgo.nodes.ledger import Ledger
 from resurgo.nodes.lemon import LemonAdvice, lemon_advice
 from resurgo.nodes.models import HealthCheckSpec, NodeHealthInput
+from resurgo.nodes.read import LEDGER_EVENT_TYPES
 from resurgo.workflows.node_health import NodeHealthWorkflow
 
 log = logging.getLogger("resurgo.nodes")
@@ -71,7 +72,7 @@ class NodeSentinel:
         self.started: dict[tuple[str, str], list[int]] = {}
 
     def _read_new(self) -> None:
-        for event in self.store.iter_all(after_id=self.after_id):
+        for event in self.store.iter_all(after_id=self.after_id, types=LEDGER_EVENT_TYPES):
             self.after_id = event.id
             if event.cluster in self.clusters:
                 self.ledger.add(event)

@@ -235,7 +235,7 @@ class NodeHealthWorkflow:
             result: HealthCheckResult = await self._on_cluster(
                 NodeActivities.node_health_check,
                 HealthCheckRequest(node=self.inp.node, key=self.wfid, round=n, spec=check),
-                timedelta(seconds=check.timeout_seconds + 600), heartbeat=timedelta(seconds=60),
+                timedelta(seconds=check.timeout_seconds + 600), heartbeat=timedelta(seconds=30),
                 summary=f"health check {n} of {self.inp.node}",
             )  # fmt: skip
         except ActivityError as err:

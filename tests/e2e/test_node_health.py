@@ -13,13 +13,16 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from resurgo.audit.store import StoredAuditEvent
+from resurgo.contracts import AuditEvent, AuditEventType
 from resurgo.devstack.localstack import REPO, wait_for
 from resurgo.nodes.health_check import reservation_name
 from tests.e2e.conftest import SBATCH, Deployment
@@ -193,3 +196,124 @@ def test_lemon_is_drained_validated_kept_drained_then_resumed(
             "validation",
             "resumed",
         ]
+
+
+def test_observe_mode_only_advises(deploy: Callable[..., Deployment]) -> None:
+    dep = deploy()
+    configure(dep, ["allow_drain = true"], {"lemon_mode": "observe", "lemon_failures": 3,
+                                            "health_check": CHECK, "poll_seconds": 2})  # fmt: skip
+    with restored(dep, LEMON):
+        jobs = three_failures_on(dep, LEMON)
+        advised = wait_node_event(dep, "node_drain_advised")
+        assert advised.data["jobs"] == sorted(jobs) and advised.data["mode"] == "observe"
+        assert all(str(j) in advised.summary for j in jobs), advised.summary
+        would = wait_node_event(dep, "would_act")
+        assert would.data["blocked_by"] == "observe mode"
+        state, reason = node_state(dep, LEMON)
+        assert "drain" not in state and not reason.startswith("resurgo"), (state, reason)
+        assert not [e for e in node_events(dep) if e.type == "node_drained"]
+
+
+def inject_failures(dep: Deployment, node: str, jobs: list[int]) -> None:
+    """Attribution events as job workflows write them (the real ones take a training job each:
+    the first test runs those); the sentinel, workflow, controller and Slurm are all real."""
+    now = datetime.now(UTC)
+    dep.store.append([
+        AuditEvent(
+            event_id=f"resurgo:{dep.name}:{job}:1:attribution", cluster=dep.name, job_id=job,
+            workflow_id=f"resurgo:{dep.name}:{job}:1", type=AuditEventType.ATTRIBUTION,
+            producer="workflow", at=now, summary=f"hardware_gpu on {node}",
+            data={"kind": "crash", "category": "hardware_gpu", "culprit_nodes": [node],
+                  "summary": f"uncorrectable ECC error on {node}", "evidence": []},
+        )
+        for job in jobs
+    ])  # fmt: skip
+
+
+def test_the_breaker_bounds_lemon_drains(deploy: Callable[..., Deployment]) -> None:
+    """A breaker allowing one remediated node per window: of two lemons at once, at most one is
+    drained; the other drain is refused by the breaker, recorded, and the node left in service
+    (another test's drain on the shared cluster may take the one slot: then both are refused)."""
+    dep = deploy()
+    loose = ("max_excluded_share", "max_remediations_per_node")
+    lines = [
+        ln
+        for ln in dep.stack.config.read_text().splitlines()
+        if ln.split("=")[0].strip() not in loose
+    ]
+    dep.stack.config.write_text("\n".join(lines) + "\n")
+    configure(dep, ["allow_drain = true", "max_excluded_share = 0.01"],
+              {"lemon_mode": "action", "lemon_failures": 3})  # fmt: skip
+    pair = ("node1", "node2")
+    with restored(dep, *pair):
+        inject_failures(dep, pair[0], [101, 102, 103])
+        inject_failures(dep, pair[1], [201, 202, 203])
+        advised = wait_for(
+            lambda: {e.data["node"] for e in node_events(dep) if e.type == "node_drain_advised"}
+            >= set(pair) or None, 120, what="both lemons advised",
+        )  # fmt: skip
+        assert advised
+
+        def settled() -> list[StoredAuditEvent] | None:
+            ends = [e for e in node_events(dep) if e.type in ("node_drained", "would_act")]
+            return ends if len(ends) >= 2 else None
+
+        ends = wait_for(settled, 120, what="both drains decided")
+        refused = [e for e in ends if e.type == "would_act"]
+        drained = [e for e in ends if e.type == "node_drained"]
+        assert len(drained) <= 1 and refused, [(e.type, e.summary) for e in ends]
+        assert all("circuit breaker" in e.summary for e in refused), [e.summary for e in refused]
+        for event in refused:
+            state, _ = node_state(dep, event.data["node"])
+            assert "drain" not in state, state
+
+
+def test_a_controller_killed_mid_validation_neither_resumes_nor_checks_twice(
+    deploy: Callable[..., Deployment],
+) -> None:
+    dep = deploy()
+    slow_check = ["bash", "-c", f"sleep 20; exec {' '.join(CHECK)}"]
+    configure(dep, ["allow_drain = true"], {
+        "lemon_mode": "action", "lemon_failures": 3, "health_check": slow_check,
+        "health_check_timeout_seconds": 180, "health_check_output_dir": str(dep.workdir),
+        "poll_seconds": 2,
+    })  # fmt: skip
+    node = "node2"
+    with restored(dep, node):
+        inject_failures(dep, node, [301, 302, 303])
+        wait_node_event(dep, "node_drained")
+        mark_repaired(dep, node, "cable reseated")
+
+        def running_check() -> str | None:
+            out = slurm(dep, "squeue", "-h", "-w", node, "-t", "RUNNING", "-o", "%i|%j").stdout
+            rows = [ln for ln in out.splitlines() if "|resurgo-check-" in ln]
+            return rows[0] if rows else None
+
+        job_id, job_name = wait_for(running_check, 120, what="the check running").split("|")
+        dep.stack.kill("controller")
+        dep.stack.kill("worker")
+        # While nobody watches: the node takes no other job (inside the check's reservation).
+        shown = slurm(dep, "scontrol", "show", "-o", "node", node).stdout
+        assert "RESERVED" in shown or "MAINT" in shown, shown
+        out = f"--output={dep.workdir / 'probe-%j.out'}"
+        probe = slurm(dep, "sbatch", "--parsable", "-w", node, "-N1", "--time=1", out,
+                      "--wrap", "true").stdout.strip()  # fmt: skip
+        try:
+            time.sleep(3)
+            probed = slurm(dep, "squeue", "-h", "-j", probe, "-o", "%T|%r").stdout.strip()
+            assert probed.startswith("PENDING"), probed
+        finally:
+            slurm(dep, "scancel", probe)
+        assert not [e for e in node_events(dep) if e.type == "node_resumed"]
+        dep.stack.start("worker")
+        dep.stack.start("controller")
+        passed = wait_node_event(
+            dep, "node_validation",
+            lambda e: e.data.get("phase") == "finished" and e.data["passed"], timeout=300,
+        )  # fmt: skip
+        assert str(passed.data["job_id"]) == job_id
+        wait_node_event(dep, "node_resumed")
+        ran = slurm(dep, "squeue", "-h", "-t", "all", "-n", job_name, "-o", "%i").stdout.split()
+        assert ran == [job_id], ran
+        state, _ = node_state(dep, node)
+        assert "drain" not in state and "reserved" not in state, state
