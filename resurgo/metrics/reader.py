@@ -22,15 +22,6 @@ class DigestReader:
         self._read_at = float("-inf")
         self._lock = threading.Lock()
 
-    def current(self) -> AuditDigest:
-        """The digest, refreshed first when older than `max_age` (blocking: call from a thread
-        in async code). Raises `AuditStoreUnavailable` when the store cannot be read."""
-        with self._lock:
-            if time.monotonic() - self._read_at >= self.max_age:
-                self._catch_up()
-                self._read_at = time.monotonic()
-            return self._digest
-
     def view(self, read: Callable[[AuditDigest], R]) -> R:
         """`read(digest)` on a fresh digest, under the lock: nothing changes while it reads."""
         with self._lock:

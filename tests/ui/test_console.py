@@ -324,3 +324,43 @@ async def test_an_operator_switches_the_mode_after_confirming(stack: Stack) -> N
         stack.store.query, cluster=cluster, job_id=job, types=["mode_changed"]
     )
     assert [e.data.get("actor") for e in changed] == ["otto"]
+
+
+async def test_forms_need_the_session_and_its_csrf_token(stack: Stack) -> None:
+    """What a cross-site page or a script without the session could send is refused before
+    anything reaches the workflow."""
+    import httpx
+
+    job = 7105
+    await stack.jobs.start(job, APPROVAL)
+    stack.scripted.push(job, "crash")
+    await pending_in_store(stack, job)
+    cluster = stack.jobs.cluster
+    decide = f"/console/approvals/{cluster}/{job}/1"
+    form = {"decision": "approve", "reason": "forged"}
+    async with httpx.AsyncClient(base_url=stack.base) as anonymous:
+        assert (await anonymous.get("/console/")).headers["location"] == "/console/login"
+        assert (await anonymous.get("/console/stream")).status_code == 401
+        resp = await anonymous.post(decide, data=form)
+        assert resp.status_code == 303 and resp.headers["location"] == "/console/login"
+    async with httpx.AsyncClient(base_url=stack.base) as browser:
+        login = await browser.get("/console/login")
+        csrf = login.text.split('name="csrf" value="')[1].split('"')[0]
+        assert (
+            await browser.post(
+                "/console/login", data={"csrf": csrf, "token": stack.tokens["operator"]}
+            )
+        ).status_code == 303
+        assert (await browser.post(decide, data=form)).status_code == 403  # no token
+        assert (await browser.post(decide, data={**form, "csrf": csrf})).status_code == 403  # stale
+        page = await browser.get("/console/approvals")
+        fresh = page.text.split('name="csrf" value="')[1].split('"')[0]
+        as_json = await browser.post(decide, json={**form, "csrf": fresh})
+        assert as_json.status_code == 415
+    decided = await asyncio.to_thread(
+        stack.store.query,
+        cluster=cluster,
+        job_id=job,
+        types=["approval_approved", "approval_rejected"],
+    )
+    assert decided == []
