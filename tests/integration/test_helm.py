@@ -471,3 +471,17 @@ def test_one_api_port_in_the_code_and_the_chart() -> None:
 
     api = values_of("values.yaml")["api"]
     assert ApiSettings().port == API_PORT == api["port"] == api["service"]["port"]
+
+
+def test_service_monitor_is_opt_in_and_scrapes_the_api_metrics() -> None:
+    assert "ServiceMonitor" not in kinds(render({}))
+    docs = render({"serviceMonitor": {"enabled": True, "labels": {"release": "kube-prom"}}})
+    monitor = by_name(docs, "ServiceMonitor", f"{RELEASE}-resurgo-api")
+    assert monitor["metadata"]["labels"]["release"] == "kube-prom"
+    service = by_name(docs, "Service", f"{RELEASE}-resurgo-api")
+    # A ServiceMonitor selects Services by their labels.
+    wanted = monitor["spec"]["selector"]["matchLabels"].items()
+    assert wanted <= service["metadata"]["labels"].items()
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["path"] == "/metrics"
+    assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
