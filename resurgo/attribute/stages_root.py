@@ -62,6 +62,7 @@ NODE_LOCAL_SYSTEM = frozenset(
         "nvidia_driver_library_mismatch",
         "fs_transport_shutdown",
         "dhcp_address_changed",
+        "container_gpu_runtime_missing",
         # NCCL's own detail of a node's network setup (catalogue_nccl.json).
         "nccl_no_socket_interface",
         "nccl_ib_no_device",

@@ -157,3 +157,28 @@ def test_a_node_slurm_lost_because_its_software_broke_is_system_software() -> No
     ctld = _lines("[2025-02-11T15:06:41.002] error: Nodes gpu-b-14 not responding", "sched")
     a = attribute(Registry.default(), None, _lines(job), None, [], nodes, scheduler_lines=ctld)
     assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["gpu-b-14"])
+
+
+def test_a_node_whose_docker_has_no_gpu_runtime_is_named() -> None:
+    # moby's error for --gpus without the NVIDIA runtime (NVIDIA/nvidia-docker#1352); the
+    # other node's rank times out waiting in the TCPStore.
+    job = (
+        '[gpu02] docker: Error response from daemon: could not select device driver "" with '
+        "capabilities: [[gpu]].\n"
+        "[gpu01] [rank0] torch.distributed.DistStoreError: Timed out after 901 seconds waiting "
+        "for clients. 8/16 clients joined.\n"
+        "srun: error: gpu02: task 1: Exited with exit code 125\n"
+        "srun: error: gpu01: task 0: Exited with exit code 1\n"
+    )
+    a = _run(job)
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["gpu02"])
+
+
+def test_cuda_busy_or_unavailable_as_the_runtime_spells_it_is_the_nodes_state() -> None:
+    # cudaErrorDevicesUnavailable's message reads "is/are" (CUDA runtime API error strings).
+    job = (
+        "[gpu02] RuntimeError: CUDA error: CUDA-capable device(s) is/are busy or unavailable\n"
+        "srun: error: gpu02: task 1: Exited with exit code 1\n"
+    )
+    a = _run(job)
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["gpu02"])

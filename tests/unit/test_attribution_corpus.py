@@ -94,7 +94,7 @@ NEXT = Path(__file__).resolve().parents[1] / "corpus_blind_next"
 # Sets below the targets (tests/corpus_blind_next/README.md): floors at today's scores, so a
 # change may only raise them. (category, culprit F1, action, false stops at most)
 FLOORS = {
-    "s6-": (0.90, 0.81, 0.86, 0),
+    "s6-": (0.92, 0.84, 0.90, 0),
     "s7-": (0.81, 0.93, 0.87, 0),
     "hardware": (0.92, 0.86, 0.95, 0),
     "software": (0.90, 0.94, 0.93, 0),
