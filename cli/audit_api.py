@@ -27,6 +27,7 @@ def audit_via_api(
     config: str | None,
     follow: bool = False,
     interval: float = 2.0,
+    limit: int = 1000,
 ) -> None:
     """`resurgo audit --api`: the same timeline, read through the API."""
     from resurgo.audit.store import StoredAuditEvent
@@ -36,7 +37,8 @@ def audit_via_api(
     if job_id is None:
         if attempt is not None or types or follow:
             fail("--attempt, --type and --follow need a JOB", ExitCode.USAGE)
-        jobs(cluster=cluster, as_json=as_json, api_url=api_url, token=token, config=config)
+        jobs(cluster=cluster, as_json=as_json, api_url=api_url, token=token, config=config,
+             limit=limit)  # fmt: skip
         return
     wanted = check_event_types(types or []) or None
     client = make_client(api_url, token, config)

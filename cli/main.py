@@ -189,6 +189,7 @@ def audit(
         audit_via_api(
             job, cluster=cluster, attempt=attempt, types=type_, as_json=as_json,
             api_url=api_url, token=token, config=config, follow=follow, interval=interval,
+            limit=limit,
         )  # fmt: skip
         return
     from resurgo.audit.store import store_url_from_env

@@ -156,6 +156,11 @@ async def test_approve_reject_and_mode(live: Live) -> None:
     assert switched["status"]["mode"] == "action" and switched["change"]["actor"] == "otto"
     plain = await live.run("mode", live.cluster, "4", "observe")
     assert plain.exit_code == 0 and "observe mode" in plain.stdout
+    # `audit --api` without a job lists jobs, at most --limit of them, and says there are more.
+    few = await live.run("audit", "--api", "--limit", "2", "--json", role="viewer")
+    assert few.exit_code == 0, few.stderr
+    page = json.loads(few.stdout)
+    assert len(page["items"]) == 2 and page["next_cursor"]
 
 
 async def _finished(live: Live, job: int) -> bool:
