@@ -1,4 +1,6 @@
-"""Resurgo configuration: one TOML file (or none: embedded defaults for a single local cluster).
+"""Resurgo configuration: one TOML file (or none: embedded defaults for a single local cluster),
+and every key settable from the environment (`RESURGO_<SECTION>__<KEY>`, `*_FILE` for secrets:
+`resurgo.config_env`), which wins over the file.
 
 ```toml
 [temporal]
