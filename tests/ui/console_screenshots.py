@@ -178,7 +178,7 @@ def shoot(base: str, out: Path, tokens: dict[str, str], cluster: str) -> None:
             c.driver.set_window_size(1440, 900)
             c.open(path)
             c.wait_for_text(*needles, what=name)
-            c.shot(name, full=True)
+            c.shot(name, full=name != "jobs")  # the jobs list: one screenful
     finally:
         c.quit()
 

@@ -177,7 +177,8 @@ async def test_operator_watches_the_job_appear_live_reads_its_story_and_approves
         c.wait_for_text(f"{cluster}/{job} g1 approved.", what="approval flash")
 
         c.open(f"/console/jobs/{cluster}/{job}")
-        c.wait_reloading(
+        # The page follows the job (it reloads itself when the job's row changes).
+        c.wait_for_text(
             "requeue_hold",
             "exclude_nodes",
             "release",

@@ -51,6 +51,34 @@
     });
   }
 
+  // A live job's page reloads when its row in the jobs stream changes (a new phase, attempt
+  // or category), unless the operator is writing in one of its forms.
+  function followJob() {
+    var job = document.getElementById("live-job");
+    if (!job || !window.EventSource) return;
+    var workflow = encodeURIComponent(job.getAttribute("data-workflow"));
+    var seen = null;
+    var source = new EventSource(job.getAttribute("data-stream"));
+    source.addEventListener("jobs", function (e) {
+      var doc = new DOMParser().parseFromString(
+        "<table><tbody>" + e.data + "</tbody></table>", "text/html");
+      var row = doc.querySelector("a.job[href*='workflow_id=" + workflow + "']");
+      var now = row ? row.closest("tr").textContent : "";
+      if (seen !== null && now !== seen && !busy()) {
+        source.close();
+        window.location.reload();
+      }
+      seen = now;
+    });
+  }
+
+  function busy() {
+    var active = document.activeElement;
+    if (active && (active.tagName === "INPUT" || active.tagName === "SELECT")) return true;
+    return Array.prototype.some.call(
+      document.querySelectorAll("form input[type=text]"), function (i) { return i.value; });
+  }
+
   function tickCountdowns() {
     var now = Date.now();
     document.querySelectorAll(".countdown[data-expires]").forEach(function (el) {
@@ -88,6 +116,7 @@
     });
     applyFilters();
     watchJobs();
+    followJob();
     guardRejects();
     tickCountdowns();
     setInterval(tickCountdowns, 1000);
