@@ -153,8 +153,9 @@ class ResurgoTyper(typer.Typer):
             # A bug or an unforeseen failure: one line, unless debugging was asked for.
             if _log_level == LogLevel.DEBUG:
                 raise
+            first = (str(exc).strip().splitlines() or [""])[0]
             err.print(
-                Text(f"error: {type(exc).__name__}: {exc}", style="red"),
+                Text(f"error: {type(exc).__name__}: {first}", style="red"),
                 Text(" (--log-level debug shows the traceback)", style="dim"),
                 soft_wrap=True,
             )

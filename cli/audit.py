@@ -22,7 +22,14 @@ from resurgo.cli.timeline import format_time, render_timeline, timeline_json
 if TYPE_CHECKING:
     from resurgo.audit.store import AuditStore, StoredAuditEvent
 
-__all__ = ["FINAL_TYPES", "audit_command", "check_event_types", "event_line", "open_for_reading"]
+__all__ = [
+    "FINAL_TYPES",
+    "audit_command",
+    "check_event_types",
+    "event_line",
+    "open_for_reading",
+    "unusable",
+]
 
 # After one of these, nothing more is recorded for the job: `--follow` stops.
 FINAL_TYPES = frozenset({"completed", "job_gone", "monitoring_ended"})
@@ -32,7 +39,7 @@ URL_HINT = "use sqlite:////path/audit.db or mysql+pymysql://user:pass@host:3306/
 def open_for_reading(url: str) -> AuditStore:
     """Open an existing store; never create one (the store itself creates what is missing)."""
     from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
     from resurgo.audit.store import AuditStore, AuditStoreUnavailable
 
@@ -51,7 +58,7 @@ def open_for_reading(url: str) -> AuditStore:
             )
     try:
         return AuditStore(url)
-    except ValueError:
+    except (ValueError, NoSuchModuleError):
         fail(f"unsupported audit store URL ({URL_HINT})", ExitCode.USAGE)
     except AuditStoreUnavailable as exc:
         fail(str(exc), ExitCode.UNAVAILABLE)
@@ -108,6 +115,13 @@ def _follow(
         time.sleep(every)
 
 
+def unusable(exc: Exception) -> str:
+    """A database error the store does not translate (e.g. a file that is not SQLite), briefly."""
+    orig = getattr(exc, "orig", None) or exc
+    first = (str(orig).strip().splitlines() or [type(exc).__name__])[0]
+    return f"the audit store cannot be read: {first}"
+
+
 def audit_command(
     job: int | None,
     *,
@@ -120,6 +134,8 @@ def audit_command(
     follow: bool,
     interval: float,
 ) -> None:
+    from sqlalchemy.exc import DatabaseError
+
     from resurgo.audit.store import AuditStoreUnavailable
 
     if job is None and (attempt is not None or types or follow):
@@ -142,6 +158,8 @@ def audit_command(
             return
     except AuditStoreUnavailable as exc:
         fail(str(exc), ExitCode.UNAVAILABLE)
+    except DatabaseError as exc:
+        fail(unusable(exc), ExitCode.UNAVAILABLE)
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
     finally:

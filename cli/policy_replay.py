@@ -78,8 +78,10 @@ def replay_command(
 ) -> int:
     import json
 
+    from sqlalchemy.exc import DatabaseError
+
     from resurgo.audit.store import AuditStoreUnavailable
-    from resurgo.cli.audit import open_for_reading
+    from resurgo.cli.audit import open_for_reading, unusable
 
     try:
         policy = load_policy(policy_file, name)
@@ -92,6 +94,9 @@ def replay_command(
         events = fetch_events(store, start)
     except AuditStoreUnavailable as exc:
         err.print(Text(f"error: {exc}", style="red"))
+        return ExitCode.UNAVAILABLE
+    except DatabaseError as exc:
+        err.print(Text(f"error: {unusable(exc)}", style="red"))
         return ExitCode.UNAVAILABLE
     finally:
         store.close()

@@ -159,3 +159,15 @@ def test_policy_replay_takes_the_same_durations_as_every_since(
     code, _, err = run("policy", "replay", "--policy", str(policy), "--since", "1 hour",
                        "--url", store_url)  # fmt: skip
     assert code == ExitCode.USAGE and "1 hour" in err
+
+
+def test_a_file_that_is_not_a_store_and_an_unknown_driver(tmp_path: Path) -> None:
+    garbage = tmp_path / "notes.db"
+    garbage.write_text("these are my notes, not a database\n")
+    code, out, err = run("audit", "--url", f"sqlite:///{garbage}")
+    assert code == ExitCode.UNAVAILABLE and out == ""
+    assert err.strip() == "error: the audit store cannot be read: file is not a database"
+    assert garbage.read_text() == "these are my notes, not a database\n"
+    code, _, err = run("audit", "--url", "mysql+nodriver://u:secret@127.0.0.1:9/x")
+    assert code == ExitCode.USAGE and "secret" not in err
+    assert len(err.strip().splitlines()) == 1
