@@ -365,3 +365,36 @@ async def test_forms_need_the_session_and_its_csrf_token(stack: Stack) -> None:
         types=["approval_approved", "approval_rejected"],
     )
     assert decided == []
+
+
+async def test_a_form_sent_twice_is_decided_once(stack: Stack) -> None:
+    """A double click or a retried post carries the rendered form's key: one decision."""
+    import re
+
+    import httpx
+
+    job = 7106
+    handle = await stack.jobs.start(job, APPROVAL)
+    stack.scripted.push(job, "crash")
+    stack.scripted.push(job, "complete")
+    await pending_in_store(stack, job)
+    cluster = stack.jobs.cluster
+    async with httpx.AsyncClient(base_url=stack.base) as browser:
+        login = await browser.get("/console/login")
+        csrf = login.text.split('name="csrf" value="')[1].split('"')[0]
+        await browser.post("/console/login", data={"csrf": csrf, "token": stack.tokens["operator"]})
+        page = (await browser.get(f"/console/jobs/{cluster}/{job}")).text
+        csrf = page.split('name="csrf" value="')[1].split('"')[0]
+        key = re.search(r'name="key" value="([0-9a-f]+)"', page)
+        assert key is not None
+        form = {"csrf": csrf, "key": key.group(1), "decision": "approve", "reason": "twice"}
+        path = f"/console/approvals/{cluster}/{job}/1"
+        first, second = await browser.post(path, data=form), await browser.post(path, data=form)
+        assert first.status_code == second.status_code == 303
+        flash = await browser.get("/console/approvals")
+        assert f"{cluster}/{job} g1 approved." in flash.text  # the retry got the first answer
+    assert (await handle.result()).outcome == "completed"
+    approvals = await asyncio.to_thread(
+        stack.store.query, cluster=cluster, job_id=job, types=["approval_approved"]
+    )
+    assert len(approvals) == 1
