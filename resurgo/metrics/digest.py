@@ -176,7 +176,6 @@ class AuditDigest:
         else:
             self.pending.discard((key, gen))
 
-
     def job_summaries(self, limit: int) -> list[JobDigest]:
         """The `limit` most recently active jobs, newest first (copies: safe to keep)."""
         ordered = sorted(self._jobs.values(), key=lambda j: j.summary.last_at, reverse=True)
