@@ -1,6 +1,7 @@
 """The node health routes: `GET /v1/nodes` (nodes by risk, with their recent history),
 `GET /v1/nodes/{cluster}/{node}` (one node's whole history) and
-`POST /v1/nodes/{cluster}/{node}/repaired` (operator: start the node's validation).
+`POST /v1/nodes/{cluster}/{node}/repaired` (operator: start the node's validation) and
+`POST /v1/nodes/{cluster}/{node}/drain-decision` (operator: approve or reject a drain).
 
 Reads come from the audit store through `resurgo.nodes.read.node_records` (the console's Nodes
 view can call the same function). Evidence lines of a failure are job output: shown per the
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Depends, Path, Query
 from pydantic import BaseModel, Field
@@ -22,16 +23,17 @@ from resurgo.api.auth import Principal
 from resurgo.api.core import ApiProblem
 from resurgo.api.service import Gateway
 from resurgo.api.visibility import shown_to
-from resurgo.contracts import PolicyConfig
+from resurgo.contracts import ApprovalAck, ApprovalDecision, PolicyConfig
 from resurgo.nodes.ledger import NodeRecord
 from resurgo.nodes.models import NodeHealthStatus, RepairMark
 from resurgo.nodes.read import node_records
-from resurgo.workflows.node_client import mark_repaired
+from resurgo.workflows.node_client import decide_drain, mark_repaired
 
 __all__ = ["nodes_router"]
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 RECENT_ENTRIES = 50
+T = TypeVar("T")
 Cluster = Annotated[str, Path(pattern=NAME, description="cluster name")]
 Node = Annotated[str, Path(pattern=NAME, description="node name")]
 
@@ -42,6 +44,11 @@ class NodeList(BaseModel):
 
 class RepairBody(BaseModel):
     note: str = Field(default="", max_length=2000)
+
+
+class DrainDecisionBody(BaseModel):
+    approve: bool
+    reason: str = Field(default="", max_length=2000)
 
 
 def _visible(who: Principal, record: NodeRecord, last: int | None = None) -> NodeRecord:
@@ -92,10 +99,24 @@ def nodes_router(
     ) -> NodeHealthStatus:  # fmt: skip
         """Mark a node Resurgo drained as repaired: its health check runs now (409 when the
         node is not waiting for a repair, 404 when no node workflow runs for it)."""
-        client: Any = await gateway.temporal.get()
+        mark = RepairMark(actor=who.name, note=body.note)
+        return await updated(cluster, node, lambda c: mark_repaired(c, cluster, node, mark))
+
+    @router.post("/v1/nodes/{cluster}/{node}/drain-decision")
+    async def node_drain_decision(
+        cluster: Cluster, node: Node, body: DrainDecisionBody,
+        who: Principal = Depends(operator),  # noqa: B008
+    ) -> ApprovalAck:  # fmt: skip
+        """Approve or reject the drain of a lemon node that waits for an operator (policy
+        `require_approval`; 409 when no drain of the node waits)."""
+        decision = ApprovalDecision(generation=0, approve=body.approve, actor=who.name,
+                                    reason=body.reason)  # fmt: skip
+        return await updated(cluster, node, lambda c: decide_drain(c, cluster, node, decision))
+
+    async def updated(cluster: str, node: str, send: Callable[[Any], Awaitable[T]]) -> T:
+        client = await gateway.temporal.get()
         try:
-            return await mark_repaired(client, cluster, node,
-                                       RepairMark(actor=who.name, note=body.note))  # fmt: skip
+            return await send(client)
         except WorkflowUpdateFailedError as exc:
             raise ApiProblem(409, f"{cluster}/{node}: {exc.cause}") from exc
         except WorkflowUpdateRPCTimeoutOrCancelledError as exc:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -94,42 +94,72 @@ def show_node(
     show(table)
 
 
-@app.command("repaired")
-def repaired(
-    cluster: Annotated[str, typer.Argument(help="cluster name")],
-    node: Annotated[str, typer.Argument(help="node name")],
-    note: Annotated[str, typer.Option(help="what was repaired")] = "",
-    actor: Annotated[str | None, typer.Option(help="who (default: $USER)")] = None,
-    config: ConfigOpt = None,
-) -> None:
-    """Mark a node Resurgo drained as repaired: its health check runs now."""
-    import getpass
-
+def _update(config: str | None, cluster: str, node: str, send: Any) -> Any:
+    """Run `send(client)` against Temporal; refusals and a missing workflow end the command."""
     from temporalio.client import WorkflowUpdateFailedError
     from temporalio.service import RPCError, RPCStatusCode
 
     from resurgo.config import ConfigError, load_config
-    from resurgo.nodes.models import RepairMark
     from resurgo.workflows.client import connect
-    from resurgo.workflows.node_client import mark_repaired
 
     try:
         cfg = load_config(config)
     except ConfigError as exc:
         fail(f"config error: {exc}", ExitCode.USAGE)
-    mark = RepairMark(actor=actor or getpass.getuser(), note=note)
 
-    async def send() -> str:
-        client = await connect(cfg.temporal)
-        status = await mark_repaired(client, cluster, node, mark)
-        return status.phase
+    async def run() -> Any:
+        return await send(await connect(cfg.temporal))
 
     try:
-        phase = asyncio.run(send())
+        return asyncio.run(run())
     except WorkflowUpdateFailedError as exc:
         fail(f"{cluster}/{node}: {exc.cause}", ExitCode.FAILURE)
     except RPCError as exc:
         if exc.status == RPCStatusCode.NOT_FOUND:
             fail(f"no node health workflow for {cluster}/{node}", ExitCode.NOT_FOUND)
         raise
-    console.print(Text(f"{cluster}/{node} marked repaired by {mark.actor}; phase {phase}"))
+
+
+ClusterArg = Annotated[str, typer.Argument(help="cluster name")]
+NodeArg = Annotated[str, typer.Argument(help="node name")]
+ActorOpt = Annotated[str | None, typer.Option(help="who (default: $USER)")]
+
+
+@app.command("repaired")
+def repaired(
+    cluster: ClusterArg,
+    node: NodeArg,
+    note: Annotated[str, typer.Option(help="what was repaired")] = "",
+    actor: ActorOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Mark a node Resurgo drained as repaired: its health check runs now."""
+    import getpass
+
+    from resurgo.nodes.models import RepairMark
+    from resurgo.workflows.node_client import mark_repaired
+
+    mark = RepairMark(actor=actor or getpass.getuser(), note=note)
+    status = _update(config, cluster, node, lambda c: mark_repaired(c, cluster, node, mark))
+    console.print(Text(f"{cluster}/{node} marked repaired by {mark.actor}; {status.phase}"))
+
+
+@app.command("drain")
+def drain_decision(
+    cluster: ClusterArg,
+    node: NodeArg,
+    approve: Annotated[bool, typer.Option("--approve/--reject", help="the decision")],
+    reason: Annotated[str, typer.Option(help="why")] = "",
+    actor: ActorOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Approve or reject the drain of a lemon node waiting for an operator."""
+    import getpass
+
+    from resurgo.contracts import ApprovalDecision
+    from resurgo.workflows.node_client import decide_drain
+
+    decision = ApprovalDecision(generation=0, approve=approve, actor=actor or getpass.getuser(),
+                                reason=reason)  # fmt: skip
+    ack = _update(config, cluster, node, lambda c: decide_drain(c, cluster, node, decision))
+    console.print(Text(f"drain of {cluster}/{node} {ack.message} by {decision.actor}"))

@@ -8,10 +8,11 @@ from typing import Any
 
 from temporalio.client import Client
 
+from resurgo.contracts import ApprovalAck, ApprovalDecision
 from resurgo.nodes.models import NodeHealthStatus, RepairMark, node_workflow_id
 from resurgo.workflows.node_health import NodeHealthWorkflow
 
-__all__ = ["mark_repaired"]
+__all__ = ["decide_drain", "mark_repaired"]
 
 
 async def mark_repaired(
@@ -26,3 +27,16 @@ async def mark_repaired(
         update, mark, rpc_timeout=timedelta(seconds=30)
     )
     return status
+
+
+async def decide_drain(
+    client: Client, cluster: str, node: str, decision: ApprovalDecision
+) -> ApprovalAck:
+    """Approve or reject the drain of a lemon node waiting for an operator (same errors as
+    `mark_repaired`)."""
+    handle = client.get_workflow_handle(node_workflow_id(cluster, node))
+    update: Any = NodeHealthWorkflow.decide_drain
+    ack: ApprovalAck = await handle.execute_update(
+        update, decision, rpc_timeout=timedelta(seconds=30)
+    )
+    return ack
