@@ -111,6 +111,17 @@ def stragglers(a: Analysis, *, timings_only: bool = False) -> Verdict | None:
         nodes |= named
     if not nodes:
         nodes = {f.host for f in degraded} | {e.node for e in warn if e.node}
+        if _everywhere(a, nodes):
+            # Every node degraded the same way (all GPUs throttling hot): the room's cooling
+            # or power, shared by all; no node to exclude (attribution-labels.md, hardware_host
+            # covers chassis power and cooling).
+            return Verdict(
+                Category.HARDWARE_HOST, "straggler|shared_degradation",
+                f"every node of the job is degraded ({degraded[0].what if degraded else 'warn'})"
+                ": a shared cause (cooling, power), no node to exclude", 0.6,
+                evidence=[f.line for f in degraded[:3]] + [e.line for e in warn[:3]],
+                kind=AnomalyKind.STRAGGLER,
+            )  # fmt: skip
     culprits = sorted(n for n in nodes if a.in_job(n))
     if not culprits and outliers:
         culprits = outliers
@@ -140,6 +151,11 @@ def stragglers(a: Analysis, *, timings_only: bool = False) -> Verdict | None:
         category, "straggler", f"straggler on {where}{which}", confidence,
         culprits=culprits, ranks=sorted(slow), evidence=evidence, kind=AnomalyKind.STRAGGLER,
     )  # fmt: skip
+
+
+def _everywhere(a: Analysis, nodes: set[str]) -> bool:
+    known = set(a.node_list)
+    return len(known) >= 3 and known <= nodes
 
 
 def _said_by(text: str, rank: int) -> bool:

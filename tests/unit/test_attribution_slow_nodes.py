@@ -181,3 +181,30 @@ def test_a_silent_node_without_any_node_logs_is_still_the_suspect() -> None:
     a = attribute(Registry.default(), None, _lines(HELLO + WATCHDOG), None, [], NODES)
     assert a.culprit_nodes == ["gpu04"]
     assert default_advice(a).kind == AdviceKind.REQUEUE
+
+
+def test_every_node_throttling_hot_is_a_shared_cause_with_no_node_to_exclude() -> None:
+    # dcgm-exporter's GPU temperature gauge (DCGM_FI_DEV_GPU_TEMP) at 92 C on every node.
+    metrics = _lines(
+        "\n".join(f'DCGM_FI_DEV_GPU_TEMP{{gpu="0",Hostname="{n}"}} 92' for n in NODES),
+        "metrics.txt",
+    )
+    a = attribute(
+        Registry.default(), None, _lines(RUNNING + STEADY), None, [], NODES, metrics=metrics
+    )
+    assert a.culprit_nodes == []
+    assert default_advice(a).kind == AdviceKind.NONE
+
+
+def test_one_node_throttling_hot_is_that_nodes_straggler() -> None:
+    metrics = _lines(
+        "\n".join(
+            f'DCGM_FI_DEV_GPU_TEMP{{gpu="0",Hostname="{n}"}} {92 if n == "gpu02" else 61}'
+            for n in NODES
+        ),
+        "metrics.txt",
+    )
+    a = attribute(
+        Registry.default(), None, _lines(RUNNING + STEADY), None, [], NODES, metrics=metrics
+    )
+    assert a.culprit_nodes == ["gpu02"]
