@@ -12,7 +12,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from resurgo.kinds import HARDWARE_CATEGORIES as HARDWARE_CATEGORIES
+from resurgo.kinds import ActionStep as ActionStep
+from resurgo.kinds import AdviceKind as AdviceKind
+from resurgo.kinds import AnomalyKind as AnomalyKind
+from resurgo.kinds import Category as Category
+from resurgo.kinds import Mode as Mode
 from resurgo.nodes.policy import NodeHealthPolicy
+from resurgo.policy.array_settings import ArrayPolicy
 
 CORE_TASK_QUEUE = "resurgo"
 
@@ -26,60 +33,25 @@ class Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class Mode(StrEnum):
-    OBSERVE = "observe"
-    ACTION = "action"
-
-
-class AnomalyKind(StrEnum):
-    CRASH = "crash"
-    HANG = "hang"
-    STRAGGLER = "straggler"
-
-
-class Category(StrEnum):
-    HARDWARE_GPU = "hardware_gpu"
-    HARDWARE_NETWORK = "hardware_network"
-    HARDWARE_HOST = "hardware_host"
-    SYSTEM_SOFTWARE = "system_software"
-    APPLICATION = "application"
-    SCHEDULER = "scheduler"
-    UNKNOWN = "unknown"
-    NONE = "none"
-
-
-HARDWARE_CATEGORIES = frozenset(
-    {Category.HARDWARE_GPU, Category.HARDWARE_NETWORK, Category.HARDWARE_HOST}
-)
-
-
-class AdviceKind(StrEnum):
-    REQUEUE = "requeue"
-    REQUEUE_EXCLUDING = "requeue_excluding"
-    STOP = "stop"
-    NONE = "none"
-
-
-class ActionStep(StrEnum):
-    REQUEUE_HOLD = "requeue_hold"
-    EXCLUDE_NODES = "exclude_nodes"
-    RELEASE = "release"
-    CANCEL = "cancel"
-    DRAIN_NODE = "drain_node"
-
-
 class JobKey(Frozen):
     """Identity of a monitored job. Submit time makes a reused Slurm id a different job."""
 
     cluster: str
     job_id: int
     submit_time: datetime
+    # An array task is `<array_job_id>_<array_task_id>` to people; `job_id` stays Slurm's own.
+    array_job_id: int | None = None
+    array_task_id: int | None = None
+
+    def slurm_ref(self) -> str:
+        task = self.array_task_id
+        return str(self.job_id) if task is None else f"{self.array_job_id}_{task}"
 
     def workflow_id(self) -> str:
-        return f"resurgo:{self.cluster}:{self.job_id}:{int(self.submit_time.timestamp())}"
+        return f"resurgo:{self.cluster}:{self.slurm_ref()}:{int(self.submit_time.timestamp())}"
 
     def label(self) -> str:
-        return f"{self.cluster}/{self.job_id}"
+        return f"{self.cluster}/{self.slurm_ref()}"
 
 
 class StragglerThresholds(Frozen):
@@ -117,6 +89,7 @@ class PolicyConfig(Frozen):
     # Nodes one job may have excluded in total (the cluster-wide circuit breaker and per-node
     # caps are enforced by the controller, which sees every job).
     max_nodes_excluded_per_job: int = Field(default=2, ge=0)
+    arrays: ArrayPolicy = ArrayPolicy()  # job arrays across tasks: resurgo/policy/arrays.py
     nodes: NodeHealthPolicy = NodeHealthPolicy()  # lemon nodes, validated return
 
 
@@ -369,6 +342,9 @@ class AuditEventType(StrEnum):
     MONITORING_ENDED = "monitoring_ended"
     # What the watch could not read, and why (a refused output file, an unusable pattern).
     EVIDENCE_LIMITED = "evidence_limited"
+    # Jobs discovery leaves alone (and why); findings of an array's coordinator.
+    JOB_SKIPPED = "job_skipped"
+    ARRAY_FINDING = "array_finding"
     NODE_DRAIN_ADVISED = "node_drain_advised"
     NODE_DRAINED = "node_drained"
     NODE_VALIDATION = "node_validation"

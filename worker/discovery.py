@@ -23,11 +23,12 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from resurgo.config import ClusterSettings, ConfigError, ResurgoConfig
-from resurgo.contracts import CORE_TASK_QUEUE, TERMINAL_STATES, JobKey, RecoveryInput
+from resurgo.contracts import CORE_TASK_QUEUE, TERMINAL_STATES, RecoveryInput
 from resurgo.policy.directive import parse_directive
 from resurgo.slurm.client import SlurmClient
 from resurgo.slurm.errors import CommandTimeout, SchedulerError, SchedulerUnavailable
 from resurgo.slurm.parsers import DiscoveredJob
+from resurgo.worker.array_discovery import ArrayDiscovery, job_key
 from resurgo.workflows import search_attributes as sa
 from resurgo.workflows.job_recovery import JobRecoveryWorkflow
 
@@ -65,7 +66,7 @@ def recovery_input(
             problems.append(str(exc))
             directive = None
     return RecoveryInput(
-        job=JobKey(cluster=cluster, job_id=job.job_id, submit_time=job.submit_time),
+        job=job_key(cluster, job),
         directive=directive,
         problems=problems,
         policy=policy,
@@ -83,7 +84,7 @@ def is_recent(job: DiscoveredJob, lookback: float, now: datetime) -> bool:
     return job.end_time is not None and now - job.end_time <= timedelta(seconds=lookback)
 
 
-class Discovery:
+class Discovery(ArrayDiscovery):
     def __init__(
         self, client: Client, slurm: SlurmClient, cluster: str, config: ResurgoConfig
     ) -> None:
@@ -142,9 +143,7 @@ class Discovery:
             self.cluster, job.job_id, BAD_JOB_RETRY, type(exc).__name__, repr(str(exc))[:500],
         )  # fmt: skip
         if job.submit_time is not None:
-            wf_id = JobKey(cluster=self.cluster, job_id=job.job_id,
-                           submit_time=job.submit_time).workflow_id()  # fmt: skip
-            self.known[wf_id] = clock + BAD_JOB_RETRY
+            self.known[job_key(self.cluster, job).workflow_id()] = clock + BAD_JOB_RETRY
 
     async def _consider(
         self,
@@ -156,8 +155,7 @@ class Discovery:
     ) -> None:
         if job.submit_time is None:
             return
-        wf_id = JobKey(cluster=self.cluster, job_id=job.job_id,
-                       submit_time=job.submit_time).workflow_id()  # fmt: skip
+        wf_id = job_key(self.cluster, job).workflow_id()
         recheck = self.known.get(wf_id, 0.0)
         if recheck is None or recheck > clock:
             return
@@ -173,6 +171,12 @@ class Discovery:
             return
         if not is_recent(job, self.settings.discovery_lookback, now):
             return
+        if job.het_job_id is not None:
+            await self._skip(job, inp, "heterogeneous jobs are not monitored yet (hetjob "
+                             f"{job.het_job_id}): the job is left alone", clock)  # fmt: skip
+            return
+        if job.array_job_id is not None and not await self._array_row(job, inp, clock):
+            return
         if not await self._own_comment_agrees(job):
             self.known[wf_id] = clock + BAD_JOB_RETRY
             return
@@ -183,7 +187,7 @@ class Discovery:
         # requeue changed SubmitTime after that workflow started).
         recent = now - timedelta(seconds=self.settings.discovery_lookback)
         closed_since = recent if job.state in TERMINAL_STATES else None
-        if await self.existing_workflow_for(job.job_id, closed_since=closed_since):
+        if await self.existing_workflow_for(inp.job.slurm_ref(), closed_since=closed_since):
             self.known[wf_id] = clock + 30.0
             return
         if await self.start(inp):
@@ -205,7 +209,7 @@ class Discovery:
         return False
 
     async def existing_workflow_for(
-        self, job_id: int, *, closed_since: datetime | None = None
+        self, job_id: int | str, *, closed_since: datetime | None = None
     ) -> str | None:
         """A running workflow for this job id (or, with `closed_since`, one started since)."""
         status = 'ExecutionStatus = "Running"'
@@ -231,7 +235,7 @@ class Discovery:
                 search_attributes=TypedSearchAttributes(
                     [
                         SearchAttributePair(sa.CLUSTER, inp.job.cluster),
-                        SearchAttributePair(sa.SLURM_JOB_ID, str(inp.job.job_id)),
+                        SearchAttributePair(sa.SLURM_JOB_ID, inp.job.slurm_ref()),
                         SearchAttributePair(sa.USER, inp.user or "-"),
                         SearchAttributePair(sa.PARTITION, inp.partition or "-"),
                         SearchAttributePair(sa.MODE, mode),
@@ -247,8 +251,9 @@ class Discovery:
 
 
 def _details(inp: RecoveryInput) -> str:
+    task = f" (task {inp.job.slurm_ref()} of an array)" if inp.job.array_job_id is not None else ""
     lines = [
-        f"**Slurm job** {inp.job.job_id} on cluster `{inp.job.cluster}`",
+        f"**Slurm job** {inp.job.job_id}{task} on cluster `{inp.job.cluster}`",
         f"submitted {inp.job.submit_time.isoformat()} by `{inp.user}` to `{inp.partition}`",
         f"**policy** `{inp.policy.name}`; scheduler actions acknowledged: "
         f"{inp.gates.acknowledge_scheduler_actions}",

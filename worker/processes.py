@@ -13,6 +13,7 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from resurgo.activities.arrays import ArrayActivities
 from resurgo.activities.audit import AuditActivities
 from resurgo.activities.controller import ControllerActivities
 from resurgo.activities.node_health import NodeActivities
@@ -24,10 +25,14 @@ from resurgo.slurm.runner import CommandRunner, LocalRunner
 from resurgo.worker.discovery import Discovery
 from resurgo.worker.node_sentinel import NodeSentinel
 from resurgo.worker.telemetry import AuditMetrics, setup_telemetry
+from resurgo.workflows.array_coordinator import ArrayCoordinatorWorkflow
+from resurgo.workflows.job_notice import JobNoticeWorkflow
 from resurgo.workflows.job_recovery import JobRecoveryWorkflow
 from resurgo.workflows.node_health import NodeHealthWorkflow
 
 log = logging.getLogger("resurgo")
+# Job arrays (issue 16): one coordinator per array; notices for jobs discovery leaves alone.
+ARRAY_WORKFLOWS = [ArrayCoordinatorWorkflow, JobNoticeWorkflow]
 
 
 def audit_store(config: ResurgoConfig) -> AuditStore:
@@ -41,7 +46,7 @@ def core_worker(client: Client, store: AuditStore, max_cached_workflows: int = 4
         client,
         task_queue=CORE_TASK_QUEUE,
         max_cached_workflows=max_cached_workflows,
-        workflows=[JobRecoveryWorkflow, NodeHealthWorkflow],
+        workflows=[JobRecoveryWorkflow, NodeHealthWorkflow, *ARRAY_WORKFLOWS],
         activities=[AuditActivities(store, on_recorded=AuditMetrics()).record_audit],
         identity=f"resurgo-worker@{socket.gethostname()}",
         graceful_shutdown_timeout=timedelta(seconds=5),
@@ -81,10 +86,17 @@ def node_activities(
     )
 
 
+def array_activities(
+    cluster: str, settings: ClusterSettings, activities: ControllerActivities
+) -> ArrayActivities:
+    return ArrayActivities(cluster, activities.slurm, activities.actions, settings.gates())
+
+
 def controller_worker(
     client: Client, cluster: str, settings: ClusterSettings, activities: ControllerActivities
 ) -> Worker:
     served: list[Any] = [*activities.all(), *node_activities(cluster, settings, activities).all()]
+    served += array_activities(cluster, settings, activities).all()
     return Worker(
         client,
         task_queue=controller_task_queue(cluster),

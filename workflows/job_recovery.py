@@ -19,6 +19,7 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from resurgo.activities import calls
+    from resurgo.array_models import ArrayVerdict
     from resurgo.contracts import (
         AdviceKind,
         Anomaly,
@@ -41,18 +42,21 @@ with workflow.unsafe.imports_passed_through():
         WatchResult,
         controller_task_queue,
     )
+    from resurgo.policy import arrays as array_policy
     from resurgo.policy import decide as policy
     from resurgo.workflows import patches
     from resurgo.workflows import search_attributes as sa
     from resurgo.workflows.acting import SchedulerSteps
     from resurgo.workflows.approval_gate import ApprovalGate
+    from resurgo.workflows.array_coordinator import VERDICT_SIGNAL
+    from resurgo.workflows.array_task import ArrayTask
 
 WATCH_WINDOW_SECONDS = 3600.0
 FOLLOW_FAILED_SECONDS = 600.0
 
 
 @workflow.defn(name="JobRecoveryWorkflow")
-class JobRecoveryWorkflow(SchedulerSteps, ApprovalGate):
+class JobRecoveryWorkflow(SchedulerSteps, ApprovalGate, ArrayTask):
     @workflow.init
     def __init__(self, inp: RecoveryInput) -> None:
         self.inp = inp
@@ -62,6 +66,7 @@ class JobRecoveryWorkflow(SchedulerSteps, ApprovalGate):
             self.s.attempts.append(AttemptRecord(attempt=self.s.attempt))
         self.wfid = inp.job.workflow_id()
         self.queue = controller_task_queue(inp.job.cluster)
+        self.array_verdicts = {}
 
     # ---- read side -----------------------------------------------------------------------
     @workflow.query(description="Current phase, attempt, exclusions and recent advice")
@@ -79,6 +84,10 @@ class JobRecoveryWorkflow(SchedulerSteps, ApprovalGate):
         )
 
     # ---- operator messages -----------------------------------------------------------------
+    @workflow.signal(name=VERDICT_SIGNAL, description="The array coordinator's verdict")
+    def array_verdict(self, answer: ArrayVerdict) -> None:
+        self._keep_verdict(answer)
+
     @workflow.update(description="Approve or reject the advice waiting for approval")
     async def decide_advice(self, decision: ApprovalDecision) -> ApprovalAck:
         self.s.decisions[decision.generation] = decision
@@ -321,6 +330,11 @@ class JobRecoveryWorkflow(SchedulerSteps, ApprovalGate):
         cur.fingerprint = attribution.fingerprint
         cur.category = attribution.category
         cur.checkpoint_failure = cur.checkpoint_failure or attribution.checkpoint_failure
+        verdict: ArrayVerdict | None = None
+        # Only array tasks ask (no recorded history has one): the patch marks the new commands.
+        if self.inp.job.array_job_id is not None and workflow.patched(patches.ARRAY_COORDINATION):
+            nodes = obs.node_list if obs and obs.node_list else anomaly.nodes
+            verdict = await self._array_verdict(attribution, nodes)
         rules = self.inp.policy
         if not workflow.patched(patches.EXCLUSION_CAP):
             # Histories from before the per-job exclusion cap replay with the old decisions.
@@ -329,6 +343,7 @@ class JobRecoveryWorkflow(SchedulerSteps, ApprovalGate):
         # replay with the decisions they were recorded with.
         calibrated = workflow.patched(patches.CALIBRATED_ACTIONS)
         advice = policy.decide(self.s, attribution, rules, self.directive, calibrated=calibrated)
+        advice = array_policy.apply_verdict(advice, verdict)
         self.s = policy.apply_advice(self.s, advice)
         workflow.upsert_search_attributes([sa.LAST_CATEGORY.value_set(attribution.category.value)])
         attempt = self.s.attempt

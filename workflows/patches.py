@@ -14,3 +14,5 @@ BOUNDED_AUDIT_DURING_HOLD = "2026-12-bounded-audit-while-a-hold-is-outstanding"
 LONG_WAIT_ROLLS_OVER = "2026-12-long-controller-wait-rolls-over"
 CALIBRATED_ACTIONS = "2026-12-calibrated-actions-stragglers-left-running"
 EVIDENCE_LIMITED_EVENT = "2026-12-evidence-limited-event"
+# Array tasks report each failure to their array coordinator and wait for its verdict (issue 16).
+ARRAY_COORDINATION = "2026-12-array-task-reports-to-coordinator"

@@ -40,7 +40,9 @@ from resurgo.slurm.parsers import compress_hostlist
 
 TAG_PREFIX = "resurgo:"
 DRAIN_PREFIX = "resurgo"
-_KEY = re.compile(r"resurgo:([^:\s]+):(\d+):\d+")
+# `resurgo:<cluster>:<job id>:<submit>`, or `<array id>_<task id>` for a task of an array
+# (owned by the array's id: the task's own exclusions count by the job that carries them).
+_KEY = re.compile(r"resurgo:([^:\s]+):(\d+)(?:_\d+)?:\d+")
 _AT = re.compile(r"(?:^|\s)at=(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)")
 _REASON_TIME = re.compile(r"\[[^\[\]@]*@(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\]\s*$")
 

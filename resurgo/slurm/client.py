@@ -235,6 +235,15 @@ class SlurmClient:
     async def release(self, job_id: int) -> None:
         await self._run(["scontrol", "release", str(job_id)])
 
+    async def hold_tasks(self, target: str) -> None:
+        """`scontrol hold 12_[4-9]`: hold these (pending) tasks of an array."""
+        await self._run(["scontrol", "hold", target])
+
+    async def update_tasks(self, target: str, **fields: str) -> None:
+        """`scontrol update JobId=12_[4-9] ...`: update these (pending) tasks of an array."""
+        argv = ["scontrol", "update", f"JobId={target}"]
+        await self._run(argv + [f"{key}={value}" for key, value in fields.items()])
+
     async def cancel(self, job_id: int) -> None:
         await self._run(["scancel", str(job_id)])
 

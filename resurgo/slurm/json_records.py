@@ -87,7 +87,7 @@ class Listing:
         return jobs
 
     def discovered(self) -> list[DiscoveredJob]:
-        """Every job discovery considers (array and heterogeneous jobs are out of scope)."""
+        """Every job discovery considers (array tasks and heterogeneous components included)."""
         jobs: list[DiscoveredJob] = []
         for job_id, record in self.records.items():
             try:
@@ -256,14 +256,22 @@ def observation(record: Record, version: tuple[int, int] = (0, 0)) -> JobObserva
 
 
 def discovered(record: Record) -> DiscoveredJob | None:
-    """The discovery row of a job; None for array tasks and heterogeneous job components, which
-    squeue's text output prints as `12_3` / `12+0` and discovery has never covered."""
-    if number(record.get("array_job_id")) or number(record.get("het_job_id")):
-        return None
+    """The discovery row of a job. Array tasks carry their array and task ids (the record of
+    the tasks that never started: no task id, their expression instead); heterogeneous job
+    components their leader's id. Discovery decides what to do with them."""
     job_id = number(record.get("job_id"))
     if job_id is None:
         raise ParseError("record without a job id")
+    array_job = number(record.get("array_job_id")) or None
+    task = number(record.get("array_task_id")) if array_job else None
+    if task is not None and task >= _NO_VAL:
+        task = None
     return DiscoveredJob(
+        array_job_id=array_job,
+        array_task_id=task,
+        array_tasks=text(record.get("array_task_string")) if array_job and task is None else "",
+        het_job_id=number(record.get("het_job_id")) or None,
+        restarts=number(record.get("restart_cnt")) or 0,
         job_id=job_id,
         submit_time=_time(record.get("submit_time")),
         state=job_state(record.get("job_state")),

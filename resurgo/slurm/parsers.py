@@ -219,6 +219,14 @@ class DiscoveredJob(BaseModel):
     partition: str
     name: str
     comment: str
+    # A task of a job array (`squeue --json` only): its array and task ids; the record of
+    # the tasks that never started has no task id and their expression in `array_tasks`.
+    array_job_id: int | None = None
+    array_task_id: int | None = None
+    array_tasks: str = ""
+    # A component of a heterogeneous job: the leader's job id.
+    het_job_id: int | None = None
+    restarts: int = 0
 
 
 def parse_squeue_discovery(output: str) -> list[DiscoveredJob]:

@@ -87,8 +87,11 @@ def test_fields_match_what_scontrol_prints(hostile: Listing) -> None:
 
 
 def test_a_forged_row_in_a_comment_is_only_a_comment(hostile: Listing) -> None:
-    jobs = {job.job_id: job for job in hostile.discovered()}
-    assert ARRAY not in jobs, "array jobs stay out of discovery, as before"
+    rows = hostile.discovered()
+    jobs = {job.job_id: job for job in rows if job.array_job_id is None}
+    # The pending array is an array row (its tasks' expression, no task id), never a plain job.
+    (array,) = [job for job in rows if job.job_id == ARRAY]
+    assert array.array_job_id == ARRAY and array.array_task_id is None and array.array_tasks
     assert set(jobs) == {STATE_NAME, NODELIST_NAME, FORGED_WORKDIR, FORGED_ROW, EXIT3, KILLED}
     assert jobs[FORGED_ROW].comment.startswith('{"resurgo":{"mode":"observe"}}\x0b1\x1f')
     assert 1 not in jobs
