@@ -44,6 +44,7 @@ from resurgo.slurm.errors import (
     PreconditionFailed,
     SchedulerError,
 )
+from resurgo.slurm.parsers import split_record
 from resurgo.slurm.runner import CommandResult, CommandRunner
 
 log = logging.getLogger("resurgo.node_health")
@@ -113,6 +114,7 @@ class NodeActivities:
             look = await self._look(req.node)
             if not look.exists:
                 raise PreconditionFailed(f"node {req.node} is unknown to slurmctld")
+            await self._check_partitions(req.node)
             if "DRAIN" in look.state and hc.ours(look.reason, req.key):
                 return NodeStepResult(outcome="already_satisfied", detail="drained", look=look)
             if any(bad in look.state for bad in ("DRAIN", "DOWN", "FAIL")):
@@ -126,6 +128,20 @@ class NodeActivities:
                 await self.slurm.drain_node(req.node, req.reason[: hc.MAX_REASON])
             after = await self._look(req.node)
             return NodeStepResult(outcome="applied", detail=f"drained {req.node}", look=after)
+
+    async def _check_partitions(self, node: str) -> None:
+        """The partition allowlist: a node outside every allowed partition is not ours."""
+        if not self.gates.partitions:
+            return
+        shown = await self._run(["scontrol", "show", "-o", "node", node])
+        line = next(
+            (ln for ln in shown.stdout.split("\n") if ln.startswith(f"NodeName={node} ")), ""
+        )
+        partitions = [p for p in split_record(line).get("Partitions", "").split(",") if p]
+        if not set(partitions) & set(self.gates.partitions):
+            raise ActionsNotAllowed(
+                f"node {node} is in partitions {partitions}, none of {self.gates.partitions}"
+            )
 
     async def _check_breaker(self, node: str) -> None:
         if self.breaker is None:
