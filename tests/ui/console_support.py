@@ -146,7 +146,16 @@ class Console:
         self.wait(lambda: "/login" not in self.driver.current_url, "login")
 
     def text(self) -> str:
-        return str(self.driver.find_element("tag name", "body").text)
+        """The visible text ("" while the page is being replaced: it reloads itself)."""
+        from selenium.common.exceptions import (
+            NoSuchElementException,
+            StaleElementReferenceException,
+        )
+
+        try:
+            return str(self.driver.find_element("tag name", "body").text)
+        except (StaleElementReferenceException, NoSuchElementException):
+            return ""
 
     def wait(self, ok: Callable[[], Any], what: str, timeout: float = 30) -> Any:
         from selenium.webdriver.support.wait import WebDriverWait
