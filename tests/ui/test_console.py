@@ -216,6 +216,11 @@ async def test_a_viewer_sees_the_inbox_but_cannot_approve(stack: Stack) -> None:
         c.wait_for_text(f"{cluster}/{job}", "only operators can approve", what="viewer inbox")
         assert not c.driver.find_elements("css selector", "button.approve, button.reject")
         c.shot("approvals-viewer")
+        # A viewer without alice in its users reads the verdict, not her job's output lines.
+        c.open(f"/console/jobs/{cluster}/{job}")
+        page = c.wait_for_text("attribution", "withheld", what="viewer timeline")
+        assert "window.__pwned" not in page and "fallen off the bus" not in page
+        assert "uncorrectable ECC error on node2" in page
         # Forge the operator's form from inside the page, with the session's own CSRF token.
         answers["status"] = c.driver.execute_async_script(
             """
@@ -398,3 +403,22 @@ async def test_a_form_sent_twice_is_decided_once(stack: Stack) -> None:
         stack.store.query, cluster=cluster, job_id=job, types=["approval_approved"]
     )
     assert len(approvals) == 1
+
+
+async def test_insecure_mode_serves_without_login_and_says_so(stack: Stack) -> None:
+    import httpx
+
+    from resurgo.api.app import create_app
+    from tests.integration.test_api_support import serve_in_loop
+
+    config = stack.config_for("127.0.0.1:1")
+    app = create_app(config, store=stack.store, insecure=True)  # type: ignore[arg-type]
+    async with serve_in_loop(app) as base, httpx.AsyncClient(base_url=base) as browser:
+        page = await browser.get("/console/")
+        assert page.status_code == 200
+        assert "Running with --insecure: no authentication" in page.text
+        assert "insecure-local" in page.text
+        forged = await browser.post(
+            f"/console/jobs/{stack.jobs.cluster}/1/mode", data={"mode": "action", "confirm": "yes"}
+        )
+        assert forged.status_code == 403  # CSRF still required
