@@ -107,4 +107,7 @@ class NodeSentinel:
                 await self.tick()
             except (AuditStoreUnavailable, RPCError) as exc:
                 log.warning("node sentinel: %s; trying again", exc)
+            except Exception:
+                # Never take the worker (and every job's workflow) down with the sentinel.
+                log.exception("node sentinel failed; trying again")
             await asyncio.sleep(self.interval)

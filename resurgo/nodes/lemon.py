@@ -70,6 +70,10 @@ def lemon_advice(
     jobs = sorted({e.job_id for e in counted if e.job_id is not None})
     if len(jobs) < rules.lemon_failures:
         return None
+    # An unknown user counts as nobody: it never makes up the distinct users asked for.
+    users = {e.user for e in counted if e.user}
+    if rules.lemon_min_users > 1 and len(users) < rules.lemon_min_users:
+        return None
     categories = sorted({e.category for e in counted if e.category})
     return LemonAdvice(
         cluster=cluster,

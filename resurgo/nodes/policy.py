@@ -17,6 +17,9 @@ class NodeHealthPolicy(BaseModel):
     lemon_failures: int = Field(default=3, ge=1, le=1000)
     lemon_window_seconds: float = Field(default=86400.0, gt=0, le=365 * 86400)
     lemon_mode: Literal["observe", "action"] = "observe"
+    # Distinct Slurm users among those jobs: failures are read from job output, which its user
+    # writes; raise this so one user's jobs alone cannot get a node drained (1: any jobs).
+    lemon_min_users: int = Field(default=1, ge=1, le=1000)
     # The check's argv, run on the drained node alone (resurgo/nodes/health_check.py has the
     # contract). Empty: no validation, the node waits drained for a human.
     health_check: list[str] = Field(default_factory=list, max_length=100)

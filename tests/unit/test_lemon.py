@@ -105,3 +105,17 @@ def test_advice_exactly_when_enough_distinct_jobs_failed_recently(
         assert all(start < t <= NOW for t in (advice.first_at, advice.last_at))
     else:
         assert advice is None
+
+
+def test_distinct_users_can_be_required_so_one_user_cannot_drain_a_node() -> None:
+    def by(user: str | None, job: int) -> LedgerEntry:
+        return failure(job, job).model_copy(update={"user": user})
+
+    policy = PolicyConfig(nodes=NodeHealthPolicy(lemon_failures=3, lemon_min_users=2))
+    one_user = [by("mallory", 1), by("mallory", 2), by("mallory", 3)]
+    assert lemon_advice("c1", "n", one_user, POLICY, now=NOW) is not None
+    assert lemon_advice("c1", "n", one_user, policy, now=NOW) is None
+    unknown = [by("mallory", 1), by(None, 2), by(None, 3)]
+    assert lemon_advice("c1", "n", unknown, policy, now=NOW) is None
+    two = [by("mallory", 1), by("mallory", 2), by("ann", 3)]
+    assert lemon_advice("c1", "n", two, policy, now=NOW) is not None
