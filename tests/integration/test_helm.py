@@ -475,7 +475,9 @@ def test_one_api_port_in_the_code_and_the_chart() -> None:
 
 def test_service_monitor_is_opt_in_and_scrapes_the_api_metrics() -> None:
     assert "ServiceMonitor" not in kinds(render({}))
-    docs = render({"serviceMonitor": {"enabled": True, "labels": {"release": "kube-prom"}}})
+    docs = render(
+        {"metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "kube-prom"}}}}
+    )
     monitor = by_name(docs, "ServiceMonitor", f"{RELEASE}-resurgo-api")
     assert monitor["metadata"]["labels"]["release"] == "kube-prom"
     service = by_name(docs, "Service", f"{RELEASE}-resurgo-api")
