@@ -51,7 +51,9 @@ def _any_time(text: str) -> datetime | None:
 
 def noted_running(a: Analysis) -> bool:
     """An operator's note (a `#` line) says the job was still running when collected."""
-    return any(e.text.startswith("#") and _RUNNING_NOTE.search(e.text) for e in a.lines[-20:])
+    # Operators head a pasted log with it as often as they end it.
+    noted = [*a.header, *a.lines[-20:]]
+    return any(e.text.startswith("#") and _RUNNING_NOTE.search(e.text) for e in noted)
 
 
 def observed_at(a: Analysis) -> datetime | None:
@@ -151,7 +153,12 @@ def running_fine(a: Analysis) -> Verdict | None:
     """A running job whose output shows training advancing, with nothing failing after it."""
     if not still_progressing(a) or stragglers(a) is not None:
         return None
-    if a.kill_order is not None or a.scheduler_outcome() is not None:
+    # A kill line that training went on past belongs to an earlier run of the job (Slurm
+    # requeued it after a preemption and it resumed): Slurm says it runs now.
+    resumed = (
+        a.state == "RUNNING" and a.kill_order is not None and a.scan.advances[-1] > a.kill_order
+    )
+    if not resumed and (a.kill_order is not None or a.scheduler_outcome() is not None):
         return None  # Slurm ended (or is ending) this attempt: a time limit, a preemption
     last = last_progress(a)
     assert last is not None

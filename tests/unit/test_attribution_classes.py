@@ -182,3 +182,30 @@ def test_cuda_busy_or_unavailable_as_the_runtime_spells_it_is_the_nodes_state() 
     )
     a = _run(job)
     assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["gpu02"])
+
+
+STEPS = "".join(
+    f"0: [rank0]: 2025-05-07 22:{m:02d}:00 INFO step={8600 + 50 * m} loss=2.21\n" for m in range(12)
+)
+
+
+def test_a_running_note_at_the_head_of_the_log_survives_an_elastic_restart() -> None:
+    # torchelastic restarted the workers after a transient error; training resumed.
+    job = (
+        "# job still running at collection time\n"
+        "1: [rank13]: OSError: [Errno 116] Stale file handle: '/mnt/weka/shards/part-03117.bin'\n"
+        "0: I0507 22:24:10.000000 811 torch/distributed/elastic/agent/server/api.py:680] "
+        "[default] Worker group FAILED. 3/3 attempts left; will restart worker group\n"
+    ) + STEPS
+    a = _run(job)
+    assert a.kind == "none"
+
+
+def test_a_preemption_of_an_earlier_run_does_not_end_the_running_one() -> None:
+    job = (
+        "slurmstepd: error: *** JOB 7810220 ON gpu01 CANCELLED AT 2025-05-07T20:00:00 DUE TO "
+        "PREEMPTION ***\n" + STEPS + "# job still running at 2025-05-07 22:12:00\n"
+    )
+    a = _run(job)
+    assert a.kind == "none"
+    assert default_advice(a).kind == AdviceKind.NONE
