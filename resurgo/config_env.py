@@ -20,7 +20,7 @@ import types
 from pathlib import Path
 from typing import Any, Union, get_args, get_origin
 
-from pydantic import BaseModel
+from pydantic import BaseModel, create_model
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from resurgo.errors import PermanentError
@@ -39,13 +39,11 @@ class _Environment(BaseSettings):
         env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="ignore", case_sensitive=False
     )
 
-    temporal: dict[str, Any] = {}
-    worker: dict[str, Any] = {}
-    audit: dict[str, Any] = {}
-    api: dict[str, Any] = {}
-    clusters: dict[str, Any] = {}
-    policies: dict[str, Any] = {}
-    telemetry: dict[str, Any] = {}
+
+def _environment_of(root: type[BaseModel]) -> type[BaseSettings]:
+    """One table per section of `root`, so a section added to the config is settable too."""
+    sections: dict[str, Any] = {name: (dict[str, Any], {}) for name in root.model_fields}
+    return create_model("Environment", __base__=_Environment, **sections)
 
 
 def _model_of(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
@@ -106,7 +104,7 @@ def _json_or_text(value: Any) -> Any:
 
 def environment_overrides(root: type[BaseModel]) -> dict[str, Any]:
     """The config keys the environment sets, as nested tables (secrets read from their files)."""
-    found = {k: v for k, v in _Environment().model_dump().items() if v}
+    found = {k: v for k, v in _environment_of(root)().model_dump().items() if v}
     return _resolve_files(root, found, "")
 
 
