@@ -1,0 +1,180 @@
+"""Job arrays end to end: real slurmctld/slurmd (22.05), real Temporal dev server, real worker
+and controller processes; light array tasks (tests/e2e/jobs/array_task.sbatch, no torch).
+
+Kept small and short for the shared 4-node cluster: every array is cancelled at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from resurgo.audit.store import StoredAuditEvent
+from resurgo.devstack.localstack import REPO, wait_for
+from resurgo.slurm.json_records import Listing
+from tests.e2e.conftest import Deployment
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slurm, pytest.mark.timeout(420)]
+
+SCRIPT = REPO / "tests" / "e2e" / "jobs" / "array_task.sbatch"
+
+
+class Array:
+    """One submitted array on a deployment's cluster, read back through Slurm and the audit."""
+
+    def __init__(self, dep: Deployment, array_id: int) -> None:
+        self.dep = dep
+        self.id = array_id
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "SLURM_CONF": self.dep.slurm_conf, "TZ": "UTC"}
+
+    def records(self) -> dict[int, dict[str, object]]:
+        """Task id -> the task's squeue --json record (started tasks only)."""
+        out = subprocess.run(["squeue", "--json", "-t", "all"], capture_output=True, text=True,
+                             env=self.env(), check=True).stdout  # fmt: skip
+        listing = Listing(out)
+        return {
+            int(r["array_task_id"]): r
+            for r in listing.records.values()
+            if r.get("array_job_id") == self.id and r.get("array_task_id") is not None
+        }
+
+    def pending_record(self) -> dict[str, object] | None:
+        out = subprocess.run(["squeue", "--json", "-t", "all"], capture_output=True, text=True,
+                             env=self.env(), check=True).stdout  # fmt: skip
+        doc = json.loads(out)
+        return next(
+            (r for r in doc["jobs"] if r.get("job_id") == self.id and r.get("array_task_string")),
+            None,
+        )
+
+    def events(self, ref: str | None = None) -> list[StoredAuditEvent]:
+        """Audit events of task `ref` (`<array>_<task>`), or of the array's coordinator."""
+        marker = f":{ref}:" if ref else f":array:{self.id}"
+        every = self.dep.store.iter_all(cluster=self.dep.name)
+        return [e for e in every if marker in e.workflow_id]
+
+    def wait_event(self, ref: str | None, type_: str, timeout: float = 180) -> StoredAuditEvent:
+        def found() -> StoredAuditEvent | None:
+            return next((e for e in self.events(ref) if e.type == type_), None)
+
+        try:
+            return wait_for(found, timeout, what=f"{type_} of {ref or 'the array'}")  # type: ignore[no-any-return]
+        except TimeoutError:
+            raise AssertionError(
+                f"no {type_} for {ref}: {[(e.workflow_id, e.type) for e in self.events(ref)]}\n"
+                f"--- controller ---\n{self.dep.stack.log_tail('controller')}\n"
+                f"--- worker ---\n{self.dep.stack.log_tail('worker')}"
+            ) from None
+
+    def cancel(self) -> None:
+        subprocess.run(["scancel", str(self.id)], env=self.env(), check=False)
+
+
+@pytest.fixture
+def submit(deploy: Callable[..., Deployment]) -> Iterator[Callable[..., Array]]:
+    made: list[Array] = []
+
+    def go(dep: Deployment, tasks: str, mode: str, *extra: str, **env: str) -> Array:
+        directive = {"resurgo": {"mode": mode, "environment": dep.environment}}
+        argv = ["sbatch", "--parsable", f"--array={tasks}", "--job-name=resurgo-array",
+                f"--output={dep.workdir / 'task-%A_%a.out'}", "--comment=" + json.dumps(directive),
+                *extra, str(SCRIPT)]  # fmt: skip
+        clean = {k: v for k, v in os.environ.items() if not k.startswith("RESURGO_FAULT")}
+        done = subprocess.run(argv, capture_output=True, text=True, cwd=dep.workdir,
+                              env={**clean, "SLURM_CONF": dep.slurm_conf, **env})  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        array = Array(dep, int(done.stdout.strip().split(";")[0]))
+        made.append(array)
+        return array
+
+    yield go
+    for array in made:
+        array.cancel()
+
+
+def test_a_hardware_fault_in_one_task_requeues_that_task_alone(
+    deploy: Callable[..., Deployment], submit: Callable[..., Array]
+) -> None:
+    """6 tasks; task 2 reports an uncorrectable ECC error on its first attempt: task 2 is
+    requeued excluding its node and completes, the other tasks are never touched."""
+    dep = deploy()
+    array = submit(dep, "0-5", "action", RESURGO_FAULT_TASK="2")
+    ref = f"{array.id}_2"
+    array.wait_event(ref, "completed", timeout=300)
+    events = array.events(ref)
+    attribution = next(e for e in events if e.type == "attribution")
+    assert attribution.data["category"] == "hardware_gpu", attribution.summary
+    culprit = attribution.data["culprit_nodes"]
+    assert len(culprit) == 1
+    steps = [e.data["step"] for e in events if e.type == "action"]
+    assert steps == ["requeue_hold", "exclude_nodes", "release"]
+    # Every audit event of the task names it `<array>_<task>`; job_id is Slurm's task job id.
+    started = next(e for e in events if e.type == "monitoring_started")
+    assert f"{dep.name}/{ref}" in started.summary
+    # Slurm: task 2 ran again without the node, Restarts=1; the others ran once, untouched.
+    wait_for(lambda: all(r["job_state"] == "COMPLETED" for r in array.records().values())
+             and len(array.records()) == 6, 240, what="all six tasks completed")  # fmt: skip
+    records = array.records()
+    assert records[2]["restart_cnt"] == 1 and culprit[0] in str(records[2]["excluded_nodes"])
+    assert culprit[0] not in str(records[2]["nodes"])
+    others = {t: (r["restart_cnt"], r["excluded_nodes"], r["admin_comment"])
+              for t, r in records.items() if t != 2}  # fmt: skip
+    assert others == {t: (0, "", "") for t in (0, 1, 3, 4, 5)}
+    assert started.job_id == records[2]["job_id"]
+    for task in (0, 1, 3, 4, 5):
+        array.wait_event(f"{array.id}_{task}", "completed", timeout=60)
+        types = [e.type for e in array.events(f"{array.id}_{task}")]
+        assert "anomaly" not in types and "action" not in types, (task, types)
+    # One coordinator for the array, which saw one failure: no array-level finding.
+    assert [str(e.type) for e in array.events()].count("monitoring_started") == 1
+    assert not [e for e in array.events() if e.type == "array_finding"]
+
+
+def test_observe_mode_on_an_array_changes_nothing_in_slurm(
+    deploy: Callable[..., Deployment], submit: Callable[..., Array]
+) -> None:
+    dep = deploy()
+    array = submit(dep, "0-2", "observe", RESURGO_FAULT_TASK="1")
+    ref = f"{array.id}_1"
+    would = array.wait_event(ref, "would_act", timeout=240)
+    assert "observe mode" in would.summary
+    wait_for(lambda: len(array.records()) == 3 and all(
+        r["job_state"] in ("COMPLETED", "FAILED") for r in array.records().values()),
+        180, what="the three tasks ended")  # fmt: skip
+    time.sleep(3)
+    records = array.records()
+    assert records[1]["job_state"] == "FAILED"
+    assert {t: (r["restart_cnt"], r["excluded_nodes"], r["admin_comment"])
+            for t, r in records.items()} == {t: (0, "", "") for t in range(3)}  # fmt: skip
+    assert not [e for e in array.events(ref) if e.type == "action"]
+
+
+def test_the_same_bug_in_every_task_holds_the_rest_with_one_finding(
+    deploy: Callable[..., Deployment], submit: Callable[..., Array]
+) -> None:
+    """10 tasks, two at a time, one node each, all failing the same KeyError: after 3 tasks
+    one array-level finding, the still-pending tasks held, nothing requeued."""
+    dep = deploy()
+    array = submit(
+        dep, "0-9%2", "action", "--exclusive", RESURGO_FAULT_KIND="bug", RESURGO_FAULT_AT="20"
+    )
+    finding = array.wait_event(None, "array_finding", timeout=300)
+    assert "systematic failure" in finding.summary, finding.summary
+    assert finding.data["category"] == "application" and len(finding.data["tasks"]) == 3
+    held = array.wait_event(None, "action", timeout=120)
+    assert held.data["step"] == "hold_pending" and held.data["outcome"] == "applied", held.summary
+    pending = array.pending_record()
+    assert pending is not None and pending["priority"] == 0, pending
+    time.sleep(10)
+    # Nothing loops: no task was requeued, and the finding is recorded once.
+    records = array.records()
+    assert all(r["restart_cnt"] == 0 for r in records.values()), records
+    assert len([e for e in array.events() if e.type == "array_finding"]) == 1
+    assert len(records) < 10, "the held tasks never started"

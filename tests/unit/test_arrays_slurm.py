@@ -1,0 +1,68 @@
+"""Job arrays as Slurm shows them (resurgo/slurm/arrays.py and the discovery rows), against a
+real capture from this repo's Slurm 22.05 cluster: `sbatch --array=0-5%2`, tasks 0 and 1
+running, then `scontrol hold <id>_[2-5]` and `scontrol update JobId=<id>_[2-5]
+ExcNodeList=node3` (tests/fixtures/slurm/squeue_json_array.json, the array's records only)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from resurgo.slurm.arrays import array_view, count_tasks, pending_target, task_expression
+from resurgo.slurm.errors import ParseError
+from resurgo.slurm.json_records import Listing
+
+FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "slurm" / "squeue_json_array.json"
+ARRAY = 21
+
+
+@pytest.fixture
+def listing() -> Listing:
+    return Listing(FIXTURE.read_text())
+
+
+def test_the_array_as_a_whole(listing: Listing) -> None:
+    view = array_view(listing, ARRAY)
+    assert view.tasks_by_state == {"PENDING": 4, "RUNNING": 2}
+    assert view.pending_tasks == "2-5" and view.pending_held
+    assert view.pending_excluded == ["node3"]
+    assert not view.finished
+    assert array_view(listing, 999).finished
+
+
+def test_discovery_sees_each_started_task_and_one_row_for_the_rest(listing: Listing) -> None:
+    rows = sorted(listing.discovered(), key=lambda r: r.job_id)
+    assert [(r.job_id, r.array_job_id, r.array_task_id, r.state) for r in rows] == [
+        (21, 21, None, "PENDING"),
+        (22, 21, 0, "RUNNING"),
+        (23, 21, 1, "RUNNING"),
+    ]
+    assert rows[0].array_tasks == "2-5%2" and rows[1].array_tasks == ""
+    assert all(r.het_job_id is None for r in rows)
+
+
+def test_only_the_pending_tasks_are_addressed() -> None:
+    assert pending_target(21, "2-5%2") == "21_[2-5]"
+    assert pending_target(7, "1,3,5-9:2") == "7_[1,3,5-9:2]"
+    assert count_tasks("2-5") == 4 and count_tasks("1,3,5-9:2") == 5 and count_tasks("0") == 1
+
+
+@pytest.mark.parametrize(
+    "hostile", ["", "2-5 ExcNodeList=", "1;rm -rf /", "1-", "a-b", "1,,2", "-1", "1]", "9" * 11]
+)
+def test_anything_else_never_reaches_scontrol(hostile: str) -> None:
+    with pytest.raises(ParseError):
+        task_expression(hostile)
+
+
+@given(st.text(max_size=40))
+def test_an_accepted_expression_is_digits_and_separators_only(raw: str) -> None:
+    try:
+        tasks = task_expression(raw)
+    except ParseError:
+        return
+    assert tasks and set(tasks) <= set("0123456789,-:")
+    assert count_tasks(tasks) >= 1 or "-" in tasks  # a descending range counts no task
