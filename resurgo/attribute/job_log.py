@@ -39,6 +39,7 @@ from resurgo.attribute.tracebacks import (
 )
 from resurgo.contracts import Category, LogLine
 from resurgo.detect.lines import parse_nccl_prefix, strip_prefixes
+from resurgo.detect.literals import gated
 from resurgo.detect.progress import ProgressParser, parse_rank_timing, timing_fields
 from resurgo.detect.registry import Registry
 
@@ -50,7 +51,7 @@ _STEP_TERMINATING = re.compile(
     r"srun: (?:launch/slurm: _step_signal: Terminating StepId|Job step aborted|"
     r"forcing job termination|Force Terminated)|\*\*\* (?:STEP|JOB) \S+ ON \S+ CANCELLED AT"
 )
-_COMPLETED = re.compile(
+_COMPLETED = gated(re.compile(  # (runs on every line without progress)
     r"(?i)\btraining (?:is )?(?:complete|completed|finished|done)\b|\bfinished training\b|"
     r"^Training time \d+:\d\d:\d\d$|"  # torchvision's reference scripts
     r"\bsrun exited rc=0\b|\b(?:exit(?:ed)?|return) (?:code|status)[=: ]+0\b.{0,20}$|"
@@ -58,7 +59,7 @@ _COMPLETED = re.compile(
     # Megatron's "[after training is done]".
     r"`?Trainer\.fit`? stopped\b|\bmax_(?:steps|epochs|iters?)`?\s*=\s*\d+`? reached\b|"
     r"\breached max_(?:steps|epochs|iters?)\b|\[after training is done\]"
-)
+))  # fmt: skip
 _SRUN_EXIT_RC = re.compile(r"\bsrun(?: exited)? rc=(?P<rc>\d+)")
 _RESTART = re.compile(r"\b(?:restart|restarts|restart_count|SLURM_RESTART_COUNT)[=: ]+(?P<n>\d+)\b")
 _REQUEUE = re.compile(r"CANCELLED AT \S+ DUE TO JOB REQUEUE")

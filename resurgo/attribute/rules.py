@@ -64,6 +64,7 @@ from resurgo.contracts import (
     LogLine,
     NodeObservation,
 )
+from resurgo.detect.lines import memoised_prefixes
 from resurgo.detect.registry import Registry
 
 MAX_EVIDENCE = 20
@@ -100,6 +101,7 @@ def attribute(
     )[0]  # fmt: skip
 
 
+@memoised_prefixes()  # every pass over the lines peels each line's prefixes once
 def analyse(
     registry: Registry,
     anomaly: Anomaly | None,

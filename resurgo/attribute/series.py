@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from resurgo.attribute.analysis import Analysis
 from resurgo.contracts import LogLine
 from resurgo.detect.lines import strip_prefixes
+from resurgo.detect.literals import gated
 from resurgo.detect.progress import timing_fields
 
 SLOWDOWN_RATIO = 1.2
@@ -57,10 +58,12 @@ _METRICS: list[tuple[str, re.Pattern[str], float, bool]] = [
     ("tflops", re.compile(r"\(TFLOP/s/GPU\):\s*" + _NUM), 1.0, False),
     ("it_per_s", re.compile(r"(?<![\w.])" + _NUM + r"it/s\b"), 1.0, False),
 ]  # fmt: skip
-_TIME_GATE = re.compile(r"time|\bt_|\bdt\b|ms\b")
-_GATE = re.compile(
+_TIME_GATE = gated(re.compile(r"time|\bt_|\bdt\b|ms\b"))
+_GATE = gated(re.compile(
     r"(?i)/s|s/(?:it|iter|step)\b|per[ _]?sec|persec|per iteration|timing|step_time|tps"
-)
+))  # fmt: skip
+# Every line of the output goes through these: each regex first tests for its own literals.
+_GATED_METRICS = [(m, gated(regex), factor, lower) for m, regex, factor, lower in _METRICS]
 
 
 @dataclass(frozen=True)
@@ -97,7 +100,7 @@ def samples_of(order: int, text: str) -> list[Sample]:
     body = strip_prefixes(text).body
     out: list[Sample] = []
     seen: set[str] = set()
-    for metric, regex, factor, lower in _METRICS:
+    for metric, regex, factor, lower in _GATED_METRICS:
         if metric in seen:
             continue
         m = regex.search(body)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import importlib
 import itertools
 import re
+import sys
+from collections.abc import Iterator
 from typing import Any
 
 REGEX_FLAGS = re.ASCII
@@ -241,3 +243,86 @@ class _Extractor:
                 if sub and (key := (min(map(len, sub)), -len(sub))) > best_key:
                     best, best_key = sub, key
         return best
+
+
+# ---------------------------------------------------------------------- gated patterns
+GATE_CHARS = 6
+"""Gate literals are cut to this many characters (any substring of a required literal is
+required too): fewer, shorter `in` tests, nearly as selective."""
+
+
+class GatedPattern:
+    """A compiled regex whose searches first test, with `in`, for the literals any match must
+    contain (found by `required_literals`'s extractor from the regex itself, so they follow
+    its edits): text without one skips the regex. Results are exactly the regex's own.
+
+    Worth it for a regex run on every line of a job's output that matches few of them.
+    """
+
+    __slots__ = ("_ascii_only", "_literals", "_lower", "pattern")
+
+    def __init__(self, pattern: re.Pattern[str]) -> None:
+        self.pattern = pattern
+        self._literals: tuple[str, ...] | None = None  # found on first use (start-up time)
+        self._lower = False
+        self._ascii_only = False
+
+    def _gate(self) -> tuple[str, ...]:
+        fold, found = _gate_literals(self.pattern)
+        self._lower = fold
+        # Unicode case folding maps a few other characters onto ASCII letters (U+017F onto
+        # `s`, the Kelvin sign onto `k`): unless the regex is ASCII-only, a case-insensitive
+        # gate holds for ASCII text only.
+        self._ascii_only = fold and not self.pattern.flags & re.ASCII
+        self._literals = found
+        return found
+
+    def may_match(self, text: str) -> bool:
+        """False only when the regex cannot match anywhere in `text`."""
+        literals = self._literals
+        if literals is None:
+            literals = self._gate()
+        if not literals:
+            return True
+        if self._lower:
+            if self._ascii_only and not text.isascii():
+                return True
+            text = text.lower()
+        for literal in literals:  # noqa: SIM110 (a plain loop: no generator on every line)
+            if literal in text:
+                return True
+        return False
+
+    def search(self, text: str, pos: int = 0, endpos: int = sys.maxsize) -> re.Match[str] | None:
+        return self.pattern.search(text, pos, endpos) if self.may_match(text) else None
+
+    def match(self, text: str, pos: int = 0, endpos: int = sys.maxsize) -> re.Match[str] | None:
+        return self.pattern.match(text, pos, endpos) if self.may_match(text) else None
+
+    def finditer(
+        self, text: str, pos: int = 0, endpos: int = sys.maxsize
+    ) -> Iterator[re.Match[str]]:
+        return self.pattern.finditer(text, pos, endpos) if self.may_match(text) else iter(())
+
+
+def gated(pattern: re.Pattern[str]) -> GatedPattern:
+    """`pattern` behind a literal pre-test (see `GatedPattern`)."""
+    return GatedPattern(pattern)
+
+
+def _gate_literals(pattern: re.Pattern[str]) -> tuple[bool, tuple[str, ...]]:
+    """Whether the pattern folds case, and literals one of which every match contains (lower
+    case if it folds; empty when there are none)."""
+    try:
+        sp = _parser()
+        parsed = sp.parse(pattern.pattern, pattern.flags)
+        items = list(parsed)
+        fold = bool(parsed.state.flags & re.IGNORECASE) or _Extractor(
+            sp, fold=False
+        ).scoped_ignorecase(items)
+        found = _Extractor(sp, fold=fold).sequence(items)
+    except Exception:
+        return True, ()
+    if not found or "" in found:
+        return fold, ()
+    return fold, tuple(sorted({literal[:GATE_CHARS] for literal in found}))

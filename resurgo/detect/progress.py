@@ -33,6 +33,7 @@ from typing import NamedTuple, Protocol
 import re2
 
 from resurgo.detect.lines import split_srun_label, strip_prefixes
+from resurgo.detect.literals import gated
 
 MAX_PATTERN_CHARS = 1000
 MAX_CUSTOM_LINE_CHARS = 4096
@@ -45,7 +46,7 @@ PATTERN_MAX_MEM = 2 << 20
 _FLAGS = re.ASCII
 
 # Cheap gate: a line without any of these cannot be a built-in progress line.
-_GATE = re.compile(r"(?i)iter|step|%\||it \[|epoch|\bit[ =:]")
+_GATE = gated(re.compile(r"(?i)iter|step|%\||it \[|epoch|\bit[ =:]"))
 _RESUME = re.compile(
     r"(?i)\b(?:resum\w*|restor\w*|load(?:ed|ing)?\s+(?:the\s+)?(?:\w+\s+)?checkpoint"
     r"|checkpoint\s+loaded)\b"

@@ -228,7 +228,7 @@ def test_roundtrip_numbers(n: int, template: str) -> None:
 
 
 def _reference_iteration(line: str) -> int | None:
-    if progress._GATE.search(line) is None:
+    if progress._GATE.pattern.search(line) is None:
         return None
     text = strip_prefixes(line).body
     if progress._RESUME.search(text) is not None:

@@ -5,6 +5,7 @@ with every chunk engine available here (Hyperscan when installed, stdlib `re` al
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
@@ -13,12 +14,13 @@ from typing import Any
 from unittest import mock
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from resurgo.contracts import StragglerThresholds
 from resurgo.detect import registry as registry_module
 from resurgo.detect.attempt_state import AttemptWatcher
+from resurgo.detect.literals import gated
 from resurgo.detect.progress import ProgressParser
 from resurgo.detect.registry import PatternMatch, Registry, RegistryError
 from resurgo.detect.scanner import ENGINE_ENV, hyperscan_available
@@ -312,3 +314,50 @@ def test_feed_many_equals_feed(registry: Registry, straggler: StragglerThreshold
     many.feed_many([], now)
     assert many.state == one.state
     assert one.state.pattern_ids and one.state.first_fatal_at == now
+
+
+# ---------------------------------------------------------------- gated patterns
+def _gated_regexes() -> list[re.Pattern[str]]:
+    """The regexes the attribution path runs behind a literal pre-test, and some with flags."""
+    from resurgo.attribute import job_log, series
+    from resurgo.detect import progress
+
+    return [
+        job_log._COMPLETED.pattern,
+        series._GATE.pattern,
+        series._TIME_GATE.pattern,
+        progress._GATE.pattern,
+        *(regex for _, regex, _, _ in series._METRICS),
+        re.compile(r"exit(?:ed)? code (?P<code>\d+)", re.IGNORECASE),
+        re.compile(r"exit(?:ed)? code (?P<code>\d+)", re.IGNORECASE | re.ASCII),
+        re.compile(r"(?i:Kill)ed by (?:signal|OOM)\b"),
+        re.compile(r"  step \s* = \s* \d+  # verbose", re.VERBOSE),
+        re.compile(r"^(?:ab|cd)?$"),
+    ]
+
+
+_GATE_TEXT = st.lists(
+    st.sampled_from(
+        ["training", " complete", "finished training", "exit code 0", "Exited status: 0",
+         "srun exited rc=0", "reached max_steps", "[after training is done]", "12.5", " s/it",
+         "samples/sec: 9", "tokens/s 5", "tps: 9", "step_time 1.2s", "it/s", "dt=5ms", "t_x=1",
+         "\u017f", "\u212a", "\u0130", "\u0131", "killed by signal", "KILLED BY OOM", "step = 3",
+         " ", ":", "=", "Epoch 2", "%|", "ab", "cd", "x"]
+    ),
+    max_size=8,
+).map("".join)  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@given(text=_GATE_TEXT | st.text(max_size=60))
+@example(text="\u017ftep_time 1.2s")  # U+017F folds to `s` in a Unicode case-insensitive regex
+@example(text="Exited \u017ftatu\u017f: 0")
+@example(text="\u212aILLED BY OOM")
+def test_gated_pattern_gives_the_regex_own_results(text: str) -> None:
+    for regex in _gated_regexes():
+        fast = gated(regex)
+        found = regex.search(text)
+        assert fast.may_match(text) or found is None, (regex.pattern, text)
+        got = fast.search(text)
+        assert (got and (got.span(), got.group())) == (found and (found.span(), found.group()))
+        assert [m.span() for m in fast.finditer(text)] == [m.span() for m in regex.finditer(text)]
