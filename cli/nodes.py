@@ -6,7 +6,6 @@ Heavy imports (the store, Temporal) load inside the commands.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Annotated, Any
 
@@ -96,6 +95,8 @@ def show_node(
 
 def _update(config: str | None, cluster: str, node: str, send: Any) -> Any:
     """Run `send(client)` against Temporal; refusals and a missing workflow end the command."""
+    import asyncio  # here, not at the top: every `resurgo` start would pay for it
+
     from temporalio.client import WorkflowUpdateFailedError
     from temporalio.service import RPCError, RPCStatusCode
 
