@@ -178,3 +178,30 @@ def test_the_same_bug_in_every_task_holds_the_rest_with_one_finding(
     assert all(r["restart_cnt"] == 0 for r in records.values()), records
     assert len([e for e in array.events() if e.type == "array_finding"]) == 1
     assert len(records) < 10, "the held tasks never started"
+
+
+def test_a_node_failing_three_tasks_is_excluded_for_the_pending_ones(
+    deploy: Callable[..., Deployment], submit: Callable[..., Array]
+) -> None:
+    """node2 has a bad GPU: each task that lands there fails (and is requeued without it, on
+    its own); once three different tasks failed there, the pending tasks exclude node2 too."""
+    dep = deploy()
+    array = submit(dep, "0-11%2", "action", "--exclusive", RESURGO_FAULT_NODE="node2")
+    finding = array.wait_event(None, "array_finding", timeout=300)
+    assert finding.data["finding"] == "node" and finding.data["node"] == "node2", finding.summary
+    assert len(finding.data["tasks"]) == 3
+    excluded = array.wait_event(None, "action", timeout=120)
+    assert excluded.data["step"] == "exclude_pending", excluded.summary
+    assert excluded.data["outcome"] in ("applied", "nothing_pending"), excluded.summary
+    if excluded.data["outcome"] == "applied":
+        pending = array.pending_record()
+        assert pending is None or "node2" in str(pending["excluded_nodes"]), pending
+    # Each task that failed on node2 was requeued without it, on its own budget.
+    for task in finding.data["tasks"]:
+        array.wait_event(f"{array.id}_{task}", "reconciliation", timeout=120)
+        steps = [e.data["step"] for e in array.events(f"{array.id}_{task}") if e.type == "action"]
+        assert steps == ["requeue_hold", "exclude_nodes", "release"], (task, steps)
+    # Tasks started after the exclusion never ran on node2.
+    for record in array.records().values():
+        if "node2" in str(record["excluded_nodes"]) and record["restart_cnt"] == 0:
+            assert record["nodes"] != "node2", record
