@@ -61,6 +61,16 @@ class Finding:
     gpu: str | None = None
 
 
+# Counters that only count link faults: node_exporter's infiniband collector
+# (`node_infiniband_symbol_error_total`, `..._link_error_recovery_total`,
+# `..._port_errors_received_total`) and guilbaults/infiniband-exporter
+# (`infiniband_symbolerrorcounter_total`, `infiniband_linkerrorrecoverycounter_total`).
+_LINK_ERRORS = re.compile(
+    r"^(?:NODE_)?INFINIBAND_(?:SYMBOL_?ERROR(?:COUNTER)?|LINK_?ERROR_?RECOVERY(?:COUNTER)?|"
+    r"PORT_ERRORS_RECEIVED|PORT_?RCV_?ERRORS)(?:_TOTAL)?$"
+)
+
+
 def parse_samples(lines: list[LogLine]) -> list[Sample]:
     out: list[Sample] = []
     for entry in lines:
@@ -86,8 +96,10 @@ def findings(lines: list[LogLine]) -> list[Finding]:
     samples = parse_samples(lines)
     latest: dict[tuple[str, tuple[tuple[str, str], ...]], Sample] = {}
     peak: dict[tuple[str, tuple[tuple[str, str], ...]], Sample] = {}
+    first: dict[tuple[str, tuple[tuple[str, str], ...]], Sample] = {}
     for s in samples:
         key = (s.name, tuple(sorted(s.labels.items())))
+        first.setdefault(key, s)
         latest[key] = s
         if key not in peak or s.value > peak[key].value:
             peak[key] = s
@@ -124,6 +136,11 @@ def findings(lines: list[LogLine]) -> list[Finding]:
         elif name.endswith("SM_CLOCK"):
             clocks[host].append(s.value)
             clock_line.setdefault(host, s)
+        elif _LINK_ERRORS.search(name) and s.value - first[key].value > 0:
+            # node_exporter's infiniband collector: link errors still counting up between two
+            # scrapes are a degrading cable or transceiver (a straggler's cause), not history.
+            out.append(Finding(host, Category.HARDWARE_NETWORK, "degraded", "IB link errors",
+                               s.line))  # fmt: skip
         elif name in ("NODE_INFINIBAND_STATE_ID", "INFINIBAND_PORT_STATE") and s.value != 4:
             out.append(Finding(host, Category.HARDWARE_NETWORK, "fatal", "IB port not ACTIVE",
                                s.line))  # fmt: skip

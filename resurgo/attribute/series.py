@@ -161,9 +161,15 @@ def jobwide_slowdown(a: Analysis) -> Slowdown | None:
     """The strongest sustained slowdown at the end of any job-wide series."""
     best: Slowdown | None = None
     for metric, samples in read_series(a).items():
-        if len(samples) < WARMUP_SAMPLES + MIN_BASELINE_SAMPLES + RECENT_SAMPLES:
+        # The first intervals are skipped only where they show the warm-up (slower than what
+        # follows): a log that starts mid-run has none, and every steady sample counts.
+        steady = statistics.median(s.value for s in samples[WARMUP_SAMPLES : WARMUP_SAMPLES + 5])
+        warm = sum(
+            1 for s in samples[:WARMUP_SAMPLES] if steady > 0 and _slowness(s, steady) >= 1.1
+        )
+        if len(samples) < warm + MIN_BASELINE_SAMPLES + RECENT_SAMPLES:
             continue
-        body = samples[WARMUP_SAMPLES:]
+        body = samples[warm:]
         # The slow run at the end: walk back while samples stay slow against the early part.
         early = statistics.median(
             s.value for s in body[: max(MIN_BASELINE_SAMPLES, len(body) // 3)]

@@ -208,3 +208,38 @@ def test_one_node_throttling_hot_is_that_nodes_straggler() -> None:
         Registry.default(), None, _lines(RUNNING + STEADY), None, [], NODES, metrics=metrics
     )
     assert a.culprit_nodes == ["gpu02"]
+
+
+# torchtitan's step line (torchtitan/train.py metrics logging): throughput drops for good.
+def _titan(tps: list[int]) -> str:
+    return "".join(
+        f"0: [rank0]:[titan] 2025-07-02 10:{36 + i:02d}:02,000 - root - INFO - "
+        f"step: {1810 + 10 * i}  loss:  2.1211  memory: 58.71GiB(74.12%)  tps: {t:,}  mfu: 34.43%\n"
+        for i, t in enumerate(tps)
+    )
+
+
+SLOWED = _titan([6102, 6109, 6116, 6123, 6130, 6107, 3919, 3892, 3905, 3918, 3891, 3904])
+
+
+def test_a_job_wide_throughput_drop_in_a_log_that_starts_mid_run_is_a_straggler() -> None:
+    a = _run(RUNNING + SLOWED, {})
+    assert (a.kind, a.culprit_nodes) == ("straggler", [])
+    assert default_advice(a).kind == AdviceKind.NONE
+
+
+def test_link_errors_still_counting_on_one_node_name_the_slow_job_s_culprit() -> None:
+    # node_exporter's infiniband collector, two scrapes ten minutes apart.
+    scrapes = []
+    for n in NODES:
+        errors = (0, 44000) if n == "gpu03" else (0, 0)
+        scrapes += [
+            f'node_infiniband_symbol_error_total{{device="mlx5_2",instance="{n}:9100",port="1"}}'
+            f" {v} {ts}"
+            for v, ts in zip(errors, (1751453400000, 1751454000000), strict=True)
+        ]
+    a = attribute(
+        Registry.default(), None, _lines(RUNNING + SLOWED), None, [], NODES,
+        metrics=_lines("\n".join(scrapes), "metrics.txt"),
+    )  # fmt: skip
+    assert (a.category, a.culprit_nodes) == (Category.HARDWARE_NETWORK, ["gpu03"])
