@@ -30,8 +30,8 @@ from tests.integration.test_workflow import (
     FailsWhileRunning,
     FakeCluster,
     Harness,
-    OutputRefused,
     JobRecoveryWorkflow,
+    OutputRefused,
 )
 
 DIRECTIVES = {
