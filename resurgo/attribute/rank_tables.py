@@ -39,6 +39,7 @@ RECENT_REPORTS = 10
 
 _NVRX_RANK = re.compile(r"\bRank=(\d{1,7})\s+Node=([\w.-]+)\s+Score=(\d*\.?\d+)")
 _NVRX_ID = re.compile(r"StragglerId\(rank=(\d{1,7}),\s*node='([\w.-]+)'\)")
+_PERF_DICT = re.compile(r"GPUs relative perf: \{([^{}]*)\}")
 _MEGATRON_RTT = re.compile(
     r"\bMnRtt/Rnk:\s*(?P<mn>\d+(?:\.\d+)?)ms/(?P<mnr>\d+)\s*\|\s*MxRtt/Rnk:\s*"
     r"(?P<mx>\d+(?:\.\d+)?)ms/(?P<mxr>\d+)"
@@ -94,6 +95,11 @@ def _nvrx(a: Analysis, bodies: list[tuple[int, str]], out: RankReports) -> None:
                 current.add((int(m.group(1)), m.group(2)))
                 out.lines.append(a.lines[order])
             continue
+        if "relative perf: {" in body and (d := _PERF_DICT.search(body)) is not None:
+            # NVRx's per-rank score dicts (`Rank 0 GPUs relative perf: {0: 0.99, 1: 1.0, ...}`)
+            # print every rank of the job: the world size.
+            ranks = [int(r) for r in re.findall(r"(\d{1,7}):\s*[\d.]+", d.group(1))]
+            out.world = max(out.world, max(ranks, default=-1) + 1)
         if "StragglerId(" in body:
             flagged: set[tuple[int, str | None]] = {(int(r), n) for r, n in _NVRX_ID.findall(body)}
             if flagged:

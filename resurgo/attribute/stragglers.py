@@ -189,8 +189,11 @@ def _shares_node_with_peers(
         return False
     if any(n == node for r, n in known.items() if r != rank):
         return True
-    world = min(a.topo.world_size() or 0, 4096)
-    peers = [r for r in range(world) if r != rank and a.topo.node_of(r, r) == node]
+    world = min(max(a.topo.world_size() or 0, read_rank_reports(a).world), 4096)
+    peers = [
+        r for r in range(world)
+        if r != rank and (a.topo.node_of(r, r) or _node_major(a, r, world)) == node
+    ]  # fmt: skip
     return bool(peers)
 
 

@@ -118,3 +118,23 @@ class TestNcclTestsPairs:
         )
         v = verdict(tmp_path, megatron_steps(1, 20) + log, sched)
         assert (v["kind"], v["culprit_nodes"]) == ("straggler", ["gpu003"])
+
+
+def test_rank_0_alone_slow_in_a_code_section_of_a_16_rank_job_is_the_application(
+    tmp_path: Path,
+) -> None:
+    # NVRx's report dict with its StragglerId repr: only rank 0's `train_step` section is slow
+    # while every GPU scores ~1.0; the score dict prints all 16 ranks (ranks 0-7 on gpu001).
+    scores = ", ".join(f"{r}: 0.99" for r in range(16))
+    report = (
+        f"0: [rank0]: Rank 0 GPUs relative perf: {{{scores}}}\n"
+        "0: [rank0]: {'straggler_gpus_individual': set(),\n"
+        "0: [rank0]:  'straggler_gpus_relative': set(),\n"
+        "0: [rank0]:  'straggler_sections_individual': {},\n"
+        "0: [rank0]:  'straggler_sections_relative': {'train_step': "
+        "{StragglerId(rank=0, node='gpu001')}}}\n"
+    )
+    steps = "".join(f"0: [rank0]: step {100 * i} loss 0.09 | 1.81 s/it\n" for i in range(1, 9))
+    got = verdict(tmp_path, (steps + report) * 3)
+    assert (got["kind"], got["category"], got["culprit_nodes"]) == ("straggler", "application", [])
+    assert got["action"] == "none"
