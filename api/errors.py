@@ -13,6 +13,7 @@ routing errors, the store being down, Temporal refusing, and the body gate in fr
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -69,7 +70,44 @@ def _validation_details(exc: RequestValidationError) -> list[Any]:
     ]
 
 
+def _document_the_shape(app: FastAPI) -> None:
+    """Every operation's 422 is the one error shape in the OpenAPI document too (FastAPI would
+    document its own `HTTPValidationError` for routes that do not declare 422 themselves)."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        spec = build()
+        schemas = spec.setdefault("components", {}).setdefault("schemas", {})
+        if "ErrorBody" not in schemas:
+            from pydantic.json_schema import models_json_schema
+
+            from resurgo.api.models import ErrorBody
+
+            _, found = models_json_schema(
+                [(ErrorBody, "serialization")], ref_template="#/components/schemas/{model}"
+            )
+            schemas.update(found.get("$defs", {}))
+        ref = {"$ref": "#/components/schemas/ErrorBody"}
+        for path in spec.get("paths", {}).values():
+            for operation in path.values():
+                invalid = operation.get("responses", {}).get("422")
+                if isinstance(invalid, dict):
+                    invalid["content"] = {"application/json": {"schema": ref}}
+        # FastAPI's own validation schemas, once nothing refers to them any more.
+        for unused in ("HTTPValidationError", "ValidationError"):
+            if f'"#/components/schemas/{unused}"' not in json.dumps(spec):
+                schemas.pop(unused, None)
+        app.openapi_schema = spec
+        return spec
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
 def install_error_handlers(app: FastAPI) -> None:
+    _document_the_shape(app)
+
     @app.exception_handler(ApiProblem)
     async def problem(_: Request, exc: ApiProblem) -> JSONResponse:
         return error_response(exc.status, exc.detail, headers=exc.headers)
