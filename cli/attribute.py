@@ -16,7 +16,6 @@ import json
 from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from resurgo.attribute.offline import BundleError, Report, analyse_bundle
@@ -74,6 +73,8 @@ def _with_plugin(report: Report, url: str, errors: Console) -> Report:
 
 
 def render(report: Report, console: Console) -> None:
+    from rich.table import Table  # the human view only (`--json` needs no tables)
+
     a = report.attribution
     kind = a.kind if isinstance(a.kind, str) else a.kind.value
     table = Table(show_header=False, box=None, pad_edge=False)

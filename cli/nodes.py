@@ -10,7 +10,6 @@ import json
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 from rich.text import Text
 
 from resurgo.cli.app import subcommands
@@ -56,6 +55,8 @@ def nodes(
     if as_json:
         typer.echo(json.dumps([r.model_dump(mode="json", exclude={"history"}) for r in records]))
         return
+    from rich.table import Table  # only the human view draws one
+
     table = Table("cluster", "node", "state", "risk", "failures", "jobs", "excl", "drains",
                   "resumes", "last failure")  # fmt: skip
     for r in records:
@@ -85,6 +86,8 @@ def show_node(
         return
     console.print(Text(f"{cluster}/{node}: {record.state}, risk {record.risk}, "
                        f"{record.failures} failure(s) of jobs {record.failing_jobs}"))  # fmt: skip
+    from rich.table import Table  # only the human view draws one
+
     table = Table("time", "what", "job", "category", "summary")
     for e in record.history:
         table.add_row(e.at.strftime("%Y-%m-%d %H:%M:%S"), e.kind,

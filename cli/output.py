@@ -9,14 +9,17 @@ never wrapped, so `resurgo audit 42 | grep "uncorrectable ECC"` finds what the t
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+import sys
+from typing import TYPE_CHECKING, Any, NoReturn, TypeGuard
 
 import typer
 from rich.console import Console, RenderableType
-from rich.table import Table
 from rich.text import Text
 
 from resurgo.cli.exits import ExitCode
+
+if TYPE_CHECKING:  # rich.table loads with the first table a command builds (20 ms)
+    from rich.table import Table
 
 __all__ = ["PlainWhenPiped", "console", "err", "fail", "plain_cell", "show", "tsv", "warn"]
 
@@ -28,13 +31,18 @@ class PlainWhenPiped(Console):
 
     def print(self, *objects: Any, **kwargs: Any) -> None:
         if not (self.is_terminal or self.record):
-            if len(objects) == 1 and isinstance(objects[0], Table):
+            if len(objects) == 1 and _is_table(objects[0]):
                 self.file.write(tsv(objects[0]) + "\n")
                 self.file.flush()
                 return
             kwargs.setdefault("soft_wrap", True)
             kwargs.setdefault("crop", False)
         super().print(*objects, **kwargs)
+
+
+def _is_table(renderable: object) -> TypeGuard[Table]:
+    module = sys.modules.get("rich.table")  # never imported: nothing here is a Table
+    return module is not None and isinstance(renderable, module.Table)
 
 
 def _console(stderr: bool) -> Console:
@@ -68,7 +76,7 @@ def show(renderable: RenderableType, out: Console | None = None) -> None:
     # table, as a terminal does.
     if isinstance(out, PlainWhenPiped) or out.is_terminal or out.record:
         out.print(renderable)
-    elif isinstance(renderable, Table):
+    elif _is_table(renderable):
         out.file.write(tsv(renderable) + "\n")
         out.file.flush()
     else:
