@@ -55,6 +55,10 @@ class Strict(BaseModel):
 class TemporalSettings(Strict):
     address: str = "localhost:7233"
     namespace: str = "default"
+    # Base of the console's links to a job's workflow in the Temporal Web UI, e.g.
+    # "https://temporal.example.org" (the legacy $RESURGO_TEMPORAL_UI_URL still wins); unset:
+    # the dev server's UI, port 8233 of the frontend's host.
+    ui_url: str | None = Field(default=None, pattern=r"^https?://[^\s<>\"']+$")
 
 
 class AuditSettings(Strict):
@@ -169,6 +173,10 @@ class ApiSettings(Strict):
     token_file: str | None = None
     # Browser origins allowed to call the API (CORS); empty: no CORS headers at all.
     cors_origins: list[str] = Field(default_factory=list)
+    # The console's session cookie carries the Secure flag (sent over HTTPS only). Unset: Secure
+    # unless the API listens on loopback only (or runs --insecure), where plain http is normal.
+    # Set false only for plain-http access from other hosts, which exposes the session.
+    session_cookie_secure: bool | None = None
 
     def client_url(self) -> str:
         return self.url or f"http://{self.host}:{self.port}"
@@ -182,6 +190,18 @@ class WorkerSettings(Strict):
     max_cached_workflows: int = Field(default=4000, ge=0)
 
 
+class MetricsSettings(Strict):
+    """Prometheus `/metrics` of the worker, controller and watchdog, each on its own port (the
+    API serves its own next to the console). 0: off. $RESURGO_METRICS_PORT, set per process (one
+    container each), wins over these; the compose file and the Helm chart use 9464/9465/9466.
+    """
+
+    host: str = "0.0.0.0"
+    worker_port: int = Field(default=0, ge=0, le=65535)
+    controller_port: int = Field(default=0, ge=0, le=65535)
+    watchdog_port: int = Field(default=0, ge=0, le=65535)
+
+
 class ResurgoConfig(Strict):
     temporal: TemporalSettings = TemporalSettings()
     worker: WorkerSettings = WorkerSettings()
@@ -192,6 +212,7 @@ class ResurgoConfig(Strict):
     )
     policies: dict[str, PolicyConfig] = Field(default_factory=dict)
     telemetry: TelemetrySettings = TelemetrySettings()
+    metrics: MetricsSettings = MetricsSettings()
 
     def cluster(self, name: str) -> ClusterSettings:
         try:
