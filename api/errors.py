@@ -27,7 +27,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from resurgo.api.core import ApiProblem
 from resurgo.audit.store import AuditStoreUnavailable
 
-__all__ = ["CODES", "error_body", "error_response", "install_error_handlers"]
+__all__ = ["CODES", "documented", "error_body", "error_response", "install_error_handlers"]
 
 log = logging.getLogger("resurgo.api")
 
@@ -46,6 +46,13 @@ CODES: dict[int, str] = {
     503: "unavailable",
     504: "timeout",
 }
+
+
+def documented(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """`responses=` for a route or router: these statuses answer with the one error shape."""
+    from resurgo.api.models import ErrorBody
+
+    return {code: {"model": ErrorBody} for code in codes}
 
 
 def error_body(status: int, message: str, details: list[Any] | None = None) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from resurgo.api.auth import Principal
 from resurgo.api.core import ApiProblem
+from resurgo.api.errors import documented
 from resurgo.api.service import Gateway
 from resurgo.api.visibility import shown_to
 from resurgo.contracts import ApprovalAck, ApprovalDecision, PolicyConfig
@@ -63,7 +64,8 @@ def nodes_router(
     viewer: Callable[..., Awaitable[Principal]],
     operator: Callable[..., Awaitable[Principal]],
 ) -> APIRouter:
-    router = APIRouter(tags=["nodes"])
+    # Every error the node routes answer, in the one error shape (resurgo.api.errors).
+    router = APIRouter(tags=["nodes"], responses=documented(400, 401, 403, 404, 409, 503, 504))
 
     async def records(cluster: str | None, node: str | None = None) -> list[NodeRecord]:
         return await asyncio.to_thread(
