@@ -106,6 +106,7 @@ def findings(lines: list[LogLine]) -> list[Finding]:
     out: list[Finding] = []
     clocks: dict[str, list[float]] = defaultdict(list)
     clock_line: dict[str, Sample] = {}
+    reasons: dict[str, int] = defaultdict(int)  # host → OR of its GPUs' clock event reasons
     for key, s in latest.items():
         host = s.host
         if host is None:
@@ -125,6 +126,7 @@ def findings(lines: list[LogLine]) -> list[Finding]:
             if top.value > 0:
                 out.append(Finding(host, Category.HARDWARE_GPU, "fatal", s.name, top.line, s.gpu))
         elif name.endswith(("CLOCK_THROTTLE_REASONS", "CLOCKS_EVENT_REASONS")):
+            reasons[host] |= int(s.value) | (1 << 62)  # (the high bit: a reason was reported)
             if int(top.value) & _THROTTLE_BITS:
                 out.append(
                     Finding(host, Category.HARDWARE_GPU, "degraded", "clock throttled", top.line,
@@ -150,6 +152,13 @@ def findings(lines: list[LogLine]) -> list[Finding]:
         median = ordered[len(ordered) // 2]
         for host, value in per_host.items():
             if median > 0 and value < 0.75 * median:
-                out.append(Finding(host, Category.HARDWARE_GPU, "degraded", "low SM clock",
-                                   clock_line[host].line))  # fmt: skip
+                # Slow clocks with no clock event reason at all (DCGM reports 0: no power cap,
+                # no thermal, no brake) were set: clocks locked (nvidia-smi -lgc/-ac) and
+                # left so, the node's configuration rather than its hardware.
+                locked = reasons.get(host) == 1 << 62
+                out.append(Finding(
+                    host, Category.SYSTEM_SOFTWARE if locked else Category.HARDWARE_GPU,
+                    "degraded", "low SM clock, no clock event reason" if locked
+                    else "low SM clock", clock_line[host].line,
+                ))  # fmt: skip
     return out

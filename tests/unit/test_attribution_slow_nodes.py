@@ -243,3 +243,33 @@ def test_link_errors_still_counting_on_one_node_name_the_slow_job_s_culprit() ->
         metrics=_lines("\n".join(scrapes), "metrics.txt"),
     )  # fmt: skip
     assert (a.category, a.culprit_nodes) == (Category.HARDWARE_NETWORK, ["gpu03"])
+
+
+def _clock_metrics(slow_reason: int) -> list[LogLine]:
+    # dcgm-exporter gauges: SM clock and the clock event (throttle) reason bitmask.
+    rows = []
+    for n in NODES:
+        clock = 1095 if n == "gpu02" else 1980
+        reason = slow_reason if n == "gpu02" else 0
+        rows += [
+            f'DCGM_FI_DEV_SM_CLOCK{{gpu="0",Hostname="{n}"}} {clock}',
+            f'DCGM_FI_DEV_CLOCK_THROTTLE_REASONS{{gpu="0",Hostname="{n}"}} {reason}',
+        ]
+    return _lines("\n".join(rows), "metrics.txt")
+
+
+def test_slow_clocks_with_no_throttle_reason_are_clocks_left_locked() -> None:
+    a = attribute(
+        Registry.default(), None, _lines(RUNNING + STEADY), None, [], NODES,
+        metrics=_clock_metrics(0),
+    )  # fmt: skip
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["gpu02"])
+
+
+def test_slow_clocks_with_a_thermal_reason_are_the_gpu() -> None:
+    # 0x20: SW thermal slowdown (NVML clocks event reasons).
+    a = attribute(
+        Registry.default(), None, _lines(RUNNING + STEADY), None, [], NODES,
+        metrics=_clock_metrics(0x20),
+    )  # fmt: skip
+    assert (a.category, a.culprit_nodes) == (Category.HARDWARE_GPU, ["gpu02"])
