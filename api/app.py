@@ -68,6 +68,7 @@ from resurgo.api.visibility import owners, shown_to
 from resurgo.audit.store import MAX_LIMIT, AuditStore, store_url_from_env
 from resurgo.config import ResurgoConfig
 from resurgo.metrics.exporter import AuditCollector
+from resurgo.metrics.process import PROCESS
 from resurgo.metrics.reader import DigestReader
 
 log = logging.getLogger("resurgo.api")
@@ -164,6 +165,7 @@ def create_app(
     metrics = Metrics()
     # Recovery metrics (jobs watched, approvals, holds, anomalies, actions, latencies).
     metrics.registry.register(AuditCollector(DigestReader(gateway.store)))
+    metrics.registry.register(PROCESS)  # Slurm command and source errors counted in this process
     bearer = HTTPBearer(auto_error=False, description="a token from `[api.tokens]`")
 
     app = FastAPI(

@@ -140,7 +140,7 @@ def watchdog(
         fail(f"config error: {exc}", ExitCode.USAGE)
     code = asyncio.run(
         run_watchdog(cluster, SlurmClient(runner), act=act, interval=interval, record=record,
-                     once=once)
+                     once=once, metrics=cfg.metrics)
     )  # fmt: skip
     raise typer.Exit(code)
 

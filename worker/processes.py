@@ -20,6 +20,7 @@ from resurgo.activities.node_health import NodeActivities
 from resurgo.audit.store import AuditStore, store_url_from_env
 from resurgo.config import ClusterSettings, ConfigError, ResurgoConfig
 from resurgo.contracts import CORE_TASK_QUEUE, controller_task_queue
+from resurgo.metrics.exporter import start_process_metrics
 from resurgo.slurm.client import SlurmClient
 from resurgo.slurm.runner import CommandRunner, LocalRunner
 from resurgo.worker.discovery import Discovery
@@ -133,6 +134,8 @@ async def run_worker(client: Client, config: ResurgoConfig) -> None:
     setup_telemetry(config.telemetry, process="worker")
     store = audit_store(config)
     log.info("worker: task queue %s, audit store %s", CORE_TASK_QUEUE, store.url)
+    metrics = config.metrics  # the recovery metrics from the audit trail, on /metrics
+    start_process_metrics("worker", store, port=metrics.worker_port, host=metrics.host)
     sentinel = NodeSentinel(client, store, config)  # lemon nodes: resurgo/nodes/lemon.py
     await run_until_signalled(
         [core_worker(client, store, config.worker.max_cached_workflows)], [sentinel.run_forever]
@@ -142,6 +145,10 @@ async def run_worker(client: Client, config: ResurgoConfig) -> None:
 async def run_controller(client: Client, config: ResurgoConfig, cluster: str) -> None:
     settings = config.cluster(cluster)
     setup_telemetry(config.telemetry, process=f"controller/{cluster}")
+    metrics = config.metrics  # this process's Slurm command and source errors, the breaker
+    start_process_metrics(
+        f"controller/{cluster}", None, port=metrics.controller_port, host=metrics.host
+    )
     runner = make_runner(settings)
     discovery = Discovery(client, SlurmClient(runner), cluster, config)
     log.info(

@@ -35,7 +35,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from resurgo.config import MetricsSettings
 from resurgo.contracts import JobObservation
+from resurgo.metrics.exporter import start_process_metrics
 from resurgo.slurm.actions import parse_hold_comment
 from resurgo.slurm.client import SlurmClient
 from resurgo.slurm.errors import (
@@ -248,12 +250,17 @@ async def run_watchdog(
     interval: float,
     record: Path | None,
     once: bool = False,
+    metrics: MetricsSettings | None = None,
 ) -> int:
     dog = Watchdog(cluster, slurm, act=act, record=record)
     log.info("watchdog for %s: %s mode, every %.0fs, records in %s", cluster,
              "act" if act else "observe", interval, dog.record)  # fmt: skip
     if once:
         return 0 if await dog.safe_round() else 1
+    metrics = metrics or MetricsSettings()  # its Slurm command errors (no audit store here)
+    start_process_metrics(
+        f"watchdog/{cluster}", None, port=metrics.watchdog_port, host=metrics.host
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -2,9 +2,15 @@
 
 Recovery facts (jobs watched, pending approvals, holds, anomalies, actions, latencies) come
 from the audit trail through `AuditCollector`, so every process that can read the store
-reports the same numbers, however many replicas run, and they survive restarts. Process facts
-(Slurm command and log/metric source errors, the breaker) are counted where they happen, with
-the `PROCESS` counters below.
+reports the same numbers, however many replicas run, and they survive restarts (dashboards
+take their `max`). Process facts (Slurm command and log/metric source errors, the breaker) are
+counted where they happen, in `resurgo.metrics.process.PROCESS`, which every registry here serves.
+
+Which process serves what: the API on its own port (`/metrics` next to the console), the worker
+the recovery metrics and its process facts, controllers and the watchdog their process facts
+(Slurm errors, source errors, breaker), each on its own port (`[metrics]` in the config, or
+$RESURGO_METRICS_PORT per process). `DEPLOYED_PORTS` are the ports the compose file and the
+Helm chart give them (the code's default is off).
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ import logging
 import os
 from collections.abc import Iterator, Mapping
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Gauge, start_http_server
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -24,6 +30,7 @@ from prometheus_client.registry import Collector
 
 from resurgo.audit.store import AuditStore, AuditStoreUnavailable
 from resurgo.metrics.digest import AuditDigest
+from resurgo.metrics.process import PROCESS, ProcessCounters
 from resurgo.metrics.reader import DigestReader
 
 log = logging.getLogger("resurgo.metrics")
@@ -31,31 +38,10 @@ log = logging.getLogger("resurgo.metrics")
 PORT_ENV = "RESURGO_METRICS_PORT"
 HOST_ENV = "RESURGO_METRICS_HOST"
 # Recovery latencies run from seconds (a hold and requeue) to hours (a job waiting in queue).
+# The ports the compose file and the Helm chart serve /metrics on (tests keep them in step);
+# distinct because the quickstart's controller and watchdog share one network namespace.
+DEPLOYED_PORTS = {"worker": 9464, "controller": 9465, "watchdog": 9466}
 LATENCY_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 4 * 3600.0)
-
-
-class ProcessMetrics:
-    """Counted by the process where they happen (registered on `registry`)."""
-
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.slurm_command_errors = Counter(
-            "resurgo_slurm_command_errors",
-            "Slurm commands that failed or timed out",
-            ["command"],
-            registry=registry,
-        )
-        self.source_errors = Counter(
-            "resurgo_source_errors",
-            "failed reads of an external log/metric source",
-            ["source"],
-            registry=registry,
-        )
-        self.breaker_open = Gauge(
-            "resurgo_breaker_open",
-            "1 while the cluster's circuit breaker refuses remediation",
-            ["cluster"],
-            registry=registry,
-        )
 
 
 class AuditCollector(Collector):
@@ -148,31 +134,47 @@ def _histogram(name: str, doc: str, values: list[float]) -> HistogramMetricFamil
 
 def recovery_registry(
     store: AuditStore, registry: CollectorRegistry | None = None
-) -> tuple[CollectorRegistry, ProcessMetrics]:
-    """A registry with the audit-derived metrics and the process counters."""
+) -> tuple[CollectorRegistry, ProcessCounters]:
+    """A registry with the audit-derived metrics and this process's counters."""
     registry = registry if registry is not None else CollectorRegistry()
     registry.register(AuditCollector(DigestReader(store)))
-    return registry, ProcessMetrics(registry)
+    registry.register(PROCESS)
+    return registry, PROCESS
+
+
+def metrics_port(configured: int, environ: Mapping[str, str] | None = None) -> int:
+    """The port to serve on: $RESURGO_METRICS_PORT when set (one process per container), else
+    the configured one; 0 is off."""
+    env = os.environ if environ is None else environ
+    raw = env.get(PORT_ENV, "").strip() or str(configured)
+    if not raw.isdigit() or not 0 <= int(raw) < 65536:
+        raise ValueError(f"${PORT_ENV} must be a TCP port (0: off), got {raw[:20]!r}")
+    return int(raw)
 
 
 def start_process_metrics(
-    process: str, store: AuditStore | None, environ: Mapping[str, str] | None = None
-) -> ProcessMetrics | None:
-    """`/metrics` for a worker, controller or watchdog on $RESURGO_METRICS_PORT (unset or 0:
-    off), with the recovery metrics when the process can read the audit store."""
+    process: str,
+    store: AuditStore | None,
+    environ: Mapping[str, str] | None = None,
+    *,
+    port: int = 0,
+    host: str = "0.0.0.0",
+) -> ProcessCounters | None:
+    """`/metrics` for a worker, controller or watchdog on `port` ($RESURGO_METRICS_PORT wins;
+    0: off), with the recovery metrics when the process reads the audit store. Returns the
+    process counters when serving, None when off."""
     env = os.environ if environ is None else environ
-    raw = env.get(PORT_ENV, "").strip()
-    if not raw or raw == "0":
+    chosen = metrics_port(port, env)
+    if not chosen:
         return None
-    if not raw.isdigit() or not 0 < int(raw) < 65536:
-        raise ValueError(f"${PORT_ENV} must be a TCP port, got {raw!r}")
     registry = CollectorRegistry()
     info = Gauge("resurgo_process", "1 per running Resurgo process", ["process"], registry=registry)
     info.labels(process).set(1)
+    registry.register(PROCESS)
     if store is not None:
         registry.register(AuditCollector(DigestReader(store)))
-    serve_metrics(int(raw), registry, env.get(HOST_ENV, "0.0.0.0"))
-    return ProcessMetrics(registry)
+    serve_metrics(chosen, registry, env.get(HOST_ENV, "").strip() or host)
+    return PROCESS
 
 
 def serve_metrics(port: int, registry: CollectorRegistry, host: str = "0.0.0.0") -> None:
@@ -182,9 +184,12 @@ def serve_metrics(port: int, registry: CollectorRegistry, host: str = "0.0.0.0")
 
 
 __all__ = [
+    "DEPLOYED_PORTS",
     "LATENCY_BUCKETS",
+    "PROCESS",
     "AuditCollector",
-    "ProcessMetrics",
+    "ProcessCounters",
+    "metrics_port",
     "recovery_registry",
     "serve_metrics",
     "start_process_metrics",

@@ -20,6 +20,7 @@ from resurgo.contracts import (
     NodeObservation,
 )
 from resurgo.errors import TransientError
+from resurgo.metrics.process import PROCESS
 from resurgo.policy.directive import parse_directive
 from resurgo.slurm import breaker
 from resurgo.slurm.breaker import BreakerSettings, Remediation
@@ -251,9 +252,12 @@ class SlurmActions:
         if self.breaker is None or not nodes:
             return
         facts, all_nodes = await self.remediations()
+        now = datetime.now(UTC)  # resurgo_breaker_open{cluster} on /metrics:
+        PROCESS.breaker_checked(self.cluster, breaker.open_until(
+            facts, total_nodes=len(all_nodes), settings=self.breaker, now=now))  # fmt: skip
         why = breaker.refusal(
             facts, cluster=self.cluster, job_id=req.job.job_id, requested=nodes,
-            total_nodes=len(all_nodes), settings=self.breaker, now=datetime.now(UTC),
+            total_nodes=len(all_nodes), settings=self.breaker, now=now,
         )  # fmt: skip
         if why:
             raise PreconditionFailed(f"{req.step.value} refused by {why}")

@@ -178,6 +178,22 @@ def breaker_limit(total_nodes: int, share: float) -> int:
     return max(1, math.floor(share * total_nodes + 1e-9))
 
 
+def open_until(
+    facts: Iterable[Remediation], *, total_nodes: int, settings: BreakerSettings, now: datetime
+) -> datetime | None:
+    """Until when the breaker refuses any new node (`breaker_limit` distinct nodes already
+    remediated in the window), None when it is closed: it closes once enough of those nodes'
+    latest remediations age out of the window to leave fewer than the limit."""
+    limit = breaker_limit(total_nodes, settings.max_excluded_share)
+    latest: dict[str, datetime] = {}
+    for f in _recent(facts, settings.window, now):
+        at = f.at or now
+        latest[f.node] = max(latest.get(f.node, at), at)
+    if len(latest) < limit:
+        return None
+    return sorted(latest.values())[len(latest) - limit] + settings.window
+
+
 def refusal(
     facts: Iterable[Remediation],
     *,

@@ -16,6 +16,7 @@ from typing import Protocol
 
 from opentelemetry import metrics, trace
 
+from resurgo.metrics.process import PROCESS
 from resurgo.slurm.errors import CommandTimeout, SchedulerUnavailable
 from resurgo.slurm.output_files import off_loop, read_checked, stat_paths
 
@@ -144,3 +145,5 @@ async def traced_command(
         return result
     finally:
         COMMAND_DURATION.record(time.monotonic() - start, {**labels, "outcome": outcome})
+        if outcome != "ok":  # resurgo_slurm_command_errors_total{command} on /metrics
+            PROCESS.slurm_command_failed(command)

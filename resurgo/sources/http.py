@@ -16,7 +16,8 @@ from typing import Any
 import httpx
 import stamina
 
-from resurgo.sources.errors import SourceContractError, SourceUnavailable
+from resurgo.metrics.process import PROCESS
+from resurgo.sources.errors import SourceContractError, SourceError, SourceUnavailable
 
 DEFAULT_TIMEOUT = 10.0
 DEFAULT_RETRIES = 2
@@ -93,7 +94,11 @@ class HttpApi:
                     return await self._get_once(url, what, params)
         except _Retryable as exc:
             tries = self.retries + 1
+            PROCESS.source_failed(self.name)  # once per failed read, not per retry
             raise SourceUnavailable(f"{what} failed after {tries} attempt(s): {exc}") from None
+        except SourceError:
+            PROCESS.source_failed(self.name)
+            raise
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _get_once(self, url: str, what: str, params: Params | None) -> httpx.Response:
@@ -122,7 +127,11 @@ class HttpApi:
 
     async def get_json(self, path: str, params: Params | None = None) -> Any:
         response = await self.get(path, params)
-        return decode_json(response.text, f"{self.name} at {self.base_url}: GET {path}")
+        try:
+            return decode_json(response.text, f"{self.name} at {self.base_url}: GET {path}")
+        except SourceError:
+            PROCESS.source_failed(self.name)
+            raise
 
 
 def decode_json(text: str, what: str) -> Any:

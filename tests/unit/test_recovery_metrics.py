@@ -137,9 +137,9 @@ def test_the_grafana_dashboard_plots_only_metrics_that_are_exported(tmp_path: Pa
     store = AuditStore(f"sqlite:///{tmp_path / 'audit.db'}")
     store.append(story(1))
     registry, process = recovery_registry(store)
-    process.slurm_command_errors.labels("scontrol").inc()
-    process.source_errors.labels("loki").inc()
-    process.breaker_open.labels("c1").set(0)
+    process.slurm_command_failed("scontrol")
+    process.source_failed("loki")
+    process.breaker_checked("c1", None)
     api = Metrics()
     api.requests.labels("GET", "/v1/jobs", "200").inc()
     api.latency.labels("GET", "/v1/jobs").observe(0.01)
@@ -164,16 +164,34 @@ def test_a_process_serves_metrics_on_the_configured_port(tmp_path: Path) -> None
     from resurgo.metrics.exporter import start_process_metrics
 
     assert start_process_metrics("worker", None, {}) is None  # off unless asked for
+    assert start_process_metrics("worker", None, {}, port=0) is None
     store = AuditStore(f"sqlite:///{tmp_path / 'audit.db'}")
     store.append(story(1))
     port = free_port()
     env = {"RESURGO_METRICS_PORT": str(port), "RESURGO_METRICS_HOST": "127.0.0.1"}
-    process = start_process_metrics("controller/c1", store, env)
+    # The per-process variable wins over the configured port (here one that is not free).
+    process = start_process_metrics("controller/c1", store, env, port=1)
     assert process is not None
-    process.slurm_command_errors.labels("squeue").inc()
+    before = process.slurm_command_errors("squeue")
+    process.slurm_command_failed("squeue")
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
         text = resp.read().decode()
     assert 'resurgo_process{process="controller/c1"} 1.0' in text
-    assert 'resurgo_slurm_command_errors_total{command="squeue"} 1.0' in text
+    assert f'resurgo_slurm_command_errors_total{{command="squeue"}} {before + 1:.1f}' in text
     assert "resurgo_jobs_watched 1.0" in text
+    # The configured port, when no variable is set.
+    other = free_port()
+    assert start_process_metrics("worker", None, {}, port=other, host="127.0.0.1") is not None
+    with urllib.request.urlopen(f"http://127.0.0.1:{other}/metrics", timeout=5) as resp:
+        assert 'resurgo_process{process="worker"} 1.0' in resp.read().decode()
     store.close()
+
+
+def test_a_bad_metrics_port_is_refused_before_anything_starts() -> None:
+    import pytest
+
+    from resurgo.metrics.exporter import start_process_metrics
+
+    for bad in ("http", "-1", "70000"):
+        with pytest.raises(ValueError, match="RESURGO_METRICS_PORT"):
+            start_process_metrics("worker", None, {"RESURGO_METRICS_PORT": bad})
