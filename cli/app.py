@@ -35,7 +35,7 @@ CONTEXT: dict[str, Any] = {"help_option_names": ["-h", "--help"]}
 
 # What the help lists, by purpose; commands not named here are listed last.
 SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("Operate (through `resurgo api`)", ("jobs", "job", "advice", "approve", "reject", "mode")),
+    ("Operate", ("jobs", "job", "advice", "approve", "reject", "mode", "nodes")),
     ("Inspect", ("audit", "attribute", "policy", "signals")),
     ("Run the services", ("worker", "controller", "watchdog", "api")),
     ("Set up and try", ("api-token", "dev-server", "demo")),
