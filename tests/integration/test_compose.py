@@ -338,14 +338,61 @@ def test_config_and_dependencies() -> None:
         for port in s.get("ports", []):
             assert port["host_ip"] == "127.0.0.1", f"{name} publishes {port} beyond localhost"
     # Prometheus scrapes the dev server's metrics port.
-    prom = yaml.safe_load((DOCKER / "prometheus.yml").read_text())
-    targets = [
-        t for job in prom["scrape_configs"] for sc in job["static_configs"] for t in sc["targets"]
-    ]
-    assert "temporal:9233" in targets
+    assert "temporal:9233" in scrape_targets()
     assert tomllib.loads((DOCKER / "resurgo.toml").read_text())["clusters"]["local"][
         "acknowledge_scheduler_actions"
     ]
+
+
+def scrape_targets() -> set[str]:
+    """host:port of every target in the quickstart's Prometheus config (static or DNS)."""
+    prom = yaml.safe_load((DOCKER / "prometheus.yml").read_text())
+    targets: set[str] = set()
+    for job in prom["scrape_configs"]:
+        for static in job.get("static_configs", []):
+            targets |= set(static["targets"])
+        for dns in job.get("dns_sd_configs", []):
+            targets |= {f"{name}:{dns['port']}" for name in dns["names"]}
+    return targets
+
+
+def test_every_long_running_process_serves_metrics_and_is_scraped() -> None:
+    from resurgo.metrics.exporter import DEPLOYED_PORTS
+
+    svc = services()
+    targets = scrape_targets()
+    assert f"api:{load_config(DOCKER / 'resurgo.toml').api.port}" in targets
+    namespaces: dict[str, set[int]] = {}
+    for process, port in DEPLOYED_PORTS.items():
+        s = svc[process]
+        assert s["command"][0] == process
+        assert s["environment"]["RESURGO_METRICS_PORT"] == str(port), process
+        # Reached at its own name, or at the service whose network namespace it joins.
+        host = (s.get("network_mode") or f"service:{process}").removeprefix("service:")
+        assert f"{host}:{port}" in targets, f"{process}: Prometheus does not scrape {host}:{port}"
+        assert port not in namespaces.setdefault(host, set()), f"{process}: port {port} taken"
+        namespaces[host].add(port)
+    # Every replica of the stateless worker, not one of them at random.
+    prom = yaml.safe_load((DOCKER / "prometheus.yml").read_text())
+    (worker,) = [j for j in prom["scrape_configs"] if j["job_name"] == "resurgo-worker"]
+    assert worker["dns_sd_configs"][0]["type"] == "A"
+
+
+def test_the_quickstart_console_works_over_plain_http_on_localhost(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its session cookie is not Secure (http://localhost:8000), said in the file; published on
+    the loopback address only."""
+    api = services()["api"]
+    assert [p["host_ip"] for p in api["ports"]] == ["127.0.0.1"]
+    for name in [k for k in os.environ if k.startswith("RESURGO_")]:
+        monkeypatch.delenv(name)
+    for name, value in api["environment"].items():
+        if name.startswith("RESURGO_API__"):
+            monkeypatch.setenv(name, value)
+    assert load_config(DOCKER / "resurgo.toml").api.session_cookie_secure is False
+    monkeypatch.delenv("RESURGO_API__SESSION_COOKIE_SECURE")
+    assert load_config(DOCKER / "resurgo.toml").api.session_cookie_secure is None  # auto
 
 
 def test_non_root_where_the_component_allows() -> None:
