@@ -117,6 +117,8 @@ class NodeActivities:
             await self._check_partitions(req.node)
             if "DRAIN" in look.state and hc.ours(look.reason, req.key):
                 return NodeStepResult(outcome="already_satisfied", detail="drained", look=look)
+            if req.adopt:
+                return await self._adopt(req, look)
             if any(bad in look.state for bad in ("DRAIN", "DOWN", "FAIL")):
                 # Someone else's drain or a down node: their Reason is not ours to overwrite.
                 raise PreconditionFailed(
@@ -128,6 +130,17 @@ class NodeActivities:
                 await self.slurm.drain_node(req.node, req.reason[: hc.MAX_REASON])
             after = await self._look(req.node)
             return NodeStepResult(outcome="applied", detail=f"drained {req.node}", look=after)
+
+    async def _adopt(self, req: NodeDrainRequest, look: NodeLook) -> NodeStepResult:
+        """Retag a drain Resurgo made for a job; anything else is not ours to validate."""
+        if "DRAIN" not in look.state or not look.reason.startswith("resurgo"):
+            raise PreconditionFailed(
+                f"node {req.node} is not drained by Resurgo ({look.state}: "
+                f"{look.reason[:200]!r}); not adopting it"
+            )
+        await self.slurm.drain_node(req.node, req.reason[: hc.MAX_REASON])
+        return NodeStepResult(outcome="applied", detail=f"adopted the drain of {req.node}",
+                              look=await self._look(req.node))  # fmt: skip
 
     async def _check_partitions(self, node: str) -> None:
         """The partition allowlist: a node outside every allowed partition is not ours."""
@@ -210,6 +223,10 @@ class NodeActivities:
     async def node_health_check(self, req: HealthCheckRequest) -> HealthCheckResult:
         with permanent_failures():
             check_node_name(req.node)
+            if not self.gates.acknowledge_scheduler_actions:
+                raise ActionsNotAllowed(
+                    f"cluster {self.cluster} has not set acknowledge_scheduler_actions"
+                )
             if not req.spec.command:
                 raise PreconditionFailed("no health check is configured")
             reservation = await self._admit_only_the_check(req)

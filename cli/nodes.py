@@ -7,14 +7,16 @@ Heavy imports (the store, Temporal) load inside the commands.
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+import os
+import sys
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.text import Text
 
 from resurgo.cli.app import subcommands
 from resurgo.cli.exits import ExitCode
-from resurgo.cli.output import console, fail, show
+from resurgo.cli.output import console, err, fail, show
 
 app = subcommands("Node health: the ledger of failures, drains and validations per node.")
 app.info.no_args_is_help = False
@@ -117,11 +119,23 @@ def _update(config: str | None, cluster: str, node: str, send: Any) -> Any:
     try:
         return asyncio.run(run())
     except WorkflowUpdateFailedError as exc:
-        fail(f"{cluster}/{node}: {exc.cause}", ExitCode.FAILURE)
+        _exit(f"{cluster}/{node}: {exc.cause}", ExitCode.FAILURE)
     except RPCError as exc:
         if exc.status == RPCStatusCode.NOT_FOUND:
-            fail(f"no node health workflow for {cluster}/{node}", ExitCode.NOT_FOUND)
+            _exit(f"no node health workflow for {cluster}/{node}", ExitCode.NOT_FOUND)
         raise
+
+
+def _exit(message: str | Text, code: ExitCode = ExitCode.OK) -> NoReturn:
+    """Print and leave at once: the Temporal client's native threads can crash the interpreter's
+    teardown of a short-lived process (temporalio/sdk-python#300), turning success into SIGABRT."""
+    if code == ExitCode.OK:
+        console.print(message)
+    else:
+        err.print(Text(f"error: {message}", style="red"), soft_wrap=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(int(code))
 
 
 ClusterArg = Annotated[str, typer.Argument(help="cluster name")]
@@ -145,7 +159,7 @@ def repaired(
 
     mark = RepairMark(actor=actor or getpass.getuser(), note=note)
     status = _update(config, cluster, node, lambda c: mark_repaired(c, cluster, node, mark))
-    console.print(Text(f"{cluster}/{node} marked repaired by {mark.actor}; {status.phase}"))
+    _exit(Text(f"{cluster}/{node} marked repaired by {mark.actor}; {status.phase}"))
 
 
 @app.command("drain")
@@ -166,4 +180,4 @@ def drain_decision(
     decision = ApprovalDecision(generation=0, approve=approve, actor=actor or getpass.getuser(),
                                 reason=reason)  # fmt: skip
     ack = _update(config, cluster, node, lambda c: decide_drain(c, cluster, node, decision))
-    console.print(Text(f"drain of {cluster}/{node} {ack.message} by {decision.actor}"))
+    _exit(Text(f"drain of {cluster}/{node} {ack.message} by {decision.actor}"))

@@ -1,6 +1,10 @@
 """The lemon sentinel: follows the audit trail, keeps the node ledger, and starts one
 NodeHealthWorkflow per node that lemon detection advises draining.
 
+It also starts one (with `adopt`) for a node a job's recovery drained (the `drain_node` step,
+a cross-job drain) when lemon_mode is action and a health check is configured, so that node is
+validated and resumed too instead of waiting for a human.
+
 Runs in `resurgo worker` (which owns the audit store). Starting is idempotent: one workflow id
 per node; a running one is left alone, and an advice already started (the same jobs) is not
 started again. Whether the drain happens is the workflow's and the controller's business
@@ -22,7 +26,7 @@ from temporalio.service import RPCError
 from resurgo.audit.store import AuditStore, AuditStoreUnavailable
 from resurgo.config import ResurgoConfig
 from resurgo.contracts import CORE_TASK_QUEUE, Mode, PolicyConfig
-from resurgo.nodes.ledger import Ledger
+from resurgo.nodes.ledger import Ledger, LedgerEntry, unvalidated_drain
 from resurgo.nodes.lemon import LemonAdvice, lemon_advice
 from resurgo.nodes.models import HealthCheckSpec, NodeHealthInput
 from resurgo.nodes.read import LEDGER_EVENT_TYPES
@@ -48,6 +52,16 @@ def node_health_input(advice: LemonAdvice, policy: PolicyConfig) -> NodeHealthIn
         cluster=advice.cluster, node=advice.node, advice=advice, mode=Mode(rules.lemon_mode),
         require_approval=policy.require_approval, check=check,
         validate_after_seconds=rules.validate_after_seconds, poll_seconds=rules.poll_seconds,
+    )  # fmt: skip
+
+
+def adoption(cluster: str, node: str, drain: LedgerEntry, window_seconds: float) -> LemonAdvice:
+    """What a node workflow adopting a job's drain carries as its advice: the drain itself."""
+    jobs = [drain.job_id] if drain.job_id is not None else []
+    return LemonAdvice(
+        cluster=cluster, node=node, jobs=jobs, failures=0,
+        reason=drain.summary[:250] or f"drained by Resurgo for job {jobs}",
+        window_seconds=window_seconds, first_at=drain.at, last_at=drain.at,
     )  # fmt: skip
 
 
@@ -78,28 +92,39 @@ class NodeSentinel:
                 self.ledger.add(event)
 
     async def tick(self) -> list[LemonAdvice]:
-        """Read what is new in the audit trail; start a workflow for each new advice."""
+        """Read what is new in the audit trail; start a workflow for each new advice, and one
+        for each node a job's recovery drained (validation, in action mode with a check)."""
         await asyncio.to_thread(self._read_new)
         now = self.clock()
+        rules = self.policy.nodes
+        adopting = rules.lemon_mode == "action" and bool(rules.health_check)
         started = []
         for cluster, node, history in self.ledger.histories():
             advice = lemon_advice(cluster, node, history, self.policy, now=now)
-            if advice is None or self.started.get((cluster, node)) == advice.jobs:
+            inp = node_health_input(advice, self.policy) if advice else None
+            drain = unvalidated_drain(history) if adopting and advice is None else None
+            if drain is not None:
+                advice = adoption(cluster, node, drain, rules.lemon_window_seconds)
+                inp = node_health_input(advice, self.policy).model_copy(update={"adopt": True})
+            if advice is None or inp is None or self.started.get((cluster, node)) == advice.jobs:
                 continue
-            inp = node_health_input(advice, self.policy)
-            try:
-                await self.client.start_workflow(
-                    NodeHealthWorkflow.run, inp, id=inp.workflow_id(), task_queue=CORE_TASK_QUEUE,
-                    id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-                    id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-                )  # fmt: skip
-            except WorkflowAlreadyStartedError:
-                log.info("%s/%s: node health workflow already running", cluster, node)
-            else:
+            if await self._start(inp):
                 log.warning("%s/%s: %s", cluster, node, advice.reason)
                 started.append(advice)
             self.started[(cluster, node)] = advice.jobs
         return started
+
+    async def _start(self, inp: NodeHealthInput) -> bool:
+        try:
+            await self.client.start_workflow(
+                NodeHealthWorkflow.run, inp, id=inp.workflow_id(), task_queue=CORE_TASK_QUEUE,
+                id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+            )  # fmt: skip
+        except WorkflowAlreadyStartedError:
+            log.info("%s/%s: node health workflow already running", inp.cluster, inp.node)
+            return False
+        return True
 
     async def run_forever(self) -> None:
         while True:

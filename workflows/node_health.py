@@ -115,6 +115,8 @@ class NodeHealthWorkflow:
 
     async def _advise_and_drain(self) -> str | None:
         adv = self.inp.advice
+        if self.inp.adopt:
+            return await self._adopt()
         observe = self.inp.mode == Mode.OBSERVE
         await self._audit(
             AuditEventType.NODE_DRAIN_ADVISED, f"drain {self.inp.node} advised: {adv.reason}",
@@ -147,6 +149,30 @@ class NodeHealthWorkflow:
             AuditEventType.NODE_DRAINED, f"drained {self.inp.node}: {res.outcome} ({res.detail})",
             {"jobs": adv.jobs, "outcome": res.outcome, "reason": hc.drain_reason(self.wfid,
              adv.reason), "state": res.look.state if res.look else ""},
+        )  # fmt: skip
+        self._phase("drained")
+        return None
+
+    async def _adopt(self) -> str | None:
+        """A drain a job's recovery made: take it over (retag its Reason) for validation."""
+        reason = hc.adopt_reason(self.wfid, self.inp.advice.reason)
+        try:
+            res: NodeStepResult = await self._on_cluster(
+                NodeActivities.node_drain,
+                NodeDrainRequest(node=self.inp.node, key=self.wfid, reason=reason, adopt=True),
+                timedelta(seconds=60), summary=f"adopt the drain of {self.inp.node}",
+            )  # fmt: skip
+        except ActivityError as err:
+            why = str(err.cause or err)
+            await self._audit(AuditEventType.WOULD_ACT,
+                              f"would validate {self.inp.node} but {why}",
+                              {"steps": ["validate"], "blocked_by": why[:1000]})  # fmt: skip
+            return await self._finish("adopt_refused")
+        self.s.drained_at = workflow.now()
+        await self._audit(
+            AuditEventType.NODE_DRAINED,
+            f"{self.inp.node} kept drained until validated ({res.detail})",
+            {"adopted": True, "jobs": self.inp.advice.jobs, "reason": reason},
         )  # fmt: skip
         self._phase("drained")
         return None

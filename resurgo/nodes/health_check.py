@@ -22,6 +22,7 @@ from resurgo.nodes.models import HealthCheckResult
 
 __all__ = [
     "REPORT_PREFIX",
+    "adopt_reason",
     "check_job_name",
     "check_verdict",
     "drain_reason",
@@ -99,3 +100,8 @@ def failed_reason(key: str, summary: str) -> str:
 def drain_reason(key: str, advice_reason: str) -> str:
     """The Reason of a lemon drain: Resurgo, the workflow's key, then the advice."""
     return f"resurgo {key} {advice_reason.removeprefix('resurgo ')}"[:MAX_REASON]
+
+
+def adopt_reason(key: str, reason: str) -> str:
+    """The Reason of a drain a job's recovery made, once its validation is Resurgo's to run."""
+    return f"resurgo {key} awaiting validation; was: {_clean(reason)}"[:MAX_REASON]

@@ -32,6 +32,7 @@ __all__ = [
     "LedgerEntry",
     "NodeRecord",
     "fold_ledger",
+    "unvalidated_drain",
 ]
 
 EntryKind = Literal[
@@ -59,6 +60,7 @@ _NODE_EVENTS = frozenset(
 # A bug in the training code is not the node's fault: such failures are listed, never counted.
 NOT_THE_NODES_FAULT = frozenset({Category.APPLICATION.value, Category.NONE.value})
 MAX_EVIDENCE_LINES = 3
+NODE_WORKFLOW_PREFIX = "resurgo-node:"
 MAX_SUMMARY = 500
 
 
@@ -130,12 +132,14 @@ def _evidence(value: Any) -> list[LogLine]:
 
 
 def node_entry_kind(event: AuditEvent) -> EntryKind:
-    """A node health event as a history entry: a drain after a failed validation is `kept_drained`
-    (`data.kept`), the start of a validation (`data.phase == "started"`) is `repaired`."""
+    """A node health event as a history entry: a drain after a failed validation (`data.kept`)
+    or taken over for validation (`data.adopted`) is `kept_drained`, the start of a validation
+    (`data.phase == "started"`) is `repaired`."""
     if event.type == AuditEventType.NODE_DRAIN_ADVISED:
         return "drain_advised"
     if event.type == AuditEventType.NODE_DRAINED:
-        return "kept_drained" if event.data.get("kept") is True else "drain"
+        kept = event.data.get("kept") is True or event.data.get("adopted") is True
+        return "kept_drained" if kept else "drain"
     if event.type == AuditEventType.NODE_VALIDATION:
         return "repaired" if event.data.get("phase") == "started" else "validation"
     return "resumed"
@@ -258,6 +262,18 @@ def state_of(history: Iterable[LedgerEntry]) -> NodeState:
         elif entry.kind == "resumed":
             state = "in_service"
     return state
+
+
+def unvalidated_drain(history: Iterable[LedgerEntry]) -> LedgerEntry | None:
+    """The drain a job's recovery made, when the node is still drained by it and no node
+    workflow has taken it over: a node that would otherwise wait for a human."""
+    last: LedgerEntry | None = None
+    for entry in history:
+        if entry.kind == "drain" and not entry.workflow_id.startswith(NODE_WORKFLOW_PREFIX):
+            last = entry
+        elif entry.kind in ("drain", "kept_drained", "resumed", "repaired", "validation"):
+            last = None
+    return last
 
 
 def record_of(

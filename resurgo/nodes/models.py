@@ -70,6 +70,8 @@ class NodeHealthInput(Frozen):
     poll_seconds: float = 60.0
     controller_timeout_seconds: float = 120.0
     state: NodeHealthState | None = None
+    # The node was drained by a job's recovery, not by lemon advice: validate it, no new drain.
+    adopt: bool = False
 
     def workflow_id(self) -> str:
         return node_workflow_id(self.cluster, self.node)
@@ -91,6 +93,9 @@ class NodeDrainRequest(Frozen):
     node: str
     key: str
     reason: str
+    # Adopt a drain Resurgo made for a job (its Reason starts `resurgo`): retag it with `reason`
+    # so validation may resume the node; never drains a node that is in service.
+    adopt: bool = False
 
 
 class NodeLook(Frozen):

@@ -47,18 +47,34 @@ def node_state(dep: Deployment, node: str) -> tuple[str, str]:
 
 @contextmanager
 def restored(dep: Deployment, *nodes: str) -> Iterator[None]:
-    """Whatever happens, the nodes go back to service and their reservations go away."""
+    """Whatever happens, the nodes go back to service and their reservations go away (the
+    controller is stopped first: the test is over)."""
     try:
         yield
     finally:
+        # No controller may act on the nodes after this cleanup (a validation mid-way would
+        # reserve a node again).
+        dep.stack.stop("controller")
         for node in nodes:
-            slurm(dep, "scontrol", "delete", f"ReservationName={reservation_name(node)}")
+            # A reservation "in use" cannot be deleted: end our checks on the node first.
+            out = slurm(dep, "squeue", "-h", "-w", node, "-o", "%i|%j").stdout
+            checks = [ln.split("|")[0] for ln in out.splitlines() if "|resurgo-check-" in ln]
+            if checks:
+                slurm(dep, "scancel", *checks)
+            for _ in range(20):
+                name = f"ReservationName={reservation_name(node)}"
+                if "in use" not in slurm(dep, "scontrol", "delete", name).stderr:
+                    break
+                time.sleep(1)
             state, _ = node_state(dep, node)
             if "drain" in state or "down" in state:
                 slurm(dep, "scontrol", "update", f"NodeName={node}", "State=RESUME")
 
 
-def configure(dep: Deployment, cluster_lines: list[str], nodes_policy: dict[str, object]) -> None:
+def configure(
+    dep: Deployment, cluster_lines: list[str], nodes_policy: dict[str, object],
+    policy_lines: tuple[str, ...] = (),
+) -> None:  # fmt: skip
     """Restart worker and controller with extra cluster settings and `[policies.default.nodes]`
     (the cluster table is the last one in the generated file)."""
     dep.stack.stop("controller")
@@ -66,19 +82,32 @@ def configure(dep: Deployment, cluster_lines: list[str], nodes_policy: dict[str,
     policy = [f"{k} = {json.dumps(v)}" for k, v in nodes_policy.items()]
     text = dep.stack.config.read_text().rstrip("\n")
     dep.stack.config.write_text(
-        "\n".join([text, *cluster_lines, "[policies.default.nodes]", *policy]) + "\n"
+        "\n".join(
+            [
+                text,
+                *cluster_lines,
+                "[policies.default]",
+                *policy_lines,
+                "[policies.default.nodes]",
+                *policy,
+            ]
+        )
+        + "\n"
     )
     dep.stack.start("worker")
     dep.stack.start("controller")
 
 
-def submit_on_pair(dep: Deployment, fault_node: str) -> int:
-    """A short 2-node observe-mode training job on node3+node4 whose `fault_node` reports an
-    uncorrectable ECC error at iteration 3."""
-    directive = {"resurgo": {"mode": "observe", "environment": dep.environment}}
+def submit_on_pair(
+    dep: Deployment, fault_node: str, mode: str = "observe", drain: bool = False
+) -> int:
+    """A short 2-node training job on node3+node4 (its first attempt) whose `fault_node` reports
+    an uncorrectable ECC error at iteration 3 (once)."""
+    directive = {"resurgo": {"mode": mode, "environment": dep.environment, "drain": drain}}
     env = {k: v for k, v in os.environ.items() if not k.startswith("RESURGO_FAULT")}
     env.update(SLURM_CONF=dep.slurm_conf, RESURGO_REPO=str(REPO), RESURGO_FAULT="ecc",
-               RESURGO_FAULT_NODE=fault_node, RESURGO_FAULT_AT="3")  # fmt: skip
+               RESURGO_FAULT_NODE=fault_node, RESURGO_FAULT_AT="3",
+               RESURGO_FAULT_ONCE="1")  # fmt: skip
     argv = [
         "sbatch", "--parsable", "--nodes=2", f"--nodelist={PAIR}", "--job-name=resurgo-lemon",
         f"--output={dep.workdir / 'job-%j.out'}", "--comment=" + json.dumps(directive),
@@ -293,8 +322,8 @@ def test_a_controller_killed_mid_validation_neither_resumes_nor_checks_twice(
         dep.stack.kill("controller")
         dep.stack.kill("worker")
         # While nobody watches: the node takes no other job (inside the check's reservation).
-        shown = slurm(dep, "scontrol", "show", "-o", "node", node).stdout
-        assert "RESERVED" in shown or "MAINT" in shown, shown
+        shown = slurm(dep, "scontrol", "show", "-o", "reservation", reservation_name(node)).stdout
+        assert f"Nodes={node} " in shown and "MAINT" in shown, shown
         out = f"--output={dep.workdir / 'probe-%j.out'}"
         probe = slurm(dep, "sbatch", "--parsable", "-w", node, "-N1", "--time=1", out,
                       "--wrap", "true").stdout.strip()  # fmt: skip
@@ -317,3 +346,31 @@ def test_a_controller_killed_mid_validation_neither_resumes_nor_checks_twice(
         assert ran == [job_id], ran
         state, _ = node_state(dep, node)
         assert "drain" not in state and "reserved" not in state, state
+
+
+def test_a_drain_made_by_a_jobs_recovery_is_validated_and_resumed(
+    deploy: Callable[..., Deployment],
+) -> None:
+    """A job opted in to draining (`"drain": true`, policy allow_drain) has its culprit drained
+    by its own recovery; the sentinel adopts that drain, and the node is validated and resumed
+    instead of waiting drained for a human."""
+    dep = deploy()
+    configure(dep, ["allow_drain = true"], {
+        "lemon_mode": "action", "health_check": CHECK, "health_check_timeout_seconds": 120,
+        "health_check_output_dir": str(dep.workdir), "poll_seconds": 2,
+    }, policy_lines=("allow_drain = true",))  # fmt: skip
+    with restored(dep, LEMON):
+        job = submit_on_pair(dep, LEMON, mode="action", drain=True)
+        try:
+            dep.wait_event(job, "action", where=lambda e: e.data.get("step") == "drain_node",
+                           timeout=300)  # fmt: skip
+            adopted = wait_node_event(dep, "node_drained", lambda e: e.data.get("adopted") is True)
+            assert adopted.data["node"] == LEMON and adopted.data["jobs"] == [job]
+            state, reason = node_state(dep, LEMON)
+            assert "drain" in state and "awaiting validation" in reason, (state, reason)
+            mark_repaired(dep, LEMON, "replaced the GPU")
+            wait_node_event(dep, "node_resumed")
+            state, _ = node_state(dep, LEMON)
+            assert "drain" not in state, state
+        finally:
+            dep.cancel(job)

@@ -130,3 +130,17 @@ async def test_a_failed_validation_drains_again_before_the_reservation_goes() ->
     )
     assert done.outcome == "applied" and runner.nodes["node3"] == ("IDLE+DRAIN", reason)
     assert runner.changes[0][:4] == ["scontrol", "update", "NodeName=node3", "State=DRAIN"]
+
+
+async def test_adopting_retags_only_a_drain_resurgo_made() -> None:
+    job_drain = "resurgo resurgo:c1:77:1700000000:g1:drain_node: xid 79 [root@2026-12-04T10:00:00]"
+    runner = ScriptedSlurm(state="IDLE+DRAIN", reason=job_drain)
+    adopt = NodeDrainRequest(node="node3", key=KEY, reason=f"resurgo {KEY} awaiting validation",
+                             adopt=True)  # fmt: skip
+    done = await activities(runner).node_drain(adopt)
+    assert done.outcome == "applied" and runner.nodes["node3"][1] == adopt.reason
+    for state, reason in [("IDLE", ""), ("IDLE+DRAIN", "bad DIMM [root@2026-12-04T10:00:00]")]:
+        other = ScriptedSlurm(state=state, reason=reason)
+        with pytest.raises(ApplicationError, match="not adopting"):
+            await activities(other).node_drain(adopt)
+        assert other.changes == []

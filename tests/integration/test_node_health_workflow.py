@@ -239,3 +239,21 @@ async def test_a_node_resumed_outside_resurgo_ends_the_workflow_unvalidated(
     assert not [c for c in node.calls if c.startswith("check")]
     last = list(store.iter_all(cluster=cluster))[-1]
     assert last.type == "node_resumed" and last.data["external"] is True
+
+
+async def test_a_drain_made_for_a_job_is_adopted_then_validated(
+    temporal_env: WorkflowEnvironment, store: AuditStore
+) -> None:
+    node = ScriptedNode()
+    node.verdicts = [True]
+    client = temporal_env.client
+    async with running(temporal_env, store, node) as cluster:
+        # Approval is for new drains: adopting one already made waits for nobody.
+        handle = await start(client, start_input(cluster, adopt=True, require_approval=True))
+        await phase(handle, "drained")
+        await mark_repaired(client, cluster, "n1", RepairMark(actor="ann"))
+        assert await handle.result() == "resumed"
+    assert [c for c in node.calls if c != "look"] == ["drain", "check1", "return"]
+    kinds = types(store, cluster)
+    assert kinds[0] == "node_drained" and "node_drain_advised" not in kinds
+    assert next(e.data.get("adopted") for e in store.iter_all(cluster=cluster)) is True

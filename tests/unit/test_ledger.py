@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from resurgo.contracts import AuditEvent, AuditEventType
-from resurgo.nodes.ledger import fold_ledger
+from resurgo.nodes.ledger import fold_ledger, unvalidated_drain
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 DAY = timedelta(days=1)
@@ -163,3 +163,23 @@ def test_hostile_or_malformed_data_is_skipped_not_fatal() -> None:
     assert (
         record.node == "node9" and record.failing_jobs == [2] and record.history[0].evidence == []
     )
+
+
+def test_a_drain_made_for_a_job_awaits_validation_until_a_node_workflow_takes_it() -> None:
+    wf = "resurgo:c1:21:1"
+    drained = [
+        event(AuditEventType.ADVICE, 21, T0, {"generation": 2, "nodes": ["n"],
+                                              "drain_nodes": ["n"]}),
+        event(AuditEventType.ACTION, 21, T0, {"step": "drain_node", "outcome": "applied",
+                                              "idempotency_key": f"{wf}:g2:drain_node",
+                                              "detail": "drained n"}),
+    ]  # fmt: skip
+    (record,) = fold_ledger(drained, now=T0, window=DAY)
+    pending = unvalidated_drain(record.history)
+    assert pending is not None and pending.job_id == 21 and record.state == "drained"
+    adopted = event(AuditEventType.NODE_DRAINED, 0, T0, {"node": "n", "adopted": True})
+    (taken,) = fold_ledger([*drained, adopted], now=T0, window=DAY)
+    assert unvalidated_drain(taken.history) is None and taken.drains == 1
+    lemon = event(AuditEventType.NODE_DRAINED, 0, T0, {"node": "n"})
+    (ours,) = fold_ledger([lemon], now=T0, window=DAY)
+    assert unvalidated_drain(ours.history) is None  # a node workflow's own drain
