@@ -412,6 +412,9 @@ def test_action_mode_is_an_explicit_value() -> None:
         ({"apii": {"port": 8000}}, "apii"),
         ({"podDisruptionBudget": {"maxUnavailable": 0}}, "maxUnavailable"),
         ({"api": {"tokens": {"existingSecret": ""}}}, "api.tokens.existingSecret"),
+        ({"metrics": {"ports": {"worker": 70000}}}, "metrics/ports/worker"),
+        ({"metrics": {"ports": {"api": 9000}}}, "api"),  # the API serves on api.port
+        ({"metrics": {"podMonitr": {"enabled": True}}}, "podMonitr"),
     ],
 )
 def test_refuses_unsafe_or_incomplete_values(values: dict[str, Any], message: str) -> None:
@@ -437,19 +440,35 @@ def test_disruption_budgets_never_block_a_drain(rendered: dict[str, list[dict[st
     assert "PodDisruptionBudget" not in kinds(off)
 
 
-def test_network_policy_is_opt_in_and_opens_only_the_api_port() -> None:
+def test_network_policy_is_opt_in_and_opens_only_the_api_and_metrics_ports() -> None:
     assert "NetworkPolicy" not in kinds(render({}))
     peer = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress"}}}
-    docs = render({"networkPolicy": {"enabled": True, "apiIngressFrom": [peer]}})
+    monitoring = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "mon"}}}
+    docs = render(
+        {
+            "networkPolicy": {
+                "enabled": True, "apiIngressFrom": [peer], "metricsIngressFrom": [monitoring]
+            }
+        }
+    )  # fmt: skip
     policy = by_name(docs, "NetworkPolicy", f"{RELEASE}-resurgo")["spec"]
     assert policy["podSelector"]["matchLabels"] == {"app.kubernetes.io/instance": RELEASE}
     assert policy["policyTypes"] == ["Ingress"]
-    same_release, api = policy["ingress"]
+    same_release, api, metrics = policy["ingress"]
     assert same_release["from"][0]["podSelector"]["matchLabels"] == {
         "app.kubernetes.io/instance": RELEASE
     }
     api_port = values_of("values.yaml")["api"]["port"]
     assert api == {"ports": [{"port": api_port, "protocol": "TCP"}], "from": [peer]}
+    metrics_ports = sorted(values_of("values.yaml")["metrics"]["ports"].values())
+    assert metrics == {
+        "ports": [{"port": p, "protocol": "TCP"} for p in metrics_ports],
+        "from": [monitoring],
+    }
+    # Metrics off: no rule for them.
+    off = {k: 0 for k in ("worker", "controller", "watchdog")}
+    docs = render({"networkPolicy": {"enabled": True}, "metrics": {"ports": off}})
+    assert len(by_name(docs, "NetworkPolicy", f"{RELEASE}-resurgo")["spec"]["ingress"]) == 2
 
 
 def test_helm_test_checks_readiness_through_the_service() -> None:
@@ -487,3 +506,64 @@ def test_service_monitor_is_opt_in_and_scrapes_the_api_metrics() -> None:
     (endpoint,) = monitor["spec"]["endpoints"]
     assert endpoint["path"] == "/metrics"
     assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
+
+
+def metrics_ports_of(docs: list[dict[str, Any]]) -> dict[str, int]:
+    """Component of each Deployment -> the `metrics` port of its container (and the env var)."""
+    found: dict[str, int] = {}
+    for doc in workloads(docs):
+        component = doc["metadata"]["labels"]["app.kubernetes.io/component"]
+        (container,) = pod_of(doc)["containers"]
+        ports = {p["name"]: p["containerPort"] for p in container.get("ports", [])}
+        env = env_of(container).get("RESURGO_METRICS_PORT")
+        if component in ("worker", "controller", "watchdog"):
+            assert env == (str(ports["metrics"]) if "metrics" in ports else None), doc
+            if "metrics" in ports:
+                found[component] = ports["metrics"]
+    return found
+
+
+def test_worker_controllers_and_watchdogs_serve_metrics_on_their_ports(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    from resurgo.metrics.exporter import DEPLOYED_PORTS
+
+    assert values_of("values.yaml")["metrics"]["ports"] == DEPLOYED_PORTS
+    for name, docs in rendered.items():
+        assert metrics_ports_of(docs) == DEPLOYED_PORTS, name
+    assert metrics_ports_of(render({"metrics": {"ports": {"worker": 0}}})) == {
+        "controller": 9465, "watchdog": 9466
+    }  # fmt: skip
+    assert (
+        metrics_ports_of(render({"metrics": {"ports": {"controller": 9100}}}))["controller"] == 9100
+    )
+
+
+def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """A Kubernetes label selector (matchLabels + matchExpressions In) matched against labels."""
+    if not selector["matchLabels"].items() <= labels.items():
+        return False
+    return all(
+        e["operator"] == "In" and labels.get(e["key"]) in e["values"]
+        for e in selector.get("matchExpressions", [])
+    )
+
+
+def test_pod_monitor_is_opt_in_and_scrapes_every_process_but_the_api() -> None:
+    assert "PodMonitor" not in kinds(render({}))
+    docs = render({"metrics": {"podMonitor": {"enabled": True, "labels": {"release": "kp"}}}})
+    (name,) = kinds(docs)["PodMonitor"]
+    monitor = by_name(docs, "PodMonitor", name)
+    assert monitor["metadata"]["labels"]["release"] == "kp"
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    assert endpoint["path"] == "/metrics"
+    scraped = []
+    for doc in workloads(docs):
+        template = doc["spec"]["template"]
+        if not selects(monitor["spec"]["selector"], template["metadata"]["labels"]):
+            continue
+        scraped.append(template["metadata"]["labels"]["app.kubernetes.io/component"])
+        ports = {p["name"] for c in template["spec"]["containers"] for p in c.get("ports", [])}
+        assert endpoint["port"] in ports, doc["metadata"]["name"]
+    # The API has its ServiceMonitor; Temporal's dev server and MySQL are not Resurgo's.
+    assert sorted(scraped) == ["controller", "watchdog", "worker"]

@@ -262,3 +262,27 @@ affinity:
   value: {{ printf "/etc/resurgo/slurm/%s/slurm.conf" $c.name | quote }}
 {{- end }}
 {{- end -}}
+
+{{/* The /metrics port of a worker, controller or watchdog (metrics.ports.<process>; 0: off). */}}
+{{- define "resurgo.metricsPort" -}}
+{{- dig "ports" .process 0 (.root.Values.metrics | default dict) | int -}}
+{{- end }}
+
+{{/* $RESURGO_METRICS_PORT and the named container port `metrics` (the PodMonitor's), when on. */}}
+{{- define "resurgo.metricsEnv" -}}
+{{- $port := include "resurgo.metricsPort" . | int -}}
+{{- if $port }}
+- name: RESURGO_METRICS_PORT
+  value: {{ $port | quote }}
+{{- end }}
+{{- end }}
+
+{{- define "resurgo.metricsContainerPort" -}}
+{{- $port := include "resurgo.metricsPort" . | int -}}
+{{- if $port }}
+ports:
+  - name: metrics
+    containerPort: {{ $port }}
+    protocol: TCP
+{{- end }}
+{{- end }}
