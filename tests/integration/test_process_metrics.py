@@ -5,8 +5,12 @@ breaker at its limit) and read back by scraping the process's metrics port over 
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import time
 import urllib.request
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -22,6 +26,8 @@ from resurgo.sources.errors import SourceUnavailable
 from resurgo.sources.loki import LokiSource
 from resurgo.sources.prometheus import PrometheusSource
 from tests.unit.test_breaker import actions_on, exclude, held, job_line, recent_tag
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -131,3 +137,35 @@ def test_the_breaker_closes_when_its_window_passes() -> None:
     PROCESS.breaker_checked("windowed", until)
     assert PROCESS.breaker_open("windowed", now=now.timestamp())
     assert not PROCESS.breaker_open("windowed", now=(until + timedelta(seconds=1)).timestamp())
+
+
+@pytest.mark.parametrize("variable", ["RESURGO_METRICS_PORT", "RESURGO_METRICS__WATCHDOG_PORT"])
+def test_the_watchdog_process_serves_metrics(
+    variable: str, slurm_conf: str, tmp_path: Path
+) -> None:
+    """`resurgo watchdog` as deployed: its port from $RESURGO_METRICS_PORT (compose, Helm) or
+    from the config key [metrics] watchdog_port (here through the environment)."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RESURGO_")}
+    env |= {"SLURM_CONF": slurm_conf, "RESURGO_METRICS_HOST": "127.0.0.1", variable: str(port)}
+    proc = subprocess.Popen(
+        [str(REPO / ".venv" / "bin" / "resurgo"), "watchdog", "--cluster", "local",
+         "--observe", "--interval", "5", "--record", str(tmp_path / "watchdog.jsonl")],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                value = scrape(
+                    f"http://127.0.0.1:{port}/metrics", "resurgo_process", process="watchdog/local"
+                )
+                break
+            except OSError:
+                assert proc.poll() is None, proc.communicate()[1]
+                assert time.monotonic() < deadline, "no /metrics within 30 s"
+                time.sleep(0.2)
+        assert value == 1.0
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
