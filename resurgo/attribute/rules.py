@@ -43,7 +43,7 @@ from resurgo.attribute.stages_hardware import (
     _node_failure,
     _repeating_gpu_exception,
 )
-from resurgo.attribute.stages_launch import agent_never_started
+from resurgo.attribute.stages_launch import agent_never_started, unreachable_node
 from resurgo.attribute.stages_outcome import (
     _healthy,
     _nothing,
@@ -136,6 +136,7 @@ def analyse(
         or _node_failure(a, outcome)
         or (running_fine(a) if a.offline and a.running and not live_straggler else None)
         or _repeating_gpu_exception(a)
+        or unreachable_node(a)
         or _hardware(a)
         or _suspended(a)
         or (stragglers(a) if live_straggler else None)

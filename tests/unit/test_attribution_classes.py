@@ -209,3 +209,25 @@ def test_a_preemption_of_an_earlier_run_does_not_end_the_running_one() -> None:
     a = _run(job)
     assert a.kind == "none"
     assert default_advice(a).kind == AdviceKind.NONE
+
+
+def test_one_node_every_peer_gets_no_route_to_host_from_is_that_nodes_firewall() -> None:
+    # c10d's client socket warning (torch/csrc/distributed/c10d/socket.cpp) on the other nodes.
+    nodes = ["node17", "node18", "node19"]
+    job = "".join(
+        f"{t}: [W812 23:11:0{t}.118205101 70111 socket.cpp:752] [c10d] The client socket has "
+        f"failed to connect to [node17]:29400 (errno: 113 - No route to host).\n"
+        for t in (1, 2)
+    )
+    job += "1: torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients.\n"
+    a = _run(job, nodes)
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["node17"])
+    assert default_advice(a).kind == AdviceKind.REQUEUE_EXCLUDING
+
+
+def test_no_route_to_an_address_outside_the_job_names_no_node() -> None:
+    job = (
+        "0: [W812 23:11:01.118205101 70111 socket.cpp:752] [c10d] The client socket has failed "
+        "to connect to [store-01]:29400 (errno: 113 - No route to host).\n"
+    )
+    assert _run(job, ["node17", "node18"]).culprit_nodes == []
