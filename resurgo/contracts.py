@@ -117,6 +117,9 @@ class JobObservation(Frozen):
     end_time: datetime | None = None
     num_nodes: int = 0
     batch_flag: int = 1
+    # A heterogeneous job's leader: each component's nodes, by offset (node_list, exc_node_list
+    # and num_nodes are then the whole job's).
+    het_nodes: list[list[str]] = Field(default_factory=list)
 
     @property
     def held(self) -> bool:
@@ -230,6 +233,9 @@ class ActionRequest(Frozen):
     nodes: list[str] = Field(default_factory=list)
     reason: str = ""
     hold_deadline: datetime | None = None
+    # A heterogeneous job: each component's nodes when it failed, so exclusions land on the
+    # component that ran the culprit.
+    component_nodes: list[list[str]] = Field(default_factory=list)
 
 
 class ActionResult(Frozen):

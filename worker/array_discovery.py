@@ -4,7 +4,8 @@ Every task of an opted-in array that starts gets a JobRecoveryWorkflow of its ow
 `<array job id>_<task id>`; the tasks that never started are one row of `squeue --json` and
 never a workflow each. Each array gets one ArrayCoordinatorWorkflow, started before its first
 task's workflow, so that a task's failure report always finds it. An opted-in job discovery
-leaves alone (a heterogeneous job) gets one `job_skipped` audit event that says why.
+leaves alone (an array read from text output, where tasks cannot be told apart safely) gets
+one `job_skipped` audit event that says why.
 """
 
 from __future__ import annotations
@@ -108,15 +109,15 @@ class ArrayDiscovery:
             )
         self.known[wf_id] = clock + COORDINATOR_RECHECK
 
-    async def _skip(self, job: DiscoveredJob, inp: RecoveryInput, why: str, clock: float) -> None:
+    async def _skip(self, job: DiscoveredJob, inp: RecoveryInput, why: str) -> None:
         """An opted-in job discovery leaves alone: one `job_skipped` audit event says why."""
         assert job.submit_time is not None
-        ref = inp.job.slurm_ref() if job.het_job_id is None else f"{job.het_job_id}+"
+        ref = inp.job.slurm_ref()
         wf_id = f"resurgo:{self.cluster}:notice:{ref}:{int(job.submit_time.timestamp())}"
         if wf_id in self.known:
             return
         event = AuditEvent(
-            event_id=wf_id, cluster=self.cluster, job_id=job.het_job_id or job.job_id,
+            event_id=wf_id, cluster=self.cluster, job_id=job.job_id,
             workflow_id=wf_id, type=AuditEventType.JOB_SKIPPED, producer="discovery",
             summary=why[:2000], data={"reason": why, "job_id": job.job_id, "user": job.user},
         )  # fmt: skip

@@ -171,10 +171,11 @@ class Discovery(ArrayDiscovery):
             return
         if not is_recent(job, self.settings.discovery_lookback, now):
             return
-        if job.het_job_id is not None:
-            await self._skip(job, inp, "heterogeneous jobs are not monitored yet (hetjob "
-                             f"{job.het_job_id}): the job is left alone", clock)  # fmt: skip
+        if job.unreadable:
+            await self._skip(job, inp, job.unreadable)
             return
+        if job.het_job_id is not None and job.het_job_id != job.job_id:
+            return  # a heterogeneous job's component: its leader's workflow follows all
         if job.array_job_id is not None and not await self._array_row(job, inp, clock):
             return
         if not await self._own_comment_agrees(job):

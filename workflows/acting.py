@@ -27,6 +27,10 @@ with workflow.unsafe.imports_passed_through():
 
 
 class SchedulerSteps(RecoveryBase):
+    # A heterogeneous job's nodes per component when the failure was seen (set before acting):
+    # the controller excludes each culprit on the component that ran it.
+    _het_nodes: tuple[tuple[str, ...], ...] = ()
+
     async def _act(self, advice: Advice) -> str | None:
         try:
             return await self._carry_out(advice)
@@ -54,6 +58,9 @@ class SchedulerSteps(RecoveryBase):
                 nodes=nodes,
                 reason=advice.reason,
                 hold_deadline=deadline,
+                component_nodes=[list(c) for c in self._het_nodes]
+                if step == ActionStep.EXCLUDE_NODES.value
+                else [],
             )
             if step == ActionStep.REQUEUE_HOLD.value:
                 self._holding = True  # from here a hold of ours may exist until released

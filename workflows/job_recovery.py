@@ -389,6 +389,7 @@ class JobRecoveryWorkflow(SchedulerSteps, ApprovalGate, ArrayTask):
                 self.s.outcome = "not_approved"
                 self._set_phase("following_failed")
             return None
+        self._het_nodes = tuple(tuple(c) for c in obs.het_nodes) if obs else ()
         return await self._act(advice)
 
     def _anomaly_event(self, anomaly: Anomaly) -> AuditEvent:

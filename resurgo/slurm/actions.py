@@ -31,6 +31,8 @@ from resurgo.slurm.errors import (
     PreconditionFailed,
     SchedulerError,
 )
+from resurgo.slurm.hetjobs import exclusions_by_component
+from resurgo.slurm.json_records import observation
 
 # KillWait (5 s here, 30 s by default) plus SIGKILL delivery bounds how long COMPLETING lasts.
 SETTLE_TIMEOUT = 40.0
@@ -231,12 +233,26 @@ class SlurmActions:
         await self._check_capacity(obs, set(merged))
         async with self._remediating:
             await self._check_breaker(req, wanted)
-            await self.slurm.update_job(job_id, ExcNodeList=",".join(merged))
+            if len(obs.het_nodes) > 1:
+                await self._exclude_on_components(req, wanted)
+            else:
+                await self.slurm.update_job(job_id, ExcNodeList=",".join(merged))
             after = await self.observe(job_id)
         if not wanted <= set(after.exc_node_list):
             raise PreconditionFailed(f"ExcNodeList of job {job_id} is {after.exc_node_list}")
         advice = await self._cross_job(req, wanted)
         return self._result(req, "applied", after, f"ExcNodeList={','.join(merged)}{advice}")
+
+    async def _exclude_on_components(self, req: ActionRequest, wanted: set[str]) -> None:
+        """A heterogeneous job: each culprit is excluded on the component that ran it."""
+        listing = await self.slurm.squeue_json()
+        parts = listing.components(req.job.job_id) if listing is not None else []
+        plan = exclusions_by_component(sorted(wanted), req.component_nodes, max(len(parts), 1))
+        for offset, nodes in sorted(plan.items()):
+            had = set(observation(parts[offset]).exc_node_list) if parts else set()
+            await self.slurm.update_tasks(
+                f"{req.job.job_id}+{offset}", ExcNodeList=",".join(sorted(had | nodes))
+            )
 
     async def remediations(self) -> tuple[list[Remediation], list[NodeObservation]]:
         """What Resurgo excluded/drained on this cluster (from Slurm), and the cluster's nodes."""

@@ -240,7 +240,8 @@ class SlurmClient:
         await self._run(["scontrol", "hold", target])
 
     async def update_tasks(self, target: str, **fields: str) -> None:
-        """`scontrol update JobId=12_[4-9] ...`: update these (pending) tasks of an array."""
+        """`scontrol update JobId=12_[4-9] ...` (pending tasks of an array) or `JobId=70+1` (one
+        component of a heterogeneous job): update exactly these."""
         argv = ["scontrol", "update", f"JobId={target}"]
         await self._run(argv + [f"{key}={value}" for key, value in fields.items()])
 

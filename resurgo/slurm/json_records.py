@@ -22,6 +22,7 @@ from typing import Any
 
 from resurgo.contracts import JobObservation
 from resurgo.slurm.errors import ParseError
+from resurgo.slurm.hetjobs import whole_job
 from resurgo.slurm.parsers import DiscoveredJob, expand_hostlist
 
 log = logging.getLogger(__name__)
@@ -70,9 +71,21 @@ class Listing:
         if record is None:
             return None
         try:
-            return observation(record, self.version)
+            return self._whole(observation(record, self.version), record)
         except Exception as exc:  # one job's data, whatever it holds, costs only that job
             raise ParseError(f"job {job_id}: unreadable squeue --json record: {_why(exc)}") from exc
+
+    def components(self, leader: int) -> list[Record]:
+        """A heterogeneous job's component records by offset (the leader first); [] if none."""
+        parts = [r for r in self.records.values() if number(r.get("het_job_id")) == leader]
+        return sorted(parts, key=lambda r: number(r.get("het_job_offset")) or 0)
+
+    def _whole(self, obs: JobObservation, record: Record) -> JobObservation:
+        """A heterogeneous job's leader speaks for every component (resurgo/slurm/hetjobs)."""
+        if number(record.get("het_job_id")) != obs.job_id:
+            return obs
+        parts = [observation(r, self.version) for r in self.components(obs.job_id)]
+        return whole_job(obs, parts)
 
     def observations(self, want: Collection[int] | None = None) -> dict[int, JobObservation]:
         """The listed jobs (of `want`, when given); a record that does not fit is logged and
@@ -81,7 +94,8 @@ class Listing:
         jobs: dict[int, JobObservation] = {}
         for job_id in ids:
             try:
-                jobs[job_id] = observation(self.records[job_id], self.version)
+                record = self.records[job_id]
+                jobs[job_id] = self._whole(observation(record, self.version), record)
             except Exception as exc:  # one job's data, whatever it holds, costs only that job
                 log.error("squeue --json: skipping job %s: %s", job_id, _why(exc))
         return jobs

@@ -227,6 +227,8 @@ class DiscoveredJob(BaseModel):
     # A component of a heterogeneous job: the leader's job id.
     het_job_id: int | None = None
     restarts: int = 0
+    # Why this row cannot be followed (an array task in text output); "" when it can.
+    unreadable: str = ""
 
 
 def parse_squeue_discovery(output: str) -> list[DiscoveredJob]:
@@ -241,8 +243,13 @@ def parse_squeue_discovery(output: str) -> list[DiscoveredJob]:
     seen: dict[int, int] = {}
     for raw in output.split(SQUEUE_END + "\n"):
         parts = raw.split(SQUEUE_SEP, 7)
+        array = _TEXT_ARRAY_ID.match(parts[0].strip()) if len(parts) == 8 else None
+        if array is not None:
+            # `12_3`, `12_[4-9%2]`: text output has no per-task job id to act on. Each array
+            # is reported once (as its array id) as one discovery cannot follow.
+            rows.append(_unreadable_array(int(array.group(1)), parts))
+            continue
         if len(parts) != 8 or not parts[0].strip().isdigit():
-            # Array jobs print ids like 12_3; they are out of scope here and skipped.
             continue
         job_id, submit, state, end, user, partition, name, comment = parts
         seen[int(job_id)] = seen.get(int(job_id), 0) + 1
@@ -258,8 +265,23 @@ def parse_squeue_discovery(output: str) -> list[DiscoveredJob]:
                 comment="" if comment == "(null)" else comment,
             )
         )
+    rows = list({(r.job_id, r.unreadable != ""): r for r in rows}.values())
     twice = sorted(j for j, n in seen.items() if n > 1)
     if twice:
         log.error("squeue listing: job id(s) %s printed more than once (a forged row in some "
                   "job's comment); left out", twice[:20])  # fmt: skip
-    return [row for row in rows if seen[row.job_id] == 1]
+    return [row for row in rows if row.unreadable or seen[row.job_id] == 1]
+
+
+_TEXT_ARRAY_ID = re.compile(r"^(\d{1,10})_(?:\d{1,10}|\[[0-9,%:\-]{1,4096}\])$")
+
+
+def _unreadable_array(array_id: int, parts: list[str]) -> DiscoveredJob:
+    _, submit, state, end, user, partition, name, comment = parts
+    return DiscoveredJob(
+        job_id=array_id, submit_time=parse_time(submit.strip()), state=state.strip(),
+        end_time=parse_time(end.strip()), user=user.strip(), partition=partition.strip(),
+        name=name, comment="" if comment == "(null)" else comment,
+        unreadable="this Slurm has no `squeue --json`: the tasks of array jobs cannot be told "
+        "apart safely in text output, so the array is not monitored",
+    )  # fmt: skip

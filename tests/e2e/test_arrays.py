@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -18,6 +20,7 @@ from resurgo.audit.store import StoredAuditEvent
 from resurgo.devstack.localstack import REPO, wait_for
 from resurgo.slurm.json_records import Listing
 from tests.e2e.conftest import Deployment
+from tests.e2e.test_chaos import slurmctld_log
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slurm, pytest.mark.timeout(420)]
 
@@ -205,3 +208,96 @@ def test_a_node_failing_three_tasks_is_excluded_for_the_pending_ones(
     for record in array.records().values():
         if "node2" in str(record["excluded_nodes"]) and record["restart_cnt"] == 0:
             assert record["nodes"] != "node2", record
+
+
+def test_a_heterogeneous_job_is_one_workflow_and_the_culprit_is_excluded_on_its_component(
+    deploy: Callable[..., Deployment],
+) -> None:
+    """Two components (`+0`, `+1`); rank 1, on component 1's node, reports an ECC error: one
+    workflow follows the job, reads both components' nodes, and excludes the culprit on
+    component 1 alone; the requeued job completes."""
+    dep = deploy()
+    directive = {"resurgo": {"mode": "action", "environment": dep.environment}}
+    script = REPO / "tests" / "e2e" / "jobs" / "het_task.sbatch"
+    env = {**os.environ, "SLURM_CONF": dep.slurm_conf, "TZ": "UTC"}
+    done = subprocess.run(
+        ["sbatch", "--parsable", f"--output={dep.workdir / 'job-%j.out'}",
+         "--comment=" + json.dumps(directive), str(script)],
+        capture_output=True, text=True, cwd=dep.workdir, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    leader = int(done.stdout.strip().split(";")[0])
+    try:
+        dep.wait_event(leader, "completed", timeout=240)
+        events = dep.events(leader)
+        assert len({e.workflow_id for e in events}) == 1, "one workflow for the whole job"
+        started = next(e for e in events if e.type == "attempt_started")
+        assert len(started.data["nodes"]) == 2, started.data
+        attribution = next(e for e in events if e.type == "attribution")
+        (culprit,) = attribution.data["culprit_nodes"]
+        steps = [e.data["step"] for e in events if e.type == "action"]
+        assert steps == ["requeue_hold", "exclude_nodes", "release"]
+        out = subprocess.run(["squeue", "--json", "-t", "all"], capture_output=True, text=True,
+                             env=env, check=True).stdout  # fmt: skip
+        parts = Listing(out).components(leader)
+        assert [p["het_job_offset"] for p in parts] == [0, 1]
+        assert parts[0]["excluded_nodes"] == "" and parts[1]["excluded_nodes"] == culprit
+        assert culprit == started.data["nodes"][1]
+        assert all(p["restart_cnt"] == 1 and p["job_state"] == "COMPLETED" for p in parts)
+        assert culprit not in str(parts[1]["nodes"])
+        # Components never get workflows of their own.
+        assert not dep.events(leader + 1)
+    finally:
+        dep.cancel(leader)
+
+
+def test_exactly_once_per_task_when_worker_and_controller_are_killed(
+    deploy: Callable[..., Deployment], submit: Callable[..., Array]
+) -> None:
+    """Tasks 1 and 4 fail once (ECC). The worker and the controller are SIGKILLed while task 1
+    is requeued and not yet released, and again a moment later; restarted, every task still
+    sees each step once: counted where the commands land (slurmctld's log)."""
+    dep = deploy()
+    log = slurmctld_log(dep.slurm_conf)
+    start = log.stat().st_size
+
+    def commands(ref: str) -> Counter[str]:
+        with log.open("rb") as handle:
+            handle.seek(start)
+            text = handle.read().decode(errors="replace")
+        return Counter(
+            {"requeue": len(re.findall(rf"Requeuing JobId={ref}\(", text)),
+             "release": len(re.findall(rf"release hold on JobId={ref}\(", text))}
+        )  # fmt: skip
+
+    array = submit(dep, "0-5", "action", RESURGO_FAULT_TASK="1,4")
+    ref = f"{array.id}_1"
+    wait_for(lambda: commands(ref)["requeue"], 180, interval=0.05, what=f"the requeue of {ref}")
+    for component in ("worker", "controller"):
+        dep.stack.kill(component)
+    inside = commands(ref)["release"] == 0
+    time.sleep(1)
+    for component in ("worker", "controller"):
+        dep.stack.start(component)
+    time.sleep(3)
+    dep.stack.kill("worker")
+    time.sleep(1)
+    dep.stack.start("worker")
+    wait_for(lambda: len(array.records()) == 6 and all(
+        r["job_state"] == "COMPLETED" for r in array.records().values()),
+        300, interval=1, what="every task completed")  # fmt: skip
+    records = array.records()
+    for task in range(6):
+        tref = f"{array.id}_{task}"
+        faulty = task in (1, 4)
+        assert records[task]["restart_cnt"] == (1 if faulty else 0), (task, records[task])
+        want = Counter({"requeue": 1, "release": 1}) if faulty else Counter()
+        assert +commands(tref) == want, (task, commands(tref))
+        if faulty:
+            array.wait_event(tref, "completed", timeout=120)
+            events = array.events(tref)
+            steps = Counter(e.data.get("step") for e in events if e.type == "action")
+            assert steps == Counter({"requeue_hold": 1, "exclude_nodes": 1, "release": 1})
+            assert len({e.workflow_id for e in events}) == 1
+    assert [str(e.type) for e in array.events()].count("monitoring_started") == 1
+    assert inside, "the kill was meant to land between requeue and release"

@@ -11,8 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from resurgo.contracts import JobObservation
 from resurgo.slurm.arrays import array_view, count_tasks, pending_target, task_expression
 from resurgo.slurm.errors import ParseError
+from resurgo.slurm.hetjobs import exclusions_by_component, whole_job
 from resurgo.slurm.json_records import Listing
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "slurm" / "squeue_json_array.json"
@@ -66,3 +68,43 @@ def test_an_accepted_expression_is_digits_and_separators_only(raw: str) -> None:
         return
     assert tasks and set(tasks) <= set("0123456789,-:")
     assert count_tasks(tasks) >= 1 or "-" in tasks  # a descending range counts no task
+
+
+# ---- heterogeneous jobs -------------------------------------------------------------------------
+
+
+def part(job_id: int, nodes: list[str], excluded: tuple[str, ...] = ()) -> JobObservation:
+    return JobObservation(job_id=job_id, state="RUNNING", node_list=nodes,
+                          exc_node_list=list(excluded), num_nodes=len(nodes))  # fmt: skip
+
+
+def test_the_leader_speaks_for_every_component() -> None:
+    leader = part(70, ["node1"])
+    whole = whole_job(leader, [leader, part(71, ["node3", "node4"], ("node2",))])
+    assert whole.job_id == 70 and whole.node_list == ["node1", "node3", "node4"]
+    assert whole.het_nodes == [["node1"], ["node3", "node4"]] and whole.num_nodes == 3
+    assert whole.exc_node_list == ["node2"]
+    assert whole_job(leader, [leader]) == leader
+
+
+def test_a_culprit_is_excluded_on_the_component_that_ran_it() -> None:
+    ran = [["node1"], ["node3", "node4"]]
+    assert exclusions_by_component(["node4"], ran, 2) == {1: {"node4"}}
+    assert exclusions_by_component(["node1", "node3"], ran, 2) == {0: {"node1"}, 1: {"node3"}}
+    # A node no component ran: every component keeps off it.
+    assert exclusions_by_component(["node9"], ran, 2) == {0: {"node9"}, 1: {"node9"}}
+
+
+@given(
+    st.lists(st.lists(st.sampled_from(["a", "b", "c", "d"]), max_size=3), min_size=1, max_size=3),
+    st.lists(st.sampled_from(["a", "b", "c", "d", "e"]), max_size=4),
+)
+def test_every_culprit_lands_somewhere_and_only_where_it_ran(
+    ran: list[list[str]], wanted: list[str]
+) -> None:
+    plan = exclusions_by_component(wanted, ran, len(ran))
+    assert set().union(*plan.values()) == set(wanted) if wanted else plan == {}
+    for offset, nodes in plan.items():
+        for node in nodes:
+            somewhere = any(node in r for r in ran)
+            assert node in ran[offset] or not somewhere
