@@ -39,6 +39,8 @@ def build(
             "no API tokens configured: add [api.tokens.NAME] entries (see `resurgo api-token`) "
             "or a tokens_file, or pass --insecure for a local demo"
         )
+    # The address actually bound (--host) decides whether the console's cookie is Secure.
+    config = config.model_copy(update={"api": config.api.model_copy(update={"host": host})})
     app = create_app(config, tokens=tokens, insecure=insecure)
     # uvicorn logs at the level `resurgo --log-level` set (info by default for a service).
     level = logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower()

@@ -56,12 +56,24 @@ NAME_OK = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456
 
 
 def temporal_ui_base(config: ResurgoConfig) -> str:
-    """$RESURGO_TEMPORAL_UI_URL, else the dev server's UI next to the configured frontend."""
-    explicit = os.environ.get(UI_ENV, "").strip().rstrip("/")
-    if explicit.startswith(("http://", "https://")):
-        return explicit
+    """$RESURGO_TEMPORAL_UI_URL (kept from before the config key), else `temporal.ui_url`, else
+    the dev server's UI next to the configured frontend."""
+    for explicit in (os.environ.get(UI_ENV, ""), config.temporal.ui_url or ""):
+        explicit = explicit.strip().rstrip("/")
+        if explicit.startswith(("http://", "https://")):
+            return explicit
     host = config.temporal.address.rpartition(":")[0] or "localhost"
     return f"http://{host}:8233"
+
+
+def session_cookie_secure(config: ResurgoConfig, insecure: bool) -> bool:
+    """`api.session_cookie_secure`, or when unset: Secure unless the API listens on loopback
+    only (or runs --insecure, which is loopback only), where browsers talk plain http to it."""
+    if config.api.session_cookie_secure is not None:
+        return config.api.session_cookie_secure
+    from resurgo.api.server import is_loopback  # the server module imports this one
+
+    return not (insecure or is_loopback(config.api.host))
 
 
 def templates() -> Jinja2Templates:
@@ -102,7 +114,7 @@ def create_console(
         max_age=SESSION_MAX_AGE,
         path=PREFIX,
         same_site="strict",
-        https_only=False,
+        https_only=session_cookie_secure(config, insecure),
     )
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
 
