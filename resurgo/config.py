@@ -48,6 +48,13 @@ class ConfigError(PermanentError):
     """The configuration file is missing, unreadable or invalid; the message says where."""
 
 
+class SecretFileError(ConfigError):
+    """A `*_FILE` variable names a file that cannot be read (`resurgo.config_env`).
+
+    Defined here, next to `ConfigError`, so that `resurgo.errors.permanent_error_types()` (which
+    imports this module, not the environment reader) finds it for the non-retryable list."""
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -234,7 +241,7 @@ def load_config(path: str | os.PathLike[str] | None = None) -> ResurgoConfig:
     """Load the file named by `path` or $RESURGO_CONFIG (defaults when neither is set), with
     every key the environment sets on top (`RESURGO_<SECTION>__<KEY>`, `*_FILE` secrets: see
     `resurgo.config_env`)."""
-    from resurgo.config_env import SecretFileError, environment_overrides, merge
+    from resurgo.config_env import environment_overrides, merge
 
     chosen = path or os.environ.get("RESURGO_CONFIG")
     raw: dict[str, object] = {}

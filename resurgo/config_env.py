@@ -23,15 +23,11 @@ from typing import Any, Union, get_args, get_origin
 from pydantic import BaseModel, create_model
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from resurgo.errors import PermanentError
+from resurgo.config import SecretFileError
 
 __all__ = ["ENV_PREFIX", "SecretFileError", "environment_overrides", "merge"]
 
 ENV_PREFIX = "RESURGO_"
-
-
-class SecretFileError(PermanentError):
-    """A `*_FILE` variable names a file that cannot be read."""
 
 
 class _Environment(BaseSettings):
