@@ -161,3 +161,38 @@ def _held_by_other(message: str) -> str | None:
         if float(m["gib"]) >= 1.0:
             return "gpu"
     return None
+
+
+# The NCCL setting each network-configuration error is about (NCCL environment variables
+# documentation: NCCL_SOCKET_IFNAME selects the bootstrap interface, NCCL_IB_HCA the HCAs).
+_GOVERNING_SETTING = {
+    "nccl_no_socket_interface": "NCCL_SOCKET_IFNAME",
+    "nccl_ib_no_device": "NCCL_IB_HCA",
+}
+
+
+def _set_by_job(
+    a: Analysis, first: Event, summary: str, ranks: list[int], evidence: list[LogLine]
+) -> Verdict | None:
+    """The job script's own trace (`+ export NCCL_SOCKET_IFNAME=eth2`, bash -x) sets the
+    setting this error is about: the job owns it, an application failure (attribution-labels
+    tie-breaker 6) that a retry cannot fix."""
+    name = _GOVERNING_SETTING.get(first.match.id)
+    if name is None or first.category != Category.SYSTEM_SOFTWARE:
+        return None
+    traced = re.compile(rf"^\+* ?(?:export )?{name}=")
+    owned = next((e for e in a.header + a.lines[:200] if traced.match(e.text)), None)
+    if owned is None:
+        return None
+    return Verdict(
+        Category.APPLICATION,
+        first.key,
+        f"{summary}: {name} set by the job script",
+        0.85,
+        ranks=ranks,
+        evidence=[owned, *evidence],
+    )
+
+
+def _rank(e: Event) -> int | None:
+    return e.rank if e.rank is not None else e.task

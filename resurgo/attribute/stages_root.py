@@ -26,6 +26,8 @@ from resurgo.attribute.stages_common import (
     _held_by_other,
     _peer_node,
     _primary_candidates,
+    _rank,
+    _set_by_job,
     _shared_service,
     _watchdog_aborts,
 )
@@ -350,6 +352,8 @@ def _from_primaries(
         else:
             confidence = 0.85 if everywhere else 0.8
         return Verdict(category, first.key, summary, confidence, ranks=ranks, evidence=evidence)
+    if (owned := _set_by_job(a, first, summary, ranks, evidence)) is not None:
+        return owned
     if category == Category.SYSTEM_SOFTWARE:
         troubled = {
             e.node for e in a.node_events
@@ -445,10 +449,6 @@ def _transient(e: Event) -> bool:
     """An exception whose type is about reaching something shared (a hub, a tracker, a
     store, a file system) may pass on the next try, whatever rank raised it."""
     return bool(_TRANSIENT_EXCEPTION.search(e.message.split(":", 1)[0]))
-
-
-def _rank(e: Event) -> int | None:
-    return e.rank if e.rank is not None else e.task
 
 
 def _cascade_only(a: Analysis) -> Verdict | None:

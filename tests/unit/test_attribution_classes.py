@@ -231,3 +231,34 @@ def test_no_route_to_an_address_outside_the_job_names_no_node() -> None:
         "to connect to [store-01]:29400 (errno: 113 - No route to host).\n"
     )
     assert _run(job, ["node17", "node18"]).culprit_nodes == []
+
+
+NO_IFACE = "".join(
+    f"{t}: gpu0{t + 1}:5112{t}:5112{t} [0] misc/socket.cc:603 NCCL WARN Bootstrap : no socket "
+    f"interface found\n"
+    for t in range(2)
+)
+
+
+def test_an_nccl_setting_the_job_script_exports_is_the_jobs_configuration() -> None:
+    # NCCL's bootstrap warning (src/misc/socket.cc); bash -x traces the script's export.
+    a = _run("+ export NCCL_SOCKET_IFNAME=eth2\n" + NO_IFACE)
+    assert (a.category, a.culprit_nodes) == (Category.APPLICATION, [])
+    assert default_advice(a).kind == AdviceKind.STOP
+
+
+def test_the_same_nccl_error_without_the_job_setting_it_is_not_the_applications() -> None:
+    assert _run(NO_IFACE).category == Category.SYSTEM_SOFTWARE
+
+
+def test_nvidia_smi_without_a_loaded_driver_is_the_nodes_software() -> None:
+    # NVML_ERROR_DRIVER_NOT_LOADED as nvidia-smi prints it (a kernel updated without the
+    # driver module rebuilt); a lost GPU reads 'GPU is lost' instead.
+    line = (
+        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make "
+        "sure that the latest NVIDIA driver is installed and running."
+    )
+    logs = {"gpu02": _lines(line, "node_gpu02.txt")}
+    job = "srun: error: gpu02: task 1: Exited with exit code 1\n"
+    a = attribute(Registry.default(), None, _lines(job), None, [], NODES, node_logs=logs)
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["gpu02"])
