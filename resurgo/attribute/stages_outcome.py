@@ -111,6 +111,18 @@ def _hung_until_time_limit(a: Analysis, kill: list[LogLine]) -> Verdict | None:
     times = progress_times(a)
     last = last_progress(a)
     killed = next((m.group(1) for e in kill if (m := _KILLED_AT.search(e.text))), None)
+    if len(times) < 2 and last is not None and killed is not None:
+        # Progress lines without clock times (tqdm bars): `stat` of the job's output file
+        # says when it was last written.
+        written = _output_written(a)
+        silence = (datetime.fromisoformat(killed) - written).total_seconds() if written else 0
+        if written is not None and silence > OUTPUT_SILENCE_SECONDS:
+            return Verdict(
+                Category.UNKNOWN, "hang|time_limit", f"the job's output was last written at "
+                f"{written} and it stayed silent {silence / 3600:.1f} h until its time limit",
+                0.6, evidence=[a.lines[last], *kill[:2]], kind=AnomalyKind.HANG,
+                outcome="timeout",
+            )  # fmt: skip
     if len(times) < 2 or last is None or killed is None:
         return None
     gaps = [(y - x).total_seconds() for x, y in itertools.pairwise(times) if y > x]
@@ -124,6 +136,20 @@ def _hung_until_time_limit(a: Analysis, kill: list[LogLine]) -> Verdict | None:
         f"stayed silent {silence / 3600:.1f} h until its time limit", 0.6,
         evidence=[a.lines[last], *kill[:2]], kind=AnomalyKind.HANG, outcome="timeout",
     )  # fmt: skip
+
+
+# `stat -c '%y %n' FILE` of the job's output (coreutils stat: `%y` is the modification time).
+_STAT_MTIME = re.compile(
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)?(?: [+-]\d{4})? \S+\.(?:out|log|err|txt)\s*$"
+)
+OUTPUT_SILENCE_SECONDS = 3600.0
+
+
+def _output_written(a: Analysis) -> datetime | None:
+    for entry in reversed(a.facts.lines):
+        if (m := _STAT_MTIME.match(entry.text.strip())) is not None:
+            return datetime.fromisoformat(m.group(1))
+    return None
 
 
 def _suspended(a: Analysis) -> Verdict | None:

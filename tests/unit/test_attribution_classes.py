@@ -262,3 +262,23 @@ def test_nvidia_smi_without_a_loaded_driver_is_the_nodes_software() -> None:
     job = "srun: error: gpu02: task 1: Exited with exit code 1\n"
     a = attribute(Registry.default(), None, _lines(job), None, [], NODES, node_logs=logs)
     assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["gpu02"])
+
+
+def test_a_time_limit_hours_after_the_output_was_last_written_is_a_hang() -> None:
+    # tqdm bars carry no clock time; `stat -c '%y %n'` of the output file (coreutils) does.
+    bars = "".join(
+        f"Epoch 7:  43%|████      | {600 + 10 * i}/1604 [21:30<28:29,  0.53it/s, "
+        f"train_loss=0.392]\n"
+        for i in range(10)
+    )
+    job = bars + (
+        "slurmstepd: error: *** JOB 77120 ON gpu01 CANCELLED AT 2024-10-02T23:00:14 DUE TO "
+        "TIME LIMIT ***\n"
+    )
+    sched = _lines(
+        "$ stat -c '%y %n' /scratch/u/logs/77120.out\n"
+        "2024-10-02 17:41:09.000000000 +0000 /scratch/u/logs/77120.out",
+        "scheduler.txt",
+    )
+    a = attribute(Registry.default(), None, _lines(job), None, [], NODES, scheduler_lines=sched)
+    assert (a.kind, a.category) == ("hang", Category.UNKNOWN)
