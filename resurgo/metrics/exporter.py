@@ -29,7 +29,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from resurgo.audit.store import AuditStore, AuditStoreUnavailable
-from resurgo.metrics.digest import AuditDigest
+from resurgo.metrics.digest import LATENCY_BUCKETS, AuditDigest, LatencyFold
 from resurgo.metrics.process import PROCESS, ProcessCounters
 from resurgo.metrics.reader import DigestReader
 
@@ -37,11 +37,9 @@ log = logging.getLogger("resurgo.metrics")
 
 PORT_ENV = "RESURGO_METRICS_PORT"
 HOST_ENV = "RESURGO_METRICS_HOST"
-# Recovery latencies run from seconds (a hold and requeue) to hours (a job waiting in queue).
 # The ports the compose file and the Helm chart serve /metrics on (tests keep them in step);
 # distinct because the quickstart's controller and watchdog share one network namespace.
 DEPLOYED_PORTS = {"worker": 9464, "controller": 9465, "watchdog": 9466}
-LATENCY_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 4 * 3600.0)
 
 
 class AuditCollector(Collector):
@@ -117,18 +115,9 @@ def _families(d: AuditDigest) -> list[Metric]:
     return out
 
 
-def _histogram(name: str, doc: str, values: list[float]) -> HistogramMetricFamily:
-    cumulative, buckets = 0, []
-    ordered = sorted(values)
-    i = 0
-    for bound in LATENCY_BUCKETS:
-        while i < len(ordered) and ordered[i] <= bound:
-            i += 1
-        cumulative = i
-        buckets.append((repr(bound), cumulative))
-    buckets.append(("+Inf", len(ordered)))
+def _histogram(name: str, doc: str, fold: LatencyFold) -> HistogramMetricFamily:
     h = HistogramMetricFamily(name, doc)
-    h.add_metric([], buckets, sum_value=sum(ordered))
+    h.add_metric([], fold.cumulative(), sum_value=fold.total)
     return h
 
 

@@ -195,3 +195,68 @@ def test_a_bad_metrics_port_is_refused_before_anything_starts() -> None:
     for bad in ("http", "-1", "70000"):
         with pytest.raises(ValueError, match="RESURGO_METRICS_PORT"):
             start_process_metrics("worker", None, {"RESURGO_METRICS_PORT": bad})
+
+
+def ended(job: int, offset: int, outcome: str = "completed") -> AuditEvent:
+    return AuditEvent(
+        event_id=f"{job}-end",
+        cluster="c1",
+        job_id=job,
+        workflow_id=f"resurgo:c1:{job}:1700000000",
+        attempt=None,
+        type="monitoring_ended",
+        producer="test",
+        at=T0 + timedelta(seconds=offset),
+        data={"outcome": outcome},
+    )
+
+
+def test_ended_jobs_are_folded_into_counts_and_their_records_dropped() -> None:
+    d = AuditDigest(keep_finished=50)
+    for job in range(1, 401):
+        d.feed([*story(job, job * 200), ended(job, job * 200 + 150)])
+    # The counts are all there ...
+    assert (d.jobs_started, d.jobs_ended, d.jobs_watched) == (400, 400, 0)
+    assert d.outcomes["completed"] == 400 and d.anomalies["hardware_gpu"] == 400
+    assert len(d.detection_to_action) == 400 and d.detection_to_action.cumulative()[-1][1] == 400
+    assert d.holds_outstanding == 0  # every hold was released
+    # ... and the per-job records are not: the 50 latest ended jobs' lines, newest first.
+    assert d.jobs_kept == 50
+    assert [s.job_id for s in d.job_summaries(1000)] == list(range(400, 350, -1))
+    assert d.job_summaries(1)[0].outcome == "completed"
+
+
+def test_a_hold_left_open_at_the_end_counts_until_released() -> None:
+    d = AuditDigest(keep_finished=1)
+    held = story(1)[:-2]  # held and excluded, never released
+    d.feed([*held, ended(1, 40, "stopped")])
+    d.feed([*story(2, 1000), ended(2, 1150)])  # pushes job 1's line out of the kept ones
+    assert d.holds_outstanding == 1 and d.jobs_watched == 0
+    release = story(1)[-2].model_copy(update={"at": T0 + timedelta(seconds=5000)})
+    d.feed([release])  # the watchdog's late release, after the end
+    assert d.holds_outstanding == 0 and d.jobs_watched == 0 and d.actions["release"] == 2
+
+
+def test_memory_does_not_grow_with_jobs_that_ended() -> None:
+    import gc
+    import tracemalloc
+
+    def clean(job: int) -> list[AuditEvent]:  # started, ran, completed: the common case
+        return [*story(job, job * 10, approve=False)[:2], ended(job, job * 10 + 5)]
+
+    d = AuditDigest(keep_finished=200)
+    for job in range(1, 1001):
+        d.feed(clean(job))
+    gc.collect()
+    tracemalloc.start()
+    try:
+        start, _ = tracemalloc.get_traced_memory()
+        for job in range(1001, 9001):  # eight times as many more
+            d.feed(clean(job))
+        gc.collect()
+        end, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert d.jobs_ended == 9000 and d.jobs_kept == 200
+    # Before: every job's record kept for ever (MBs here); now a few day counters at most.
+    assert end - start < 256 * 1024, end - start
