@@ -36,7 +36,7 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from resurgo.contracts import ClusterGates, PolicyConfig
 from resurgo.errors import PermanentError
@@ -66,6 +66,33 @@ class TemporalSettings(Strict):
     # "https://temporal.example.org" (the legacy $RESURGO_TEMPORAL_UI_URL still wins); unset:
     # the dev server's UI, port 8233 of the frontend's host.
     ui_url: str | None = Field(default=None, pattern=r"^https?://[^\s<>\"']+$")
+    # TLS to the frontend (Temporal Cloud, a production cluster). Files are PEM, read at connect
+    # time: tls_ca_file trusts a private CA (unset: the system roots), tls_cert_file + tls_key_file
+    # are the client certificate of mTLS, tls_server_name overrides the name checked against the
+    # server's certificate (when the address is an IP or a load balancer).
+    tls: bool = False
+    tls_ca_file: str | None = None
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    tls_server_name: str | None = None
+    # Sent as "Authorization: Bearer ..." (Temporal Cloud API keys); a secret, so give it as
+    # $RESURGO_TEMPORAL__API_KEY_FILE. Needs tls = true: the key never travels in clear.
+    api_key: str | None = Field(default=None, min_length=1, repr=False)
+
+    @model_validator(mode="after")
+    def _tls_consistent(self) -> TemporalSettings:
+        if not self.tls:
+            needing = [
+                name
+                for name in ("tls_ca_file", "tls_cert_file", "tls_key_file", "tls_server_name",
+                             "api_key")
+                if getattr(self, name) is not None
+            ]  # fmt: skip
+            if needing:
+                raise ValueError(f"{', '.join(needing)} set but tls is false; set tls = true")
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("tls_cert_file and tls_key_file go together (mTLS needs both)")
+        return self
 
 
 class AuditSettings(Strict):

@@ -26,6 +26,10 @@ import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from resurgo.config import TemporalSettings
 
 
 class Unhealthy(Exception):
@@ -71,14 +75,26 @@ def check_process(words: str, proc: Path = Path("/proc")) -> str:
     raise Unhealthy(f"no process with {words!r} in its command line")
 
 
-async def _pollers(address: str, namespace: str, task_queue: str, timeout: float) -> list:  # type: ignore[type-arg]
+async def _pollers(settings: TemporalSettings, task_queue: str, timeout: float) -> list:  # type: ignore[type-arg]
     from temporalio.api.enums.v1 import TaskQueueType
     from temporalio.api.taskqueue.v1 import TaskQueue
     from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
     from temporalio.client import Client
 
-    client = await asyncio.wait_for(Client.connect(address, namespace=namespace), timeout)
-    found = []
+    from resurgo.workflows.client import tls_config
+
+    namespace = settings.namespace
+    # The same TLS / mTLS / API key as the processes it checks (the [temporal] config).
+    client = await asyncio.wait_for(
+        Client.connect(
+            settings.address,
+            namespace=namespace,
+            tls=tls_config(settings),
+            api_key=settings.api_key,
+        ),
+        timeout,
+    )
+    found: list[object] = []
     for kind in (
         TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
         TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
@@ -100,15 +116,19 @@ async def _pollers(address: str, namespace: str, task_queue: str, timeout: float
 def check_pollers(
     task_queue: str, address: str | None, namespace: str | None, max_age: float, timeout: float
 ) -> str:
-    if not address or not namespace:
-        from resurgo.config import load_config
+    from resurgo.config import load_config
 
-        cfg = load_config()
-        address = address or cfg.temporal.address
-        namespace = namespace or cfg.temporal.namespace
+    settings = load_config().temporal
+    settings = settings.model_copy(
+        update={
+            "address": address or settings.address,
+            "namespace": namespace or settings.namespace,
+        }
+    )
+    address = settings.address
     host = socket.gethostname()
     try:
-        pollers = asyncio.run(_pollers(address, namespace, task_queue, timeout))
+        pollers = asyncio.run(_pollers(settings, task_queue, timeout))
     except Exception as exc:  # connection refused, timeout, RPC error: all unhealthy
         raise Unhealthy(f"cannot describe task queue {task_queue} on {address}: {exc!r}") from exc
     now = time.time()
