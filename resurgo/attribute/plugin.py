@@ -19,7 +19,7 @@ Resurgo POSTs a `PluginRequest` (JSON) to the configured URL and reads a `Plugin
      "evidence": [{"source": "...", "line_no": 1, "text": "..."}]}
 
 Rules: each try is bounded by `timeout_seconds`; connection errors, timeouts, 429 and 5xx are
-retried up to `retries` times with exponential backoff; the whole exchange is bounded by
+retried up to `retries` times with exponential backoff and jitter; the whole exchange is bounded by
 `deadline_seconds`. Any failure (unreachable, slow, error status, malformed body) returns our
 verdict unchanged but for a note in its summary. A usable answer sets `source="plugin"`. Added
 culprits must be nodes of the job when its node list is known.
@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from typing import Literal
 
 import httpx
+import stamina
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from resurgo.contracts import (
@@ -114,6 +115,10 @@ class PluginFailed(TransientError):
     """The plugin gave no usable answer (the message says why)."""
 
 
+class _TryAgain(Exception):
+    """A try the plugin may answer next time (no connection, timeout, 429, 5xx)."""
+
+
 def request_for(
     verdict: Attribution,
     *,
@@ -163,35 +168,45 @@ async def ask(
 ) -> PluginResponse:
     """One bounded exchange with retries; raises PluginFailed."""
     body = request.model_dump(mode="json")
-    last = "no attempt"
+
+    async def once(http: httpx.AsyncClient) -> PluginResponse:
+        try:
+            response = await http.post(
+                config.url, json=body, headers=config.headers, timeout=config.timeout_seconds
+            )
+        except httpx.TimeoutException:
+            raise _TryAgain(f"timed out after {config.timeout_seconds:g}s") from None
+        except httpx.HTTPError as exc:
+            raise _TryAgain(f"{type(exc).__name__}: {exc}") from None
+        if response.status_code == 429 or response.status_code >= 500:
+            raise _TryAgain(f"HTTP {response.status_code}")
+        if response.status_code != 200:
+            raise PluginFailed(f"HTTP {response.status_code}")
+        try:
+            return PluginResponse.model_validate_json(response.content)
+        except ValidationError as exc:
+            errors = exc.errors()
+            where = ".".join(str(p) for p in errors[0]["loc"]) if errors else ""
+            raise PluginFailed(f"malformed answer ({where or 'body'})") from exc
 
     async def attempt(http: httpx.AsyncClient) -> PluginResponse:
-        nonlocal last
-        for n in range(config.retries + 1):
-            if n:
-                await asyncio.sleep(config.backoff_seconds * (2 ** (n - 1)))
-            try:
-                response = await http.post(
-                    config.url, json=body, headers=config.headers, timeout=config.timeout_seconds
-                )
-            except httpx.TimeoutException:
-                last = f"timed out after {config.timeout_seconds:g}s"
-                continue
-            except httpx.HTTPError as exc:
-                last = f"{type(exc).__name__}: {exc}"
-                continue
-            if response.status_code == 429 or response.status_code >= 500:
-                last = f"HTTP {response.status_code}"
-                continue
-            if response.status_code != 200:
-                raise PluginFailed(f"HTTP {response.status_code}")
-            try:
-                return PluginResponse.model_validate_json(response.content)
-            except ValidationError as exc:
-                errors = exc.errors()
-                where = ".".join(str(p) for p in errors[0]["loc"]) if errors else ""
-                raise PluginFailed(f"malformed answer ({where or 'body'})") from exc
-        raise PluginFailed(last)
+        # Exponential backoff with jitter (stamina), so that the attributions of many jobs
+        # failing at once do not retry a struggling plugin in step. Only _TryAgain is retried:
+        # a 4xx or a malformed answer will not get better.
+        try:
+            async for try_ in stamina.retry_context(
+                on=_TryAgain,
+                attempts=config.retries + 1,
+                timeout=None,  # deadline_seconds bounds the whole exchange (below)
+                wait_initial=config.backoff_seconds,
+                wait_max=max(config.backoff_seconds * 2**config.retries, 0.0),
+                wait_jitter=config.backoff_seconds,
+            ):
+                with try_:
+                    return await once(http)
+        except _TryAgain as exc:
+            raise PluginFailed(str(exc)) from None
+        raise PluginFailed("no attempt")  # pragma: no cover: attempts >= 1
 
     async def run() -> PluginResponse:
         if client is not None:

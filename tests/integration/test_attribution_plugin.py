@@ -164,6 +164,26 @@ async def test_failing_plugin_is_retried_then_given_up(serve: Callable[[Handler]
     assert len(plugin.calls) == 3
 
 
+async def test_retries_back_off_exponentially_with_jitter(
+    serve: Callable[[Handler], Plugin],
+) -> None:
+    """Each wait is at least the backoff doubled per retry, plus a random share of it (jitter):
+    many attributions failing at once do not hit a struggling plugin in step."""
+    seen: list[float] = []
+
+    def handler(_r: dict[str, Any], _n: int) -> tuple[int, bytes, float]:
+        seen.append(time.monotonic())
+        return 503, b"", 0.0
+
+    plugin = serve(handler)
+    config = PluginConfig(url=plugin.url, retries=2, backoff_seconds=0.15, deadline_seconds=5)
+    got = await enrich(OURS, request(), config)
+    assert "HTTP 503" in got.summary and len(plugin.calls) == 3
+    first, second = seen[1] - seen[0], seen[2] - seen[1]
+    assert 0.15 <= first < 0.15 + 0.15 + 0.1, first  # backoff + up to one backoff of jitter
+    assert 0.3 <= second < 0.3 + 0.15 + 0.1, second
+
+
 async def test_flaky_plugin_succeeds_on_retry(serve: Callable[[Handler], Plugin]) -> None:
     good = json.dumps({"culprit_nodes": ["node1"]}).encode()
     plugin = serve(lambda _r, n: (500, b"", 0.0) if n == 1 else (200, good, 0.0))
