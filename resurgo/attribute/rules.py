@@ -178,7 +178,13 @@ def _kind(a: Analysis, verdict: Verdict, anomaly: Anomaly | None) -> Kind:
         e for e in a.events
         if e.root and e.serious and (e.line.source, e.line.line_no) in shown
     ]  # fmt: skip
-    if decisive and all(e.match.kind == AnomalyKind.HANG for e in decisive):
+    actors = {e.actor for e in decisive}
+    died = any(  # the stuck ranks then died of their own error (pdb quitting at EOF)
+        e.root and e.serious and e.match.kind == AnomalyKind.CRASH and e.actor in actors
+        and e.category == verdict.category and e.order > min(d.order for d in decisive)
+        for e in a.events
+    ) if decisive else False  # fmt: skip
+    if decisive and not died and all(e.match.kind == AnomalyKind.HANG for e in decisive):
         return AnomalyKind.HANG
     if not decisive and _hung_first(a):
         # The cause left no error in the job's output (it is in a node's logs, or nowhere).

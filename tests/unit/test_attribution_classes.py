@@ -282,3 +282,18 @@ def test_a_time_limit_hours_after_the_output_was_last_written_is_a_hang() -> Non
     )
     a = attribute(Registry.default(), None, _lines(job), None, [], NODES, scheduler_lines=sched)
     assert (a.kind, a.category) == ("hang", Category.UNKNOWN)
+
+
+def test_a_leftover_breakpoint_that_quit_at_eof_is_a_crash_of_the_application() -> None:
+    # pdb's prompt (CPython Lib/pdb.py), then BdbQuit (Lib/bdb.py) as pdb reads end of input.
+    job = "".join(f"{t}: [rank{t}]: (Pdb) \n" for t in range(2)) + "".join(
+        f"{t}: [rank{t}]: bdb.BdbQuit\n" for t in range(2)
+    )
+    a = _run(job)
+    assert (a.kind, a.category) == ("crash", Category.APPLICATION)
+    assert default_advice(a).kind == AdviceKind.STOP
+
+
+def test_a_pdb_prompt_with_nothing_after_it_is_a_hang() -> None:
+    a = _run("".join(f"{t}: [rank{t}]: (Pdb) \n" for t in range(2)))
+    assert (a.kind, a.category) == ("hang", Category.APPLICATION)
