@@ -89,10 +89,10 @@ OOM_KILLS = frozenset({"host_oom_kill", "slurm_oom_kill", "dataloader_worker_kil
 # A path the job names that is missing or forbidden: on one node a mount (retry elsewhere), on
 # every rank of every node the job's own data or configuration (failure taxonomy B.8).
 CONFIGURED_PATHS = frozenset({"file_not_found", "permission_denied"})
-# Unknown-category roots about shared state (storage, checkpoints): no node to blame.
+# Unknown roots about shared state (storage, checkpoints) or a lone CUDA error: no node to blame.
 SHARED_UNKNOWN = frozenset(
     {"checkpoint_save_failed", "dcp_checkpoint_exception", "resume_load_failed", "python_exception"}
-)
+) | {"cuda_error_other"}  # (labels: a lone `unknown error` supports no cause)
 _TRANSIENT_EXCEPTION = re.compile(
     r"(?i)connect|timeout|timed ?out|network|http|ssl|socket|unavailable|temporar|resource|"
     r"busy|retry|oserror|ioerror|eoferror|interrupt|lock|quota|memory"

@@ -297,3 +297,15 @@ def test_a_leftover_breakpoint_that_quit_at_eof_is_a_crash_of_the_application() 
 def test_a_pdb_prompt_with_nothing_after_it_is_a_hang() -> None:
     a = _run("".join(f"{t}: [rank{t}]: (Pdb) \n" for t in range(2)))
     assert (a.kind, a.category) == ("hang", Category.APPLICATION)
+
+
+def test_a_lone_cuda_unknown_error_with_no_node_evidence_names_no_node() -> None:
+    # The c10d watchdog's abort message for a CUDA error of no known class.
+    job = (
+        "1: [rank11]: terminate called after throwing an instance of 'c10::Error'\n"
+        "1: [rank11]:   what():  CUDA error: unknown error\n"
+        "srun: error: gpu02: task 1: Aborted (core dumped)\n"
+    )
+    a = _run(job)
+    assert (a.category, a.culprit_nodes) == (Category.UNKNOWN, [])
+    assert default_advice(a).kind == AdviceKind.REQUEUE
