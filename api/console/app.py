@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -31,7 +31,7 @@ from starlette.middleware.sessions import SessionMiddleware
 from resurgo.api.auth import Principal, Role, TokenRegistry
 from resurgo.api.console.insights import gates_of, nodes_view, overview_view
 from resurgo.api.console.job_page import job_page_context
-from resurgo.api.console.live import JobsSnapshot, LiveJobs
+from resurgo.api.console.live import MAX_JOBS, JobsSnapshot, LiveJobs, row_from_item
 from resurgo.api.console.session import (
     CSRF_FIELD,
     SESSION_COOKIE,
@@ -42,6 +42,7 @@ from resurgo.api.console.session import (
     read_form,
 )
 from resurgo.api.core import ApiProblem
+from resurgo.api.listing import JobFilter
 from resurgo.api.service import Gateway
 from resurgo.config import ResurgoConfig
 from resurgo.contracts import Mode
@@ -52,6 +53,7 @@ log = logging.getLogger("resurgo.api.console")
 HERE = Path(__file__).resolve().parent
 PREFIX = "/console"
 UI_ENV = "RESURGO_TEMPORAL_UI_URL"
+MAX_CURSOR = 4096  # the API's cursors are a few hundred characters
 NAME_OK = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.:@+-")
 
 
@@ -209,7 +211,44 @@ def create_console(
         principal = auth.principal(request)
         snap = await live.snapshot()
         gates = await asyncio.to_thread(gates_of, config, digest)
-        return render(request, "jobs.html", principal, snap=snap, gates=gates, rows=job_rows(snap))
+        return render(
+            request, "jobs.html", principal, snap=snap, gates=gates, rows=job_rows(snap),
+            truncated=len(snap.rows) >= MAX_JOBS,
+        )  # fmt: skip
+
+    @app.get("/all")
+    async def all_jobs(
+        request: Request, cursor: str | None = None, limit: int = MAX_JOBS
+    ) -> Response:
+        """Every job, page by page, beyond the live list's latest MAX_JOBS: the API's own
+        listing (live first, then finished, newest first) and its opaque cursor."""
+        principal = auth.principal(request)
+        if not 1 <= limit <= MAX_JOBS or (cursor is not None and len(cursor) > MAX_CURSOR):
+            raise Refused(400, f"limit is 1 to {MAX_JOBS}; the cursor comes from a “more” link")
+        try:
+            page = await asyncio.wait_for(gateway.list_jobs(JobFilter(), cursor, limit), 30)
+        except ApiProblem as exc:
+            raise Refused(exc.status, f"This page cannot be listed: {exc.detail}") from exc
+        except (TimeoutError, RuntimeError, OSError) as exc:
+            raise Refused(503, f"The jobs cannot be listed right now ({exc}).") from exc
+        seen = await asyncio.to_thread(
+            digest.view, lambda d: {i.workflow_id: d.summary_of(i.workflow_id) for i in page.items}
+        )
+        rows = [row_from_item(i, seen.get(i.workflow_id)) for i in page.items]
+        degraded = (
+            "Temporal cannot be read: these jobs come from the audit trail; whether one is still "
+            "monitored is unknown."
+            if page.degraded
+            else None
+        )
+        snap = JobsSnapshot(rows, degraded, 0.0)
+        more = f"{PREFIX}/all?{urlencode({'cursor': page.next_cursor, 'limit': limit})}"
+        return render(
+            request, "all_jobs.html", principal, snap=snap, limit=limit,
+            more=more if page.next_cursor else None, first=cursor is None,
+            # Autoescaped by the rows template; Markup only keeps it from being escaped twice.
+            rows=Markup(rows_template.render(snap=snap, prefix=PREFIX, workflow_url=workflow_url)),
+        )  # fmt: skip
 
     @app.get("/stream")
     async def stream(request: Request) -> EventSourceResponse:

@@ -28,6 +28,7 @@ from temporalio.service import RPCError
 
 from resurgo.api.core import ApiProblem
 from resurgo.api.listing import JobFilter, item_from_execution, jobs_query
+from resurgo.api.models import JobItem
 from resurgo.api.service import Gateway
 from resurgo.audit.store import AuditStoreUnavailable
 from resurgo.metrics.digest import JobDigest
@@ -157,25 +158,27 @@ class LiveJobs:
             item = item_from_execution(e)
             if item is None:
                 continue
-            seen = by_id.pop(item.workflow_id, None)
-            rows.append(
-                JobRow(
-                    item.cluster,
-                    item.job_id,
-                    item.workflow_id,
-                    True,
-                    item.state or "",
-                    item.mode or "",
-                    "" if item.attempt is None else str(item.attempt),
-                    item.last_category or "",
-                    compress_hostlist(seen.culprits) if seen else "",
-                    item.needs_approval,
-                    item.user or "",
-                    seen.last_at if seen else item.first_seen,
-                )
-            )
+            rows.append(row_from_item(item, by_id.pop(item.workflow_id, None)))
         rows += [_from_digest(j) for j in by_id.values()][: max(0, MAX_JOBS - len(rows))]
         return JobsSnapshot(rows, store_problem, time.monotonic())
+
+
+def row_from_item(item: JobItem, seen: JobDigest | None) -> JobRow:
+    """A row of the API's listing, with the culprits the digest knows of the job."""
+    return JobRow(
+        item.cluster,
+        item.job_id,
+        item.workflow_id,
+        item.live,
+        item.state or "",
+        item.mode or "",
+        "" if item.attempt is None else str(item.attempt),
+        item.last_category or "",
+        compress_hostlist(seen.culprits) if seen and seen.culprits else "",
+        item.needs_approval,
+        item.user or "",
+        seen.last_at if seen else (item.last_seen or item.first_seen),
+    )
 
 
 def _from_digest(j: JobDigest) -> JobRow:
@@ -200,4 +203,4 @@ def _joined(*parts: str | None) -> str | None:
     return " ".join(p for p in parts if p) or None
 
 
-__all__ = ["MAX_JOBS", "JobRow", "JobsSnapshot", "LiveJobs"]
+__all__ = ["MAX_JOBS", "JobRow", "JobsSnapshot", "LiveJobs", "row_from_item"]

@@ -265,6 +265,12 @@ class AuditDigest:
         else:
             self.pending.discard((key, gen))
 
+    def summary_of(self, workflow_id: str) -> JobDigest | None:
+        """The job's summary line while the digest keeps it (a copy)."""
+        job = self._jobs.get(workflow_id)
+        found = job.summary if job is not None else self._finished.get(workflow_id)
+        return replace(found, culprits=list(found.culprits)) if found else None
+
     def job_summaries(self, limit: int) -> list[JobDigest]:
         """The `limit` most recently active jobs (watched, and the kept ended ones), newest
         first (copies: safe to keep)."""

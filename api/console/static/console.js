@@ -33,7 +33,8 @@
 
   function watchJobs() {
     var tbody = document.getElementById("job-rows");
-    if (!tbody || !window.EventSource) return;
+    // The paged list (`/console/all`) has no stream: it is not live.
+    if (!tbody || !tbody.getAttribute("data-stream") || !window.EventSource) return;
     var dot = document.getElementById("live-dot");
     var source = new EventSource(tbody.getAttribute("data-stream"));
     source.addEventListener("open", function () { if (dot) dot.className = "dot on"; });
