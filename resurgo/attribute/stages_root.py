@@ -271,7 +271,7 @@ def _from_primaries(
         nodes = sorted(n for n in said if n is not None and a.in_job(n))
     if not nodes and not everywhere and first.actor is None:
         # An unlabelled crash report: srun's verdict says whose process died of a signal.
-        dead = {x.node for x in deaths if x.node} or {
+        dead = {x.node for x in deaths if x.node and not x.after_termination} or {
             x.node for x in a.scan.exit_order
             if x.node and x.status == "exit" and x.code and x.actor not in victims
             and not x.after_termination

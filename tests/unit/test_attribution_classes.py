@@ -309,3 +309,18 @@ def test_a_lone_cuda_unknown_error_with_no_node_evidence_names_no_node() -> None
     a = _run(job)
     assert (a.category, a.culprit_nodes) == (Category.UNKNOWN, [])
     assert default_advice(a).kind == AdviceKind.REQUEUE
+
+
+def test_an_unlabelled_container_failure_is_the_node_whose_task_failed_not_the_one_killed() -> None:
+    # pyxis's errors carry no node; srun reports which task exited with an error and which it
+    # killed after aborting the step (Slurm's srun messages).
+    job = (
+        "slurmstepd: error: pyxis: container start failed with error code: 1\n"
+        "slurmstepd: error: pyxis:     enroot-nsenter: failed to create user namespace: No "
+        "space left on device\n"
+        "srun: error: gpu02: task 1: Exited with exit code 1\n"
+        "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.\n"
+        "srun: error: gpu01: task 0: Killed\n"
+    )
+    a = _run(job)
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["gpu02"])

@@ -94,7 +94,7 @@ NEXT = Path(__file__).resolve().parents[1] / "corpus_blind_next"
 # Sets below the targets (tests/corpus_blind_next/README.md): floors at today's scores, so a
 # change may only raise them. (category, culprit F1, action, false stops at most)
 FLOORS = {
-    "s6-": (0.96, 0.89, 0.92, 0),
+    "s6-": (0.96, 0.92, 0.92, 0),
     "s7-": (0.89, 0.99, 0.91, 0),
     "hardware": (0.97, 0.98, 0.99, 0),
     "software": (0.95, 0.97, 0.95, 0),
