@@ -26,6 +26,11 @@ max_attempts = 5
 [telemetry]                          # OpenTelemetry (see worker/telemetry.py); off by default
 otlp_endpoint = "http://collector:4318"   # OTLP/HTTP; or $OTEL_EXPORTER_OTLP_ENDPOINT
 service_name = "resurgo"
+
+[metrics]                            # Prometheus /metrics per process (0: off, the default);
+worker_port = 9464                   # $RESURGO_METRICS_PORT, set per process, wins
+controller_port = 9465
+watchdog_port = 9466
 ```
 """
 

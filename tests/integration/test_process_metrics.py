@@ -169,3 +169,28 @@ def test_the_watchdog_process_serves_metrics(
     finally:
         proc.terminate()
         proc.wait(timeout=15)
+
+
+async def test_the_api_serves_the_process_facts_too(tmp_path: Path) -> None:
+    """`resurgo api` runs Slurm-free, but what its process counts (a source read by a check)
+    is on its own /metrics with the recovery metrics."""
+    import httpx
+
+    from resurgo.api.app import create_app
+    from resurgo.audit.store import AuditStore
+    from resurgo.config import ResurgoConfig, TemporalSettings
+
+    store = AuditStore(f"sqlite:///{tmp_path / 'audit.db'}")
+    store.create_schema()
+    try:
+        config = ResurgoConfig(temporal=TemporalSettings(address="127.0.0.1:1"))
+        app = create_app(config, store=store, insecure=True)
+        PROCESS.source_failed("victorialogs")
+        expected = PROCESS.source_errors("victorialogs")
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+            text = (await client.get("/metrics")).text
+    finally:
+        store.close()
+    assert f'resurgo_source_errors_total{{source="victorialogs"}} {expected:.1f}' in text
+    assert "resurgo_jobs_watched 0.0" in text
