@@ -151,6 +151,8 @@ class ArrayState(BaseModel):
     completed_actions: dict[str, str] = Field(default_factory=dict)
     view: ArrayView | None = None
     finished_polls: int = 0
+    # An operator's switch (`set_mode`); None: the mode the array's directive asked for.
+    mode: Mode | None = None
 
 
 class ArrayStatus(Frozen):

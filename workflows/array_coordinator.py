@@ -36,7 +36,13 @@ with workflow.unsafe.imports_passed_through():
         ArrayView,
         TaskFailure,
     )
-    from resurgo.contracts import AuditEvent, AuditEventType, Mode, controller_task_queue
+    from resurgo.contracts import (
+        AuditEvent,
+        AuditEventType,
+        Mode,
+        ModeChange,
+        controller_task_queue,
+    )
     from resurgo.policy import arrays as policy
 
 # Task workflows signal this name; the answer goes back as their `array_verdict` signal.
@@ -57,6 +63,12 @@ class ArrayCoordinatorWorkflow:
         self.wfid = inp.array.workflow_id()
         self.queue = controller_task_queue(inp.array.cluster)
         self.inbox: list[TaskFailure] = []
+        # Set by `set_mode`: the findings so far are looked at again (advice may now be acted on).
+        self.reconsider = False
+
+    @property
+    def mode(self) -> Mode:
+        return self.s.mode or self.inp.mode
 
     @workflow.signal(name=REPORT_SIGNAL)
     def report_failure(self, failure: TaskFailure) -> None:
@@ -71,7 +83,7 @@ class ArrayCoordinatorWorkflow:
         fps = frozenset(s.fingerprint for s in assessment.systematic)
         return ArrayStatus(
             array=self.inp.array,
-            mode=self.inp.mode,
+            mode=self.mode,
             tasks_by_state=self.s.view.tasks_by_state if self.s.view else {},
             failures_by_fingerprint={fp: sorted(t) for fp, t in sorted(by_fp.items())},
             nodes_implicated=policy.nodes_by_tasks(self.s.failures, fps),
@@ -79,6 +91,20 @@ class ArrayCoordinatorWorkflow:
             held=self.s.held,
             excluded_nodes=self.s.excluded_nodes,
         )
+
+    @workflow.update(description="Switch the array between observe and action mode")
+    async def set_mode(self, change: ModeChange) -> ArrayStatus:
+        previous = self.mode
+        self.s.mode = change.mode
+        self.reconsider = True
+        await self._audit(
+            AuditEventType.MODE_CHANGED,
+            f"array {previous.value} -> {change.mode.value} by {change.actor}"
+            + (f": {change.reason}" if change.reason else ""),
+            data=change.model_dump(mode="json"),
+            suffix=str(workflow.info().get_current_history_length()),
+        )
+        return self.status()
 
     @workflow.run
     async def run(self, inp: ArrayInput) -> str:
@@ -96,7 +122,7 @@ class ArrayCoordinatorWorkflow:
                 workflow.continue_as_new(inp.model_copy(update={"state": self.s}))
             try:
                 await workflow.wait_condition(
-                    lambda: bool(self.inbox),
+                    lambda: bool(self.inbox) or self.reconsider,
                     timeout=timedelta(seconds=inp.poll_seconds),
                     timeout_summary="array-poll",
                 )
@@ -113,6 +139,9 @@ class ArrayCoordinatorWorkflow:
                 continue
             while self.inbox:
                 await self._handle(self.inbox.pop(0))
+            if self.reconsider:
+                self.reconsider = False
+                await self._findings(self._assess(), again=True)
 
     def _should_roll_over(self) -> bool:
         info = workflow.info()
@@ -156,7 +185,9 @@ class ArrayCoordinatorWorkflow:
                 workflow.logger.warning("task workflow %s is gone", failure.workflow_id)
         await self._findings(assessment)
 
-    async def _findings(self, assessment: ArrayAssessment) -> None:
+    async def _findings(self, assessment: ArrayAssessment, again: bool = False) -> None:
+        """Record each new finding once, and act on what the findings call for. `again`: the
+        mode changed, so advice given before may be carried out now."""
         for finding in assessment.systematic:
             mark = f"fp:{finding.fingerprint}"
             if mark in self.s.recorded:
@@ -203,12 +234,12 @@ class ArrayCoordinatorWorkflow:
                 suffix=mark,
             )
         wanted = sorted(set(self.s.excluded_nodes) | {n.node for n in assessment.exclude})
-        if new_nodes and wanted != self.s.excluded_nodes:
+        if (new_nodes or again) and wanted != self.s.excluded_nodes:
             await self._act(ArrayStep.EXCLUDE_PENDING, wanted, f"nodes {','.join(new_nodes)} "
                             "failed several tasks")  # fmt: skip
 
     def _blocker(self) -> str | None:
-        if self.inp.mode != Mode.ACTION:
+        if self.mode != Mode.ACTION:
             return "the array is in observe mode"
         if not self.inp.gates.acknowledge_scheduler_actions:
             return "the cluster has not set acknowledge_scheduler_actions"

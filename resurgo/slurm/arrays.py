@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from resurgo.array_models import ArrayActionRequest, ArrayActionResult, ArrayStep, ArrayView
@@ -21,7 +22,7 @@ from resurgo.contracts import ActionRequest, ActionStep, JobKey
 from resurgo.policy.directive import parse_directive
 from resurgo.slurm.actions import SlurmActions
 from resurgo.slurm.client import SlurmClient, check_node_name
-from resurgo.slurm.errors import ActionsNotAllowed, ParseError, PreconditionFailed
+from resurgo.slurm.errors import ActionsNotAllowed, CommandFailed, ParseError, PreconditionFailed
 from resurgo.slurm.json_records import Listing, job_state, number, observation, text
 
 log = logging.getLogger(__name__)
@@ -119,6 +120,21 @@ class ArraySteps:
             return await self._hold(req, view, target)
         return await self._exclude(req, view, target)
 
+    async def _tolerating_starts(
+        self, command: Awaitable[None], array_job_id: int, done: Callable[[ArrayView], bool]
+    ) -> ArrayView:
+        """Run `command` on the pending tasks and return the array afterwards. A task that
+        started between the look and the command makes scontrol exit 1 ("no longer pending")
+        while the rest got the change: judged by what Slurm shows, not by the exit code."""
+        try:
+            await command
+        except CommandFailed:
+            after = await self.view(array_job_id)
+            if after.pending_tasks and not done(after):
+                raise
+            return after
+        return await self.view(array_job_id)
+
     async def _check_own_opt_in(self, req: ArrayActionRequest) -> None:
         """The pending tasks' own record, read afresh, must still opt in."""
         obs = await self.slurm.show_job(req.array.array_job_id)
@@ -139,8 +155,9 @@ class ArraySteps:
                 target=target,
                 detail=f"{target} already held",
             )
-        await self.slurm.hold_tasks(target)
-        after = await self.view(req.array.array_job_id)
+        after = await self._tolerating_starts(
+            self.slurm.hold_tasks(target), req.array.array_job_id, lambda v: v.pending_held
+        )
         if after.pending_tasks and not after.pending_held:
             raise PreconditionFailed(f"scontrol hold {target} left the pending tasks unheld")
         return ArrayActionResult(
@@ -179,8 +196,11 @@ class ArraySteps:
         )
         async with self.actions._remediating:
             await self.actions._check_breaker(as_job, wanted)
-            await self.slurm.update_tasks(target, ExcNodeList=",".join(merged))
-        after = await self.view(req.array.array_job_id)
+            after = await self._tolerating_starts(
+                self.slurm.update_tasks(target, ExcNodeList=",".join(merged)),
+                req.array.array_job_id,
+                lambda v: wanted <= set(v.pending_excluded),
+            )
         if after.pending_tasks and not wanted <= set(after.pending_excluded):
             raise PreconditionFailed(f"ExcNodeList of {target} is {after.pending_excluded}")
         return ArrayActionResult(

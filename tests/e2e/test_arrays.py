@@ -195,8 +195,10 @@ def test_a_node_failing_three_tasks_is_excluded_for_the_pending_ones(
     assert len(finding.data["tasks"]) == 3
     excluded = array.wait_event(None, "action", timeout=120)
     assert excluded.data["step"] == "exclude_pending", excluded.summary
-    assert excluded.data["outcome"] in ("applied", "nothing_pending"), excluded.summary
-    if excluded.data["outcome"] == "applied":
+    # (already_satisfied: a retried step found its own effect in Slurm.)
+    outcome = excluded.data["outcome"]
+    assert outcome in ("applied", "already_satisfied", "nothing_pending"), excluded.summary
+    if outcome != "nothing_pending":
         pending = array.pending_record()
         assert pending is None or "node2" in str(pending["excluded_nodes"]), pending
     # Each task that failed on node2 was requeued without it, on its own budget.

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import cast
 
 import pytest
 from temporalio import activity
@@ -43,6 +44,7 @@ from resurgo.contracts import (
     JobKey,
     JobObservation,
     Mode,
+    ModeChange,
     PolicyConfig,
     Reconciliation,
     RecoveryInput,
@@ -82,6 +84,8 @@ class ScriptedArray:
     array_steps: list[ArrayActionRequest] = field(default_factory=list)
     audit: list[AuditEvent] = field(default_factory=list)
     done: set[int] = field(default_factory=set)
+    # Tasks still waiting to start (the array is not finished while there are any).
+    pending: int = 0
 
     def task(self, job_id: int) -> int:
         return job_id - ARRAY - 1
@@ -135,6 +139,8 @@ class ScriptedArray:
     async def array_view(self, array_job_id: int) -> ArrayView:
         running = len(self.failures) - len(self.done)
         states = {"RUNNING": running} if running else {"COMPLETED": len(self.done)}
+        if self.pending:
+            states["PENDING"] = self.pending
         return ArrayView(array_job_id=array_job_id, tasks_by_state=states)
 
     @activity.defn(name="array_action")
@@ -254,6 +260,35 @@ async def test_observe_mode_only_advises(make) -> None:  # type: ignore[no-untyp
     assert "observe mode" in would[0].summary
     assert len(h.cluster.events(AuditEventType.ARRAY_FINDING)) == 1
     await coordinator.result()
+
+
+async def test_an_operator_switching_the_array_to_action_gets_the_advice_carried_out(make) -> None:  # type: ignore[no-untyped-def]
+    h: Harness = await make({t: Failure(BUG, Category.APPLICATION, f"node{t + 1}")
+                             for t in range(3)})  # fmt: skip
+    h.cluster.pending = 7
+    coordinator = await h.coordinator(Mode.OBSERVE, RETRY_BUGS)
+    for t in range(3):
+        await h.task(t, Mode.OBSERVE, RETRY_BUGS)
+    assert h.cluster.array_steps == []
+    # (The SDK's typing reads an async update's result as a coroutine: cast.)
+    status = cast(
+        ArrayStatus,
+        await coordinator.execute_update(
+            ArrayCoordinatorWorkflow.set_mode,
+            ModeChange(mode=Mode.ACTION, actor="ops", reason="reviewed the finding"),
+        ),
+    )
+    assert status.mode == Mode.ACTION
+    for _ in range(100):
+        if h.cluster.array_steps:
+            break
+        await asyncio.sleep(0.1)
+    assert [r.step.value for r in h.cluster.array_steps] == ["hold_pending"]
+    changed = h.cluster.events(AuditEventType.MODE_CHANGED)
+    assert len(changed) == 1 and "observe -> action by ops" in changed[0].summary
+    h.cluster.pending = 0
+    await coordinator.result()
+    await _replays(h, coordinator)
 
 
 async def test_a_node_failing_three_tasks_is_excluded_for_the_pending_ones(make) -> None:  # type: ignore[no-untyped-def]

@@ -5,15 +5,25 @@ ExcNodeList=node3` (tests/fixtures/slurm/squeue_json_array.json, the array's rec
 
 from __future__ import annotations
 
+import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from resurgo.array_models import ArrayActionRequest, ArrayKey, ArrayStep
 from resurgo.contracts import JobObservation
-from resurgo.slurm.arrays import array_view, count_tasks, pending_target, task_expression
-from resurgo.slurm.errors import ParseError
+from resurgo.slurm.actions import SlurmActions
+from resurgo.slurm.arrays import (
+    ArraySteps,
+    array_view,
+    count_tasks,
+    pending_target,
+    task_expression,
+)
+from resurgo.slurm.errors import CommandFailed, ParseError
 from resurgo.slurm.hetjobs import exclusions_by_component, whole_job
 from resurgo.slurm.json_records import Listing
 
@@ -108,3 +118,66 @@ def test_every_culprit_lands_somewhere_and_only_where_it_ran(
         for node in nodes:
             somewhere = any(node in r for r in ran)
             assert node in ran[offset] or not somewhere
+
+
+# ---- the array-level steps against a scripted Slurm ------------------------------------------
+
+
+class ScriptedSlurm:
+    """`squeue --json` answers in turn (the last one repeats); scontrol calls recorded, and
+    failing like scontrol does when a task started between the look and the command."""
+
+    def __init__(self, answers: list[str], fail: bool) -> None:
+        self.answers = answers
+        self.fail = fail
+        self.calls: list[tuple[str, ...]] = []
+
+    async def squeue_json(self, job_id: int | None = None) -> Listing:
+        text = self.answers[0] if len(self.answers) == 1 else self.answers.pop(0)
+        return Listing(text)
+
+    async def show_job(self, job_id: int) -> JobObservation | None:
+        return (await self.squeue_json()).observation(job_id)
+
+    async def hold_tasks(self, target: str) -> None:
+        self.calls.append(("hold", target))
+        if self.fail:
+            raise CommandFailed(f"scontrol hold {target} exited 1: Job is no longer pending")
+
+
+def unheld(text: str) -> str:
+    doc = json.loads(text)
+    for record in doc["jobs"]:
+        if record["array_task_string"]:
+            record.update(priority=4294901737, state_reason="JobArrayTaskLimit",
+                          state_description="")  # fmt: skip
+    return json.dumps(doc)
+
+
+def hold_request() -> ArrayActionRequest:
+    array = ArrayKey(cluster="c", array_job_id=ARRAY, submit_time=datetime(2026, 12, 4, tzinfo=UTC))
+    return ArrayActionRequest(array=array, step=ArrayStep.HOLD_PENDING, idempotency_key="k")
+
+
+@pytest.mark.parametrize("fail", [False, True])
+async def test_a_hold_is_judged_by_what_slurm_shows(fail: bool) -> None:
+    held = FIXTURE.read_text()
+    slurm = ScriptedSlurm([unheld(held), unheld(held), held], fail)
+    steps = ArraySteps(slurm, SlurmActions(slurm))  # type: ignore[arg-type]
+    result = await steps.run(hold_request())
+    assert slurm.calls == [("hold", f"{ARRAY}_[2-5]")]
+    assert result.outcome == "applied" and result.target == f"{ARRAY}_[2-5]"
+
+
+async def test_a_hold_that_did_not_happen_is_an_error() -> None:
+    slurm = ScriptedSlurm([unheld(FIXTURE.read_text())], fail=True)
+    steps = ArraySteps(slurm, SlurmActions(slurm))  # type: ignore[arg-type]
+    with pytest.raises(CommandFailed):
+        await steps.run(hold_request())
+
+
+async def test_a_held_array_is_not_held_again() -> None:
+    slurm = ScriptedSlurm([FIXTURE.read_text()], fail=False)
+    steps = ArraySteps(slurm, SlurmActions(slurm))  # type: ignore[arg-type]
+    assert (await steps.run(hold_request())).outcome == "already_satisfied"
+    assert slurm.calls == []
