@@ -96,6 +96,8 @@ NEXT = Path(__file__).resolve().parents[1] / "corpus_blind_next"
 FLOORS = {
     "s6-": (0.96, 0.92, 0.92, 0),
     "s7-": (0.89, 0.99, 0.91, 0),
+    "s8-": (0.88, 0.85, 0.80, 0),
+    "s9-": (0.83, 0.90, 0.87, 0),
     "hardware": (0.97, 0.98, 0.99, 0),
     "software": (0.95, 0.97, 0.95, 0),
     "lifecycle": (0.99, 0.99, 0.97, 0),
@@ -105,7 +107,7 @@ FLOORS = {
 def _sets() -> list[tuple[str, list[Path]]]:
     sets = [
         (prefix, [b for b in corpus_dirs(NEXT) if b.name.startswith(prefix)])
-        for prefix in ("s6-", "s7-")
+        for prefix in ("s6-", "s7-", "s8-", "s9-")
     ]
     for name in ("hardware", "software", "lifecycle"):
         if (SHARED / name / "cases").is_dir():
