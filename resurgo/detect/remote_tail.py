@@ -7,15 +7,16 @@ signal is counted once.
 
 The watch must never wait on the backend: each read runs as a background task whose records the
 watch loop picks up on a later poll, so a slow or dead Loki cannot delay the Slurm-state checks
-or the heartbeat. A failed read is logged, counted and retried with backoff. The cursor only
-moves past records handed to the watcher, so an outage loses nothing the backend still holds,
-and a retried watch resumes from the heartbeated cursor without repeating a line.
+or the heartbeat. A failed read is logged, counted and retried with backoff and jitter. The
+cursor only moves past records handed to the watcher, so an outage loses nothing the backend
+still holds, and a retried watch resumes from the heartbeated cursor without repeating a line.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Container, Iterable, Sequence
@@ -216,13 +217,17 @@ class RemoteTail:
         self._delay = min(
             max(self._delay * 2, self.remote.retry_seconds), self.remote.max_retry_seconds
         )
-        self._next_at = self.clock() + self._delay
+        # Jitter (80-100 % of the backoff): the watches of every job on a cluster lose the
+        # source at the same moment, and must not come back to it in step. This is not a stamina
+        # retry: poll() never waits, it only decides whether the next read is due.
+        wait = self._delay * random.uniform(0.8, 1.0)
+        self._next_at = self.clock() + wait
         kind = self.remote.source.kind
         SOURCE_ERRORS.add(1, {"source": kind, "error": type(read.error).__name__})
         if isinstance(read.error, SourceError):
             log.warning(
                 "job %s: %s (failure %d); still watching the output file, retrying in %.0fs",
-                self.job_id, read.error, self.failures, self._delay,
+                self.job_id, read.error, self.failures, wait,
             )  # fmt: skip
         else:
             log.error(

@@ -133,6 +133,31 @@ async def test_a_hanging_backend_never_holds_up_the_watch() -> None:
     assert tail.saved_cursor is None  # nothing was handed over, so nothing is skipped later
 
 
+async def test_watches_failing_together_do_not_retry_in_step() -> None:
+    """Jitter: twenty watches losing the source at the same instant read it again at twenty
+    different times, each within 80-100 % of the backoff."""
+    clock = Clock()
+    due: list[float] = []
+    for _ in range(20):
+        source = MemorySource([])
+        source.fail = True
+        tail = RemoteTail(RemoteLogs(source, retry_seconds=10), "42", clock=clock)
+        tail.poll(START)
+        await settle(tail)
+        tail.poll(START)  # takes the failed read, schedules the next
+        reads = len(source.reads)
+        step = 0.0
+        while len(source.reads) == reads and step < 20:
+            step += 0.05
+            clock.t += 0.05
+            tail.poll(START)
+            await settle(tail)
+        clock.t -= step
+        due.append(step)
+    assert all(8.0 <= d <= 10.0 + 0.05 for d in due), due
+    assert len({round(d, 2) for d in due}) > 5, due
+
+
 async def test_failures_back_off_and_lose_nothing() -> None:
     source = MemorySource([record(1, "first")])
     clock = Clock()
@@ -145,16 +170,17 @@ async def test_failures_back_off_and_lose_nothing() -> None:
     source.fail = True
     source.records.append(record(3, "written during the outage"))
     clock.t += 1  # the next poll is due
-    # Each failure waits longer before the next read: 5 s, 10 s, then at most 12 s.
+    # Each failure waits longer before the next read: 5 s, 10 s, then at most 12 s, less up to
+    # 20 % of jitter.
     for wait in (5, 10, 12, 12):
         tail.poll(START)
         await settle(tail)
         assert tail.poll(START) == []
         reads = len(source.reads)
-        clock.t += wait - 0.5
+        clock.t += wait * 0.8 - 0.01
         tail.poll(START)
         assert len(source.reads) == reads  # not yet
-        clock.t += 0.5
+        clock.t += wait * 0.2 + 0.01
     assert tail.failures == 4
     assert tail.saved_cursor == before
     source.fail = False
