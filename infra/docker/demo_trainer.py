@@ -7,7 +7,8 @@ infra/demo/submit.py, then follow its audit trail until Resurgo's recovery is co
 
 Exit 0 when (action mode) the recovery converged and the job completed, or (observe mode) the
 job's story ended; 1 otherwise. `--dry-run` prints the submit command and exits.
-The audit store comes from $RESURGO_AUDIT_URL (the entrypoint builds it from the MySQL secret).
+The audit store is the config's `[audit] url` (compose: RESURGO_AUDIT__URL_FILE, a secret),
+else $RESURGO_AUDIT_URL.
 """
 
 from __future__ import annotations
@@ -82,7 +83,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"submitted job {job_id} ({args.mode} mode, fault {args.fault!r}); "
         f"log {Path(args.workdir) / f'job-{job_id}.out'}"
     )
-    store = AuditStore(store_url_from_env())
+    from resurgo.config import load_config
+
+    store = AuditStore(load_config().audit.url or store_url_from_env())
     events = follow(store, job_id, timeout=args.timeout)
     console.rule(f"audit timeline of job {job_id}")
     render_timeline(events, console)

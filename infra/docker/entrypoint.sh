@@ -11,12 +11,12 @@
 #   -h, --help  this text
 #
 # Environment it understands (all optional):
-#   RESURGO_AUDIT_URL                 used as is when set
-#   RESURGO_AUDIT_URL_FILE            file holding the whole audit URL (a mounted secret)
 #   RESURGO_MYSQL_HOST/_PORT/_USER/_DATABASE + RESURGO_MYSQL_PASSWORD_FILE
-#                                     build RESURGO_AUDIT_URL=mysql+pymysql://... from a
-#                                     password file (compose secret / Kubernetes Secret), so
-#                                     no password is ever written in a manifest or config
+#                                     DEPRECATED (the Helm chart's bundled MySQL until its Secret
+#                                     carries a whole URL): build the audit URL from a password
+#                                     file. Give the URL as a secret file instead:
+#                                     RESURGO_AUDIT__URL_FILE (read by Resurgo's config, like
+#                                     every RESURGO_<SECTION>__<KEY>_FILE: nothing to do here)
 #   RESURGO_MUNGE_KEY_FILE            in-cluster mode in Kubernetes: start munged with this key
 #                                     (copied to a private dir first) before Resurgo starts
 #   RESURGO_MUNGE_SOCKET              munged socket (default /run/munge/munge.socket.2)
@@ -42,12 +42,8 @@ PYTHON=${RESURGO_PYTHON:-python3}
 command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python
 
 # ------------------------------------------------------------------ audit store URL
-if [[ -z ${RESURGO_AUDIT_URL:-} && -n ${RESURGO_AUDIT_URL_FILE:-} ]]; then
-    [[ -r $RESURGO_AUDIT_URL_FILE ]] || { log "RESURGO_AUDIT_URL_FILE $RESURGO_AUDIT_URL_FILE is not readable"; exit 2; }
-    RESURGO_AUDIT_URL=$(tr -d '\r\n' <"$RESURGO_AUDIT_URL_FILE")
-    export RESURGO_AUDIT_URL
-fi
-if [[ -z ${RESURGO_AUDIT_URL:-} && -n ${RESURGO_MYSQL_PASSWORD_FILE:-} ]]; then
+# The audit URL is the config's business (RESURGO_AUDIT__URL_FILE); the shell never reads it.
+if [[ -z ${RESURGO_AUDIT_URL:-} && -z ${RESURGO_AUDIT__URL_FILE:-} && -n ${RESURGO_MYSQL_PASSWORD_FILE:-} ]]; then
     [[ -r $RESURGO_MYSQL_PASSWORD_FILE ]] || { log "RESURGO_MYSQL_PASSWORD_FILE $RESURGO_MYSQL_PASSWORD_FILE is not readable"; exit 2; }
     # The password is URL-quoted (it may hold @ : / %), and never printed.
     RESURGO_AUDIT_URL=$("$PYTHON" - <<'PY'
@@ -130,7 +126,9 @@ esac
 
 if ((DRY_RUN)); then
     printf 'command: %s\n' "${cmd[*]}"
-    if [[ -n ${RESURGO_AUDIT_URL:-} ]]; then
+    if [[ -n ${RESURGO_AUDIT__URL_FILE:-} ]]; then
+        printf 'audit: the URL in %s (read by the config)\n' "$RESURGO_AUDIT__URL_FILE"
+    elif [[ -n ${RESURGO_AUDIT_URL:-} ]]; then
         # Show where the audit store is, never the password.
         printf 'audit: %s\n' "$(sed -E 's#(://[^:/@]*):[^@]*@#\1:***@#' <<<"$RESURGO_AUDIT_URL")"
     fi

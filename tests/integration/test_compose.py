@@ -225,14 +225,26 @@ def test_no_secret_values_inline() -> None:
     assert not re.search(r"://[^/\s:@]+:[^/\s@]+@", text)
 
 
-def test_resurgo_services_get_the_audit_password_as_a_file() -> None:
+def test_resurgo_services_get_the_audit_url_as_a_secret_file_mysql_accepts() -> None:
+    """The whole audit URL is the audit_url secret, read by the config (RESURGO_AUDIT__URL_FILE);
+    no shell builds it from parts, and it names the user, database and password MySQL gets."""
+    from urllib.parse import unquote, urlsplit
+
     for name in ("worker", "controller", "watchdog", "api", "demo-trainer"):
-        env = services()[name]["environment"]
-        assert env["RESURGO_MYSQL_PASSWORD_FILE"] == "/run/secrets/mysql_password", name
-        assert env["RESURGO_MYSQL_HOST"] == "mysql"
+        svc = services()[name]
+        env = svc["environment"]
+        assert env["RESURGO_AUDIT__URL_FILE"] == "/run/secrets/audit_url", name
+        assert not [k for k in env if k.startswith("RESURGO_MYSQL_")], name
+        assert "audit_url" in [s["source"] if isinstance(s, dict) else s for s in svc["secrets"]]
+    secrets = model()["secrets"]
+    url = urlsplit((REPO / secrets["audit_url"]["file"]).read_text().strip())
+    password = (REPO / secrets["mysql_password"]["file"]).read_text().strip()
     mysql_env = services()["mysql"]["environment"]
     assert mysql_env["MYSQL_PASSWORD_FILE"] == "/run/secrets/mysql_password"
-    assert mysql_env["MYSQL_USER"] == services()["worker"]["environment"]["RESURGO_MYSQL_USER"]
+    assert url.scheme == "mysql+pymysql" and url.hostname == "mysql" and url.port == 3306
+    assert unquote(url.username or "") == mysql_env["MYSQL_USER"]
+    assert unquote(url.password or "") == password
+    assert url.path.lstrip("/") == mysql_env["MYSQL_DATABASE"]
 
 
 # ------------------------------------------------------------------ commands are real

@@ -205,22 +205,31 @@ def test_entrypoint_builds_the_audit_url_from_the_password_file(tmp_path: Path) 
     assert (url.username, url.password) == ("resurgo", password)
 
 
-def test_entrypoint_audit_url_precedence_and_errors(tmp_path: Path) -> None:
-    url_file = tmp_path / "url"
-    url_file.write_text("sqlite:////tmp/x.db\n")
-    given = run(
-        [
-            str(ENTRYPOINT),
-            sys.executable,
-            "-c",
-            "import os; print(os.environ['RESURGO_AUDIT_URL'])",
-        ],
-        env=native_env(
-            RESURGO_AUDIT_URL_FILE=str(url_file),
-            RESURGO_MYSQL_PASSWORD_FILE=str(tmp_path / "unused"),
-        ),
+def test_the_audit_url_secret_is_read_by_the_config_not_the_shell(tmp_path: Path) -> None:
+    """RESURGO_AUDIT__URL_FILE (compose's audit_url secret): the entrypoint leaves it alone (no
+    URL in the environment, the deprecated password-file path skipped) and Resurgo's config
+    reads the URL from the file."""
+    password = "p@ss:w/rd"
+    url_file = tmp_path / "audit_url"
+    url_file.write_text(f"mysql+pymysql://resurgo:{password.replace('@', '%40')}@db:3306/a\n")
+    env = native_env(
+        RESURGO_AUDIT__URL_FILE=str(url_file),
+        RESURGO_MYSQL_PASSWORD_FILE=str(tmp_path / "unused"),  # would exit 2 if it were read
     )
-    assert given.stdout.strip() == "sqlite:////tmp/x.db", given.stderr
+    probe = (
+        "import os; from resurgo.config import load_config; "
+        "print(os.environ.get('RESURGO_AUDIT_URL', '-')); print(load_config().audit.url)"
+    )
+    child = run([str(ENTRYPOINT), sys.executable, "-c", probe], env=env)
+    assert child.returncode == 0, child.stderr
+    in_env, from_config = child.stdout.split()
+    assert in_env == "-"
+    url = make_url(from_config)
+    assert (url.host, url.database, url.password) == ("db", "a", password)
+    shown = run([str(ENTRYPOINT), "--dry-run", "worker"], env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert f"audit: the URL in {url_file}" in shown.stdout
+    assert password not in shown.stdout + shown.stderr
     missing = run(
         [str(ENTRYPOINT), "--dry-run", "worker"],
         env=native_env(RESURGO_MYSQL_PASSWORD_FILE=str(tmp_path / "nope")),
