@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import re
 
-from resurgo.attribute.analysis import Analysis, event_node
+from resurgo.attribute.analysis import Analysis, Verdict, event_node
 from resurgo.attribute.events import Event
+from resurgo.attribute.stages_common import _rank
 from resurgo.attribute.topology import split_host_prefix
-from resurgo.contracts import Category
+from resurgo.contracts import AnomalyKind, Category
 from resurgo.detect.lines import parse_nccl_prefix, strip_prefixes
 
 _NCCL_VERSION = re.compile(r"\bNCCL version (?P<major>\d+)\.(?P<minor>\d+)\.(?P<patch>\d+)")
@@ -98,3 +99,62 @@ def _specific_cause(first: Event, primaries: list[Event]) -> Event:
         if e.category != Category.UNKNOWN:
             return e
     return first
+
+
+# ProcessGroupNCCL's watchdog names the work that timed out: `WorkNCCL(SeqNum=73312,
+# OpType=BROADCAST, NumelIn=1, ...)`.
+_WORK = re.compile(r"\bSeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)(?:, NumelIn=(?P<numel>\d+))?")
+
+
+# Pipeline stages legitimately wait in SEND and RECV at the same sequence number.
+_POINT_TO_POINT = frozenset({"SEND", "RECV", "RECVANYSOURCE", "_SEND", "_RECV"})
+_PG = re.compile(r"\bPG(?: ID)? (\d+)\b")
+
+
+def _collective_mismatch(cascades: list[Event]) -> Verdict | None:
+    """Ranks stuck in *different* collectives at the same sequence number: the job's code
+    issued collectives in a different order (or shape) on some ranks, a deterministic bug
+    (PyTorch's desync debugging reports the same); not a peer that went away."""
+    seen: dict[str, dict[tuple[str, str], list[Event]]] = {}
+    for e in cascades:
+        if "SeqNum=" not in e.message:
+            continue
+        if (m := _WORK.search(e.message)) is not None and m["op"] not in _POINT_TO_POINT:
+            # Sequence numbers count per process group: compare within one group only.
+            pg = _PG.search(e.message)
+            at = f"{pg.group(1) if pg else '?'}/{m['seq']}"
+            seen.setdefault(at, {}).setdefault((m["op"], m["numel"] or ""), []).append(e)
+    for seq, kinds in seen.items():
+        if len(kinds) >= 2 and len({op for op, _ in kinds}) >= 2:
+            groups = sorted(kinds.items(), key=lambda kv: len(kv[1]))
+            odd = groups[0][1]
+            ranks = sorted({r for e in odd if (r := _rank(e)) is not None})
+            what = ", ".join(f"{op} on {len(es)} rank(s)" for (op, _), es in groups)
+            ops = "/".join(sorted({o for o, _ in kinds}))
+            return Verdict(
+                Category.APPLICATION, f"collective_mismatch|{ops}",
+                f"ranks are in different collectives at sequence number {seq.split('/')[-1]} "
+                f"({what}): the "
+                "job's code issues collectives in a different order on some ranks", 0.85,
+                ranks=ranks, evidence=[e.line for _, es in groups for e in es[:2]],
+                kind=AnomalyKind.HANG,
+            )  # fmt: skip
+    return None
+
+
+def _node_software_fault(
+    a: Analysis, node: str | None, node_app: list[Event], local: frozenset[str]
+) -> Event | None:
+    """The first node-local software fault in `node`'s own files (not the job's output)."""
+    for e in node_app:
+        if (
+            e.node == node
+            and e.origin != "job"
+            and e.category == Category.SYSTEM_SOFTWARE
+            and (
+                e.match.id in local
+                or (e.match.id in a.registry and a.registry.get(e.match.id).scope == "node")
+            )
+        ):
+            return e
+    return None

@@ -17,7 +17,13 @@ import re
 from datetime import datetime
 
 from resurgo.attribute.analysis import Analysis, Verdict, actor_node, event_node
-from resurgo.attribute.causes import _drifted_node, _specific_cause, _version_drift
+from resurgo.attribute.causes import (
+    _collective_mismatch,
+    _drifted_node,
+    _node_software_fault,
+    _specific_cause,
+    _version_drift,
+)
 from resurgo.attribute.events import Event, TaskExit, normalise
 from resurgo.attribute.stages_common import (
     _backed,
@@ -98,10 +104,14 @@ _TRANSIENT_EXCEPTION = re.compile(
     r"busy|retry|oserror|ioerror|eoferror|interrupt|lock|quota|memory"
 )
 _RANK_LIST = re.compile(r"\d+")
+# The reporting node failed to reach another (the peer may be the one at fault).
+_PEER_FAILURE = re.compile(
+    r"(?i)timed out|connection refused|reset by peer|no route to host|remote|peer"
+)
 # Node-local storage: a full disk there is that node's state (another job's leftovers), while
 # ENOSPC on a shared file system is the file system's (or the project's quota).
 _LOCAL_PATH = re.compile(
-    r"'(?:/tmp|/var/tmp|/dev/shm|/local|/localscratch|/scratch/local|/raid|/nvme|/mnt/local|"
+    r"(?:^|['\"\s=])(?:/tmp|/var/tmp|/dev/shm|/local|/localscratch|/scratch/local|/raid|/nvme|/mnt/local|"
     r"/lscratch|/ssd)\b"
 )
 
@@ -370,8 +380,19 @@ def _from_primaries(
             and bool(_LOCAL_PATH.search(first.message))
             and not any(e.checkpoint_save for e in same)
         )
+        # A fault the catalogue places on one node (its driver, verbs device, image), said by
+        # the one node it happened on, unless it is that node failing to reach a peer.
+        said_by_one = (
+            len(nodes) == 1
+            and mid in a.registry
+            and a.registry.get(mid).scope == "node"
+            and not _PEER_FAILURE.search(first.message)
+        )
         node_local = (
-            mid in NODE_LOCAL_SYSTEM or local_disk or (bool(nodes) and set(nodes) <= troubled)
+            mid in NODE_LOCAL_SYSTEM
+            or local_disk
+            or said_by_one
+            or (bool(nodes) and set(nodes) <= troubled)
         )
         local = node_local and (odd_node or not everywhere) and nodes and (
             len(a.node_list) < 2 or set(nodes) < set(a.node_list)
@@ -396,53 +417,21 @@ def _from_primaries(
             explained.evidence += evidence
             explained.ranks = ranks
             return explained
+        broken = _node_software_fault(a, actor_node(a, first.actor), node_app, NODE_LOCAL_SYSTEM)
+        if broken is not None and not everywhere:
+            # An error of no known class from a node whose own files show its software broken
+            # (a driver/library mismatch, a missing device): the node's state explains it.
+            return Verdict(
+                Category.SYSTEM_SOFTWARE, broken.key, f"{summary}: {broken.match.id} on "
+                f"{broken.node}", 0.75, culprits=[broken.node] if broken.node else [],
+                ranks=ranks, evidence=[broken.line, *evidence],
+            )  # fmt: skip
     named = mid not in SHARED_UNKNOWN and not everywhere
     category = Category.SYSTEM_SOFTWARE if mid in NATIVE_CRASH else Category.UNKNOWN
     return Verdict(
         category, first.key, summary, 0.6 if named else 0.5,
         culprits=nodes if named else [], ranks=ranks, evidence=evidence,
     )  # fmt: skip
-
-
-# ProcessGroupNCCL's watchdog names the work that timed out: `WorkNCCL(SeqNum=73312,
-# OpType=BROADCAST, NumelIn=1, ...)`.
-_WORK = re.compile(r"\bSeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)(?:, NumelIn=(?P<numel>\d+))?")
-
-
-# Pipeline stages legitimately wait in SEND and RECV at the same sequence number.
-_POINT_TO_POINT = frozenset({"SEND", "RECV", "RECVANYSOURCE", "_SEND", "_RECV"})
-_PG = re.compile(r"\bPG(?: ID)? (\d+)\b")
-
-
-def _collective_mismatch(cascades: list[Event]) -> Verdict | None:
-    """Ranks stuck in *different* collectives at the same sequence number: the job's code
-    issued collectives in a different order (or shape) on some ranks, a deterministic bug
-    (PyTorch's desync debugging reports the same); not a peer that went away."""
-    seen: dict[str, dict[tuple[str, str], list[Event]]] = {}
-    for e in cascades:
-        if "SeqNum=" not in e.message:
-            continue
-        if (m := _WORK.search(e.message)) is not None and m["op"] not in _POINT_TO_POINT:
-            # Sequence numbers count per process group: compare within one group only.
-            pg = _PG.search(e.message)
-            at = f"{pg.group(1) if pg else '?'}/{m['seq']}"
-            seen.setdefault(at, {}).setdefault((m["op"], m["numel"] or ""), []).append(e)
-    for seq, kinds in seen.items():
-        if len(kinds) >= 2 and len({op for op, _ in kinds}) >= 2:
-            groups = sorted(kinds.items(), key=lambda kv: len(kv[1]))
-            odd = groups[0][1]
-            ranks = sorted({r for e in odd if (r := _rank(e)) is not None})
-            what = ", ".join(f"{op} on {len(es)} rank(s)" for (op, _), es in groups)
-            ops = "/".join(sorted({o for o, _ in kinds}))
-            return Verdict(
-                Category.APPLICATION, f"collective_mismatch|{ops}",
-                f"ranks are in different collectives at sequence number {seq.split('/')[-1]} "
-                f"({what}): the "
-                "job's code issues collectives in a different order on some ranks", 0.85,
-                ranks=ranks, evidence=[e.line for _, es in groups for e in es[:2]],
-                kind=AnomalyKind.HANG,
-            )  # fmt: skip
-    return None
 
 
 def _transient(e: Event) -> bool:

@@ -7,6 +7,8 @@ workflow reaches the same advice.
 
 from __future__ import annotations
 
+import hashlib
+
 from resurgo.contracts import (
     HARDWARE_CATEGORIES,
     Advice,
@@ -25,6 +27,17 @@ FREE_REQUEUE_OUTCOMES = frozenset(
     {"preempted", "node_fail", "admin_cancelled", "timeout_progress", "requeued"}
 )
 NO_ACTION_OUTCOMES = frozenset({"owner_cancelled"})
+
+
+def _fingerprint_of(category: Category, key: str) -> str:
+    # The attribution's fingerprint scheme (resurgo.attribute.analysis.fingerprint; a unit test
+    # holds the two equal), spelt out so the workflow sandbox imports no attribution code.
+    return f"{category.value}:{hashlib.sha256(f'{category.value}|{key}'.encode()).hexdigest()[:12]}"
+
+
+# A node whose launcher never started while the others waited for it at the rendezvous: the
+# labels name it although the cause is unknown, and a specific node at fault is excluded.
+AGENT_NEVER_STARTED = _fingerprint_of(Category.UNKNOWN, "launch|agent_never_started")
 
 
 def effective_policy(policy: PolicyConfig, directive: Directive) -> PolicyConfig:
@@ -251,6 +264,9 @@ def decide(
             state, attribution, policy, culprits, "node_fault_excluded", what,
             drain=policy.allow_drain,
         )  # fmt: skip
+    if culprits and calibrated and attribution.fingerprint == AGENT_NEVER_STARTED:
+        # Excluded but not drained: nothing says what is wrong with the node.
+        return _excluding(state, attribution, policy, culprits, "agent_never_started", what)
     return _advice(
         state, attribution, AdviceKind.REQUEUE, "retry_within_budget",
         f"{what}; retry ({spent + 1} of {policy.budget_per_fingerprint} for this cause)",

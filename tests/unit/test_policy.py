@@ -53,7 +53,7 @@ def next_attempt(s: RecoveryState, progress: int) -> None:
 
 def state(*records: AttemptRecord, **kw: object) -> RecoveryState:
     recs = list(records) or [AttemptRecord(attempt=0, max_iteration=10)]
-    return RecoveryState(attempt=recs[-1].attempt, attempts=recs, **kw)  # type: ignore[arg-type]
+    return RecoveryState(attempt=recs[-1].attempt, attempts=recs, **kw)
 
 
 POLICY = PolicyConfig()
@@ -391,3 +391,57 @@ class TestCalibration:
                 next_attempt(s, progress)
         nodes = ("node2",) if category == Category.APPLICATION else ()
         assert decide(s, straggler(category, nodes), pol, OBSERVE).kind == AdviceKind.NONE
+
+
+def never_started(nodes: tuple[str, ...]) -> Attribution:
+    # The fingerprint the attribution engine gives a launcher that never started on a node.
+    from resurgo.attribute.analysis import fingerprint
+
+    return Attribution(
+        kind=AnomalyKind.HANG,
+        category=Category.UNKNOWN,
+        culprit_nodes=list(nodes),
+        confidence=0.6,
+        fingerprint=fingerprint(Category.UNKNOWN, "launch|agent_never_started"),
+        summary="the launcher on a node never printed a line nor joined",
+    )
+
+
+class TestAgentNeverStarted:
+    """attribution-labels.md: a node whose agent never started is named (category unknown)
+    and, being a specific node at fault, excluded."""
+
+    def test_the_silent_node_is_excluded_but_not_drained(self) -> None:
+        drain = PolicyConfig(allow_drain=True)
+        advice = decide(state(), never_started(("gx-d04",)), drain, Directive(drain=True))
+        assert advice.kind == AdviceKind.REQUEUE_EXCLUDING and advice.nodes == ["gx-d04"]
+        assert advice.drain_nodes == [] and advice.rule == "agent_never_started"
+
+    def test_other_unknown_causes_with_a_node_are_retried_as_before(self) -> None:
+        advice = decide(state(), attribution(Category.UNKNOWN, ("node2",)), POLICY, OBSERVE)
+        assert advice.kind == AdviceKind.REQUEUE and advice.nodes == []
+
+    def test_histories_from_before_the_calibration_keep_their_requeue(self) -> None:
+        old = decide(state(), never_started(("gx-d04",)), POLICY, OBSERVE, calibrated=False)
+        assert old.kind == AdviceKind.REQUEUE
+
+    @settings(max_examples=100)
+    @given(st.lists(st.tuples(attributions, st.integers(-1, 200)), max_size=6))
+    def test_budgets_still_bound_the_exclusions(self, history: list) -> None:  # type: ignore[type-arg]
+        # Whatever came before, a repeated never-started node spends the failure budget like
+        # any retried cause: it cannot requeue for ever.
+        s = state()
+        for attr, progress in history:
+            advice = decide(s, attr, POLICY, OBSERVE)
+            if advice.kind == AdviceKind.STOP:
+                return
+            s = apply_advice(s, advice)
+            if advice.kind != AdviceKind.NONE:
+                next_attempt(s, progress)
+        for _ in range(POLICY.max_attempts + 1):
+            advice = decide(s, never_started(("gx-d04",)), POLICY, OBSERVE)
+            if advice.kind == AdviceKind.STOP:
+                return
+            s = apply_advice(s, advice)
+            next_attempt(s, -1)
+        raise AssertionError("a never-started node was requeued past every budget")

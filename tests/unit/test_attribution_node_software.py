@@ -1,0 +1,121 @@
+"""Node-local system software: a fault one node's own software state caused names that node.
+
+Message formats are NCCL's (misc/shmutils.cc, misc/ibvwrap.cc, as quoted in NVIDIA/nccl issues
+290 and 563 and NVIDIA/nccl-tests 166 and 206) and the NVIDIA kernel module's API-mismatch
+message (as quoted in tinygrad/open-gpu-kernel-modules issue 47).
+"""
+
+from __future__ import annotations
+
+from resurgo.attribute.offline import default_advice
+from resurgo.attribute.rules import attribute
+from resurgo.contracts import AdviceKind, Attribution, Category, LogLine
+from resurgo.detect.registry import Registry
+
+NODES = ["gpu-r08", "gpu-r09", "gpu-r10"]
+WATCHDOG = (
+    "0: [rank0]:[E ProcessGroupNCCL.cpp:1595] [PG 0 (default_pg) Rank 0] Process group watchdog "
+    "thread terminated with exception: NCCL error: remote process exited or there was a network "
+    "error, NCCL version 2.21.5\n"
+)
+
+
+def _lines(text: str, source: str = "job.log") -> list[LogLine]:
+    return [LogLine(source=source, line_no=i + 1, text=t) for i, t in enumerate(text.splitlines())]
+
+
+def _run(job: str, node_logs: dict[str, list[LogLine]] | None = None) -> Attribution:
+    return attribute(Registry.default(), None, _lines(job), None, [], NODES, node_logs=node_logs)
+
+
+def _nccl_failure(warn: str, last_error: str) -> str:
+    """Task 1 (gpu-r09) fails NCCL setup with `warn`; the peers then see it go away."""
+    return (
+        f"1: gpu-r09:81102:81290 [0] {warn}\n"
+        "1: [rank8]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/"
+        "distributed/c10d/ProcessGroupNCCL.cpp:2027, unhandled system error (run with "
+        "NCCL_DEBUG=INFO for details), NCCL version 2.21.5\n"
+        "1: [rank8]: ncclSystemError: System call (e.g. socket, malloc) or external library "
+        "call failed or device error.\n"
+        "1: [rank8]: Last error:\n"
+        f"1: [rank8]: {last_error}\n"
+        "srun: error: gpu-r09: task 1: Exited with exit code 1\n" + WATCHDOG
+    )
+
+
+def test_memory_registration_refused_on_one_node_excludes_that_node() -> None:
+    # A memlock limit too low in the node's slurmd: ibv_reg_mr fails there only.
+    a = _run(
+        _nccl_failure(
+            "misc/ibvwrap.cc:278 NCCL WARN Call to ibv_reg_mr_iova2 failed with error Cannot "
+            "allocate memory",
+            "Call to ibv_reg_mr_iova2 failed with error Cannot allocate memory",
+        )
+    )
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["gpu-r09"])
+    assert default_advice(a).kind == AdviceKind.REQUEUE_EXCLUDING
+
+
+def test_a_full_dev_shm_on_one_node_is_that_nodes_state() -> None:
+    # Leftover NCCL segments of earlier jobs fill the node's /dev/shm (a node-local path in an
+    # unquoted NCCL message).
+    a = _run(
+        _nccl_failure(
+            "misc/shmutils.cc:88 NCCL WARN Error: failed to extend /dev/shm/nccl-Qv1ZkE to "
+            "9637892 bytes, error: No space left on device (28)",
+            "Error while creating shared memory segment /dev/shm/nccl-Qv1ZkE (size 9637888), "
+            "error: No space left on device (28)",
+        )
+    )
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["gpu-r09"])
+    assert default_advice(a).kind == AdviceKind.REQUEUE_EXCLUDING
+
+
+def test_a_node_that_timed_out_reaching_a_peer_is_not_blamed_for_it() -> None:
+    # The queue pair could not reach its peer: the reporter is not shown to be the one at fault.
+    a = _run(
+        _nccl_failure(
+            "misc/ibvwrap.cc:262 NCCL WARN Call to ibv_modify_qp failed with 110 Connection "
+            "timed out, on dev mlx5_bond_0:1, curr state INIT, next state RT",
+            "Call to ibv_modify_qp failed with 110 Connection timed out",
+        )
+    )
+    assert "gpu-r09" not in a.culprit_nodes
+    assert default_advice(a).kind != AdviceKind.REQUEUE_EXCLUDING
+
+
+CUDA_INIT = (
+    "1: [rank8]: Traceback (most recent call last):\n"
+    '1: [rank8]:   File "/home/ana/train.py", line 58, in <module>\n'
+    "1: [rank8]:     torch.cuda.set_device(local_rank)\n"
+    '1: [rank8]:   File "/opt/venv/lib/python3.10/site-packages/torch/cuda/__init__.py", line '
+    "420, in set_device\n"
+    "1: [rank8]:     torch._C._cuda_setDevice(device)\n"
+    "1: [rank8]: RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run some "
+    "cuda functions before calling NumCudaDevices() that might have already set an error?\n"
+    "srun: error: gpu-r09: task 1: Exited with exit code 1\n"
+    "0: [W429 07:31:05.301442119 TCPStore.cpp:131] [c10d] recvValue failed on SocketImpl(fd=12, "
+    "addr=[gpu-r08]:29500, remote=[gpu-r09]:51122): failed to recv, got 0 bytes\n"
+    "srun: error: gpu-r08: task 0: Exited with exit code 1\n"
+)
+API_MISMATCH = (
+    "[Tue Apr 29 07:30:58 2025] NVRM: API mismatch: the client has the version 550.127.05, but\n"
+    "[Tue Apr 29 07:30:58 2025] NVRM: this kernel module has the version 550.90.07.  Please\n"
+    "[Tue Apr 29 07:30:58 2025] NVRM: make sure that this kernel module and all NVIDIA driver\n"
+    "[Tue Apr 29 07:30:58 2025] NVRM: components have the same version.\n"
+)
+
+
+def test_an_unclassified_error_on_a_node_whose_driver_is_mismatched_names_the_node() -> None:
+    # The job's error is of no known class; the node's own kernel log explains it.
+    dmesg = {"gpu-r09": _lines(API_MISMATCH, "dmesg_gpu-r09.txt")}
+    a = _run(CUDA_INIT, dmesg)
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["gpu-r09"])
+    assert default_advice(a).kind == AdviceKind.REQUEUE_EXCLUDING
+
+
+def test_the_same_error_with_another_nodes_driver_mismatched_does_not_move_the_blame() -> None:
+    # The mismatch is on a node whose rank did not fail first: nothing joins the two.
+    dmesg = {"gpu-r10": _lines(API_MISMATCH, "dmesg_gpu-r10.txt")}
+    a = _run(CUDA_INIT, dmesg)
+    assert a.category != Category.SYSTEM_SOFTWARE and a.culprit_nodes != ["gpu-r10"]
