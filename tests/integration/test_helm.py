@@ -415,6 +415,8 @@ def test_action_mode_is_an_explicit_value() -> None:
         ({"metrics": {"ports": {"worker": 70000}}}, "metrics/ports/worker"),
         ({"metrics": {"ports": {"api": 9000}}}, "api"),  # the API serves on api.port
         ({"metrics": {"podMonitr": {"enabled": True}}}, "podMonitr"),
+        ({"temporal": {"apiKey": {"existingSecret": "k"}}}, "temporal.apiKey needs"),
+        ({"temporal": {"tls": {"enabled": True, "caFile": "x"}}}, "caFile"),
     ],
 )
 def test_refuses_unsafe_or_incomplete_values(values: dict[str, Any], message: str) -> None:
@@ -567,3 +569,67 @@ def test_pod_monitor_is_opt_in_and_scrapes_every_process_but_the_api() -> None:
         assert endpoint["port"] in ports, doc["metadata"]["name"]
     # The API has its ServiceMonitor; Temporal's dev server and MySQL are not Resurgo's.
     assert sorted(scraped) == ["controller", "watchdog", "worker"]
+
+
+# ------------------------------------------------------------------ Temporal TLS
+
+
+TLS_VALUES: dict[str, Any] = {
+    "temporal": {
+        "address": "ns.acct.tmprl.cloud:7233",
+        "namespace": "ns.acct",
+        "tls": {"enabled": True, "existingSecret": "temporal-mtls", "serverName": "t.example"},
+        "apiKey": {"existingSecret": "temporal-cloud", "key": "key"},
+    },
+    "temporalDev": {"enabled": False},
+}
+
+
+def test_temporal_tls_and_api_key_reach_every_resurgo_pod_as_files() -> None:
+    docs = render(TLS_VALUES)
+    temporal = ResurgoConfig.model_validate(tomllib.loads(config_toml(docs))).temporal
+    assert temporal.tls and temporal.tls_server_name == "t.example"
+    files = {temporal.tls_ca_file, temporal.tls_cert_file, temporal.tls_key_file}
+    assert None not in files and "api_key" not in config_toml(docs)  # the key: a file only
+    pods = [w for w in workloads(docs) if "RESURGO_CONFIG" in env_of(pod_of(w)["containers"][0])]
+    assert {w["metadata"]["name"].rsplit("-", 1)[-1] for w in pods} >= {"worker", "api"}
+    for w in pods:
+        pod, container = pod_of(w), pod_of(w)["containers"][0]
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+        tls = volumes[next(m["name"] for p, m in mounts.items() if p.endswith("temporal-tls"))][
+            "secret"
+        ]
+        assert tls["secretName"] == "temporal-mtls"
+        tls_dir = next(p for p in mounts if p.endswith("temporal-tls"))
+        # Every file the config names is an item of the mounted Secret, under its mount.
+        assert {f"{tls_dir}/{i['path']}" for i in tls["items"]} == files, w["metadata"]["name"]
+        key_file = env_of(container)["RESURGO_TEMPORAL__API_KEY_FILE"]
+        key_volume = volumes["temporal-api-key"]["secret"]
+        assert key_volume["secretName"] == "temporal-cloud"
+        assert key_volume["items"] == [{"key": "key", "path": "api-key"}]
+        key_mount = next(m for p, m in mounts.items() if key_file.startswith(p + "/"))
+        assert key_mount["name"] == "temporal-api-key" and key_mount["readOnly"]
+
+
+def test_tls_without_client_certificate_or_private_ca() -> None:
+    """caKey/certKey/keyKey "": TLS with the system roots only, nothing mounted for them."""
+    values = deep_merge(
+        TLS_VALUES,
+        {"temporal": {"tls": {"caKey": "", "certKey": "", "keyKey": ""}, "apiKey": {}}},
+    )
+    values["temporal"]["apiKey"] = {"existingSecret": ""}  # deep_merge keeps the old one
+    docs = render(values)
+    temporal = ResurgoConfig.model_validate(tomllib.loads(config_toml(docs))).temporal
+    assert temporal.tls and temporal.tls_ca_file is None and temporal.tls_cert_file is None
+    for w in workloads(docs):
+        names = {v["name"] for v in pod_of(w).get("volumes", [])}
+        assert not names & {"temporal-tls", "temporal-api-key"}, w["metadata"]["name"]
+
+
+def test_plain_temporal_by_default(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    for docs in rendered.values():
+        assert not ResurgoConfig.model_validate(tomllib.loads(config_toml(docs))).temporal.tls
+        for w in workloads(docs):
+            names = {v["name"] for v in pod_of(w).get("volumes", [])}
+            assert not names & {"temporal-tls", "temporal-api-key"}

@@ -119,11 +119,82 @@ app.kubernetes.io/part-of: resurgo
   readOnly: true
 {{- end -}}
 
+{{/* Temporal TLS files and API key, from existing Secrets (values temporal.tls, .apiKey). */}}
+{{- define "resurgo.temporalTlsDir" -}}/var/run/secrets/resurgo/temporal-tls{{- end -}}
+{{- define "resurgo.temporalApiKeyDir" -}}/var/run/secrets/resurgo/temporal-api-key{{- end -}}
+
+{{/* "true" when a TLS file is mounted: enabled, a Secret, and at least one key named. */}}
+{{- define "resurgo.temporalTlsMounted" -}}
+{{- $t := .Values.temporal.tls -}}
+{{- if and $t.enabled $t.existingSecret (or $t.caKey $t.certKey $t.keyKey) -}}true{{- end -}}
+{{- end -}}
+
+{{- define "resurgo.temporalTlsFiles" -}}
+{{- $t := .Values.temporal.tls -}}
+{{- if include "resurgo.temporalTlsMounted" . -}}
+{{- range $item := list (list "tls_ca_file" $t.caKey) (list "tls_cert_file" $t.certKey) (list "tls_key_file" $t.keyKey) }}
+{{- if index $item 1 }}
+{{ index $item 0 }} = {{ printf "%s/%s" (include "resurgo.temporalTlsDir" $) (index $item 1) | quote }}
+{{- end }}
+{{- end }}
+{{- end -}}
+{{- end -}}
+
+{{- define "resurgo.temporalEnv" -}}
+{{- if and .Values.temporal.apiKey.existingSecret (not .Values.temporal.tls.enabled) -}}
+{{- fail "temporal.apiKey needs temporal.tls.enabled (the key never travels in clear)" -}}
+{{- end -}}
+{{- if .Values.temporal.apiKey.existingSecret }}
+- name: RESURGO_TEMPORAL__API_KEY_FILE
+  value: {{ printf "%s/api-key" (include "resurgo.temporalApiKeyDir" .) | quote }}
+{{- end }}
+{{- end -}}
+
+{{- define "resurgo.temporalVolumes" -}}
+{{- $t := .Values.temporal.tls -}}
+{{- if include "resurgo.temporalTlsMounted" . }}
+- name: temporal-tls
+  secret:
+    secretName: {{ $t.existingSecret | quote }}
+    defaultMode: 0440
+    items:
+      {{- range $k := list $t.caKey $t.certKey $t.keyKey }}
+      {{- if $k }}
+      - key: {{ $k | quote }}
+        path: {{ $k | quote }}
+      {{- end }}
+      {{- end }}
+{{- end }}
+{{- with .Values.temporal.apiKey.existingSecret }}
+- name: temporal-api-key
+  secret:
+    secretName: {{ . | quote }}
+    defaultMode: 0440
+    items:
+      - key: {{ $.Values.temporal.apiKey.key | quote }}
+        path: api-key
+{{- end }}
+{{- end -}}
+
+{{- define "resurgo.temporalMounts" -}}
+{{- if include "resurgo.temporalTlsMounted" . }}
+- name: temporal-tls
+  mountPath: {{ include "resurgo.temporalTlsDir" . }}
+  readOnly: true
+{{- end }}
+{{- if .Values.temporal.apiKey.existingSecret }}
+- name: temporal-api-key
+  mountPath: {{ include "resurgo.temporalApiKeyDir" . }}
+  readOnly: true
+{{- end }}
+{{- end -}}
+
 {{/* Env, volumes and mounts every Resurgo container has. */}}
 {{- define "resurgo.commonEnv" -}}
 - name: RESURGO_CONFIG
   value: /etc/resurgo/resurgo.toml
 {{ include "resurgo.auditEnv" . }}
+{{- include "resurgo.temporalEnv" . }}
 {{- end -}}
 
 {{- define "resurgo.commonVolumes" -}}
@@ -135,6 +206,7 @@ app.kubernetes.io/part-of: resurgo
 - name: state
   emptyDir: {}
 {{ include "resurgo.auditVolume" . }}
+{{- include "resurgo.temporalVolumes" . }}
 {{- end -}}
 
 {{- define "resurgo.commonMounts" -}}
@@ -146,6 +218,7 @@ app.kubernetes.io/part-of: resurgo
 - name: state
   mountPath: /var/lib/resurgo
 {{ include "resurgo.auditMount" . }}
+{{- include "resurgo.temporalMounts" . }}
 {{- end -}}
 
 {{- define "resurgo.podCommon" -}}
