@@ -33,6 +33,7 @@ from prometheus_client import (
 )
 from temporalio.client import Client
 
+from resurgo.api.arrays import arrays_router
 from resurgo.api.auth import (
     INSECURE_PRINCIPAL,
     BodyGate,
@@ -46,6 +47,7 @@ from resurgo.api.console.app import create_console
 from resurgo.api.conventions import add_cors, operation_id
 from resurgo.api.core import ApiProblem, TemporalConnection, as_utc
 from resurgo.api.errors import install_error_handlers
+from resurgo.api.job_refs import JOB_REF_PATTERN
 from resurgo.api.listing import JobFilter
 from resurgo.api.models import (
     AdvicePage,
@@ -84,6 +86,16 @@ MAX_GENERATION = 2**31 - 1
 
 ClusterPath = Annotated[str, Path(pattern=NAME, max_length=128, description="cluster name")]
 JobPath = Annotated[int, Path(ge=0, le=MAX_JOB_ID, description="Slurm job id")]
+# Reads also take an array task (`500_1`) or a hetjob component (`500+1`): checked again in
+# resurgo.api.job_refs (range), refused with the one error shape.
+JobRefPath = Annotated[
+    str,
+    Path(
+        pattern=JOB_REF_PATTERN,
+        max_length=30,
+        description="Slurm job id, `<array job id>_<task id>`, or a hetjob's `<id>+<component>`",
+    ),
+]
 NameQuery = Annotated[str | None, Query(pattern=NAME, max_length=128)]
 Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT)]
 Cursor = Annotated[
@@ -279,7 +291,7 @@ def create_app(
 
     @app.get("/v1/jobs/{cluster}/{job_id}", tags=["jobs"], responses=JOB_ERRORS)
     async def job_detail(
-        who: Viewer, cluster: ClusterPath, job_id: JobPath, workflow_id: WorkflowIdQuery = None
+        who: Viewer, cluster: ClusterPath, job_id: JobRefPath, workflow_id: WorkflowIdQuery = None
     ) -> JobDetail:
         """One job: attempts, anomalies, attributions, advice (with decisions) and
         reconciliation. The same shape for live and finished jobs. Output lines are withheld
@@ -291,7 +303,7 @@ def create_app(
     async def job_timeline(
         who: Viewer,
         cluster: ClusterPath,
-        job_id: JobPath,
+        job_id: JobRefPath,
         workflow_id: WorkflowIdQuery = None,
         type_: Annotated[list[str] | None, Query(alias="type", max_length=20)] = None,
         cursor: Cursor = None,
@@ -423,6 +435,8 @@ def create_app(
     app.include_router(
         nodes_router(gateway, config.policy(None), require(Role.VIEWER), require(Role.OPERATOR))
     )
+
+    app.include_router(arrays_router(gateway, require(Role.VIEWER), require(Role.OPERATOR)))
 
     # ---- the Recovery Console (its own session cookie and CSRF check) ------------------------
     app.mount(CONSOLE, create_console(config, gateway, registry, insecure=insecure))

@@ -30,6 +30,7 @@ from temporalio.client import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from resurgo.api.history import job_ref
+from resurgo.api.job_refs import SlurmRef, parse_workflow_id, slurm_ref
 from resurgo.api.models import JobRef
 from resurgo.audit.store import MAX_JOBS_LIMIT, AuditStore, JobSummary, StoredAuditEvent
 from resurgo.config import TemporalSettings
@@ -121,14 +122,16 @@ class Cursors:
         return payload
 
 
-def parse_workflow_id(workflow_id: str) -> tuple[str, int] | None:
-    """`resurgo:<cluster>:<job id>:<submit epoch>` -> (cluster, job id)."""
-    if not workflow_id.startswith("resurgo:"):
-        return None
-    parts = workflow_id[len("resurgo:") :].rsplit(":", 2)
-    if len(parts) != 3 or not parts[1].isdigit():
-        return None
-    return parts[0], int(parts[1])
+def parse_job_ref(text: str | int | SlurmRef) -> SlurmRef:
+    """`slurm_ref`, or the API's 422 for anything else."""
+    if isinstance(text, SlurmRef):
+        return text
+    ref = slurm_ref(text)
+    if ref is None:
+        raise ApiProblem(
+            422, "a job is named by its Slurm id: digits, or <array id>_<task id> for an array task"
+        )
+    return ref
 
 
 def _latest(executions: Iterable[WorkflowExecution]) -> WorkflowExecution | None:
@@ -164,12 +167,18 @@ def attrs_of(e: WorkflowExecution) -> dict[str, Any]:
     }
 
 
-def ref_of(e: WorkflowExecution) -> JobRef | None:
+def ref_of(e: WorkflowExecution, job_id: int | None = None) -> JobRef | None:
+    """The job `e` watches. `job_id`: Slurm's own id of an array task when the caller knows it
+    (its search attribute and workflow id carry `<array>_<task>` only); else the array's id."""
     parsed = parse_workflow_id(e.id)
     attrs = attrs_of(e)
     cluster = attrs["cluster"] or (parsed[0] if parsed else None)
     raw_job = attrs["job_id"]
-    job_id = int(raw_job) if raw_job and str(raw_job).isdigit() else (parsed[1] if parsed else None)
+    if job_id is None:
+        if raw_job and str(raw_job).isdigit():
+            job_id = int(raw_job)
+        elif parsed is not None:
+            job_id = parsed[1].job_id
     if cluster is None or job_id is None:
         return None
     return job_ref(cluster, job_id, e.id)
@@ -281,23 +290,45 @@ class GatewayCore:
         return sorted(found, key=summary_key)
 
     # ---- locating one job ---------------------------------------------------------------------
-    async def locate(self, cluster: str, job_id: int, workflow_id: str | None = None) -> Located:
-        """The job's latest workflow; from the audit store alone when Temporal is down."""
+    async def _task_job_id(self, workflow_id: str) -> int | None:
+        """Slurm's own id of the job a workflow watched, as its audit events recorded it."""
+        found = await asyncio.to_thread(self.store.query, workflow_id=workflow_id, limit=1)
+        return found[0].job_id if found else None
+
+    async def locate(
+        self, cluster: str, job: int | str | SlurmRef, workflow_id: str | None = None
+    ) -> Located:
+        """The job's latest workflow; from the audit store alone when Temporal is down. `job`
+        is a Slurm id, an array task (`500_1`) or a hetjob component (`500+1`, its leader)."""
+        ref = parse_job_ref(job)
         try:
-            return await self._locate(cluster, job_id, workflow_id)
+            return await self._locate(cluster, ref, workflow_id)
         except (ApiProblem, RPCError) as exc:
             if not temporal_down(exc):
                 raise
-            for j in await self._summaries(cluster):
-                if j.job_id == job_id and workflow_id in (None, j.workflow_id):
-                    ref = job_ref(cluster, job_id, j.workflow_id)
-                    return Located(ref, None, live=False, degraded=True)
-            raise
+            found = await self._from_store(cluster, ref, workflow_id)
+            if found is None:
+                raise
+            return Located(found, None, live=False, degraded=True)
 
-    async def _locate(self, cluster: str, job_id: int, workflow_id: str | None) -> Located:
+    async def _from_store(
+        self, cluster: str, ref: SlurmRef, workflow_id: str | None
+    ) -> JobRef | None:
+        """The most recently begun job the audit store knows by that name (a plain id also
+        finds an array task by Slurm's per-task id)."""
+        for j in await self._summaries(cluster):
+            if workflow_id not in (None, j.workflow_id):
+                continue
+            named = parse_workflow_id(j.workflow_id)
+            same = named is not None and named == (cluster, ref)
+            if same or (ref.task_id is None and j.job_id == ref.job_id):
+                return job_ref(cluster, j.job_id, j.workflow_id)
+        return None
+
+    async def _locate(self, cluster: str, ref: SlurmRef, workflow_id: str | None) -> Located:
         query = (
             f"WorkflowType = {quote(WORKFLOW_TYPE)} AND ResurgoCluster = {quote(cluster)} "
-            f"AND ResurgoSlurmJobId = {quote(str(job_id))}"
+            f"AND ResurgoSlurmJobId = {quote(str(ref))}"
         )
         if workflow_id is not None:
             query += f" AND WorkflowId = {quote(workflow_id)}"
@@ -307,11 +338,14 @@ class GatewayCore:
         latest = [e for group in runs.values() if (e := _latest(group)) is not None]
         if latest:
             best = max(latest, key=_rank)
+            job_id = ref.job_id
+            if ref.task_id is not None:
+                job_id = await self._task_job_id(best.id) or ref.job_id
             return Located(job_ref(cluster, job_id, best.id), best, is_running(best))
-        for j in await self._summaries(cluster):
-            if j.job_id == job_id and workflow_id in (None, j.workflow_id):
-                return Located(job_ref(cluster, job_id, j.workflow_id), None, False)
-        raise ApiProblem(404, f"no job {job_id} on cluster {cluster!r} is known to Resurgo")
+        found = await self._from_store(cluster, ref, workflow_id)
+        if found is not None:
+            return Located(found, None, False)
+        raise ApiProblem(404, f"no job {ref} on cluster {cluster!r} is known to Resurgo")
 
 
 __all__ = [
@@ -324,6 +358,7 @@ __all__ = [
     "as_utc",
     "attrs_of",
     "is_running",
+    "parse_job_ref",
     "parse_workflow_id",
     "quote",
     "ref_of",

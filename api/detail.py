@@ -18,7 +18,9 @@ class JobDetails(GatewayCore):
     """`job_detail`, `timeline` and `audit`."""
 
     # ---- one job ---------------------------------------------------------------------------
-    async def job_detail(self, cluster: str, job_id: int, workflow_id: str | None) -> JobDetail:
+    async def job_detail(
+        self, cluster: str, job_id: int | str, workflow_id: str | None
+    ) -> JobDetail:
         loc = await self.locate(cluster, job_id, workflow_id)
         wid = loc.ref.workflow_id
         events = await self._events(wid)
@@ -39,7 +41,7 @@ class JobDetails(GatewayCore):
     async def timeline(
         self,
         cluster: str,
-        job_id: int,
+        job_id: int | str,
         workflow_id: str | None,
         types: list[str] | None,
         cursor: str | None,

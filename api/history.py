@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from resurgo.api.job_refs import parse_workflow_id
 from resurgo.api.models import AdviceView, AttemptView, JobRef, ReconciliationView
 from resurgo.audit.store import StoredAuditEvent
 from resurgo.contracts import (
@@ -45,9 +46,14 @@ def submit_time_of(workflow_id: str) -> datetime | None:
 
 
 def job_ref(cluster: str, job_id: int, workflow_id: str) -> JobRef:
+    named = parse_workflow_id(workflow_id)
+    task = named[1] if named is not None and named[1].task_id is not None else None
     return JobRef(
         cluster=cluster,
         job_id=job_id,
+        name=str(task) if task is not None else str(job_id),
+        array_job_id=task.job_id if task is not None else None,
+        array_task_id=task.task_id if task is not None else None,
         workflow_id=workflow_id,
         submit_time=submit_time_of(workflow_id),
     )

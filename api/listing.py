@@ -21,6 +21,7 @@ from resurgo.api.core import (
     as_utc,
     attrs_of,
     is_running,
+    parse_workflow_id,
     quote,
     ref_of,
     summary_key,
@@ -73,8 +74,10 @@ def jobs_query(f: JobFilter, running: bool) -> str:
     return " AND ".join(parts)
 
 
-def item_from_execution(e: WorkflowExecution, summary: JobSummary | None = None) -> JobItem | None:
-    ref = ref_of(e)
+def item_from_execution(
+    e: WorkflowExecution, summary: JobSummary | None = None, job_id: int | None = None
+) -> JobItem | None:
+    ref = ref_of(e, summary.job_id if summary else job_id)
     if ref is None:
         return None
     attrs = attrs_of(e)
@@ -140,7 +143,11 @@ class JobListing(GatewayCore):
                 jobs_query(f, running=True), limit, raw_token
             )
             for e in page:
-                item = item_from_execution(e)
+                named = parse_workflow_id(e.id)
+                # An array task's own Slurm id is in its audit trail, not in visibility.
+                is_task = named is not None and named[1].task_id is not None
+                task_id = await self._task_job_id(e.id) if is_task else None
+                item = item_from_execution(e, job_id=task_id)
                 if item is not None and f.window(item.first_seen, None, live=True):
                     items.append(item)
             if next_token:

@@ -80,7 +80,12 @@ class JobRef(Out):
     """Which job: (cluster, Slurm job id) and the workflow id that is its identity."""
 
     cluster: str
-    job_id: int
+    job_id: int = Field(description="Slurm's job id (an array task's own per-task id)")
+    name: str | None = Field(
+        default=None, description="as Slurm users name it: `<array id>_<task id>` or the job id"
+    )
+    array_job_id: int | None = Field(default=None, description="an array task's array job id")
+    array_task_id: int | None = Field(default=None, description="an array task's index")
     workflow_id: str
     submit_time: datetime | None = Field(
         default=None, description="from the workflow id (whole seconds, UTC)"
