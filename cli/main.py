@@ -252,6 +252,9 @@ if _wants_operator_commands(sys.argv):
     from resurgo.cli import operator as operator_cli
 
     operator_cli.register(app)
+    from resurgo.cli import arrays as arrays_cli
+
+    arrays_cli.register(app)
 
 signals_app = subcommands(
     "Signal sources: job logs (file, Loki, VictoriaLogs) and GPU metrics (Prometheus)."

@@ -54,6 +54,12 @@ ConfigOpt = Annotated[
 ]
 ClusterArg = Annotated[str, typer.Argument(help="cluster name")]
 JobArg = Annotated[int, typer.Argument(help="Slurm job id")]
+# The shapes the API takes (resurgo.api.job_refs; the CLI does not import the API): a job id,
+# an array task `<array>_<task>`, a hetjob component `<leader>+<n>`.
+JOB_REF = re.compile(r"[0-9]{1,19}(?:[_+][0-9]{1,10})?")
+JobRefArg = Annotated[
+    str, typer.Argument(help="Slurm job id, or <array id>_<task id> for an array task")
+]
 
 
 class ApiError(Exception):
@@ -248,7 +254,7 @@ def jobs(
                   "first seen", title="jobs", title_justify="left")  # fmt: skip
     for j in items:
         table.add_row(
-            Text(j["cluster"]), str(j["job_id"]),
+            Text(j["cluster"]), str(j.get("name") or j["job_id"]),
             Text(str(j["state"] or "-"), style="bold" if j["live"] else "dim"),
             Text(str(j["mode"] or "-")), str(j["attempt"] if j["attempt"] is not None else "-"),
             Text(str(j["last_category"] or "-")),
@@ -262,7 +268,7 @@ def jobs(
 
 def job(
     cluster: ClusterArg,
-    job_id: JobArg,
+    job_id: JobRefArg,
     workflow_id: Annotated[str | None, typer.Option(help="when a Slurm id was reused")] = None,
     as_json: JsonOpt = False,
     api_url: UrlOpt = None,
@@ -270,6 +276,8 @@ def job(
     config: ConfigOpt = None,
 ) -> None:
     """Show one job: attempts, anomalies, attribution, advice, reconciliation."""
+    if not JOB_REF.fullmatch(job_id):  # it goes into a URL path: checked before it is sent
+        fail(f"a job is its Slurm id or <array id>_<task id>, got {job_id!r}", ExitCode.USAGE)
     client = make_client(api_url, token, config)
     with api_call(client, f"reading {cluster}/{job_id}…"):
         d = client.get(f"/v1/jobs/{cluster}/{job_id}", workflow_id=workflow_id)
@@ -280,7 +288,7 @@ def job(
     head.add_column(style="bold")
     head.add_column()
     rows = [
-        ("job", f"{d['cluster']}/{d['job_id']}  ({d['workflow_id']})"),
+        ("job", f"{d['cluster']}/{d.get('name') or d['job_id']}  ({d['workflow_id']})"),
         ("state", f"{d['phase'] or '-'}" + ("  (live)" if d["live"] else "  (finished)")),
         ("mode", str(d["mode"] or "-")),
         ("attempt", str(d["attempt"] if d["attempt"] is not None else "-")),
@@ -349,7 +357,8 @@ def advice(
     for item in page["items"]:
         a, j = item["advice"], item["job"]
         table.add_row(
-            Text(j["cluster"]), str(j["job_id"]), f"g{a['generation']}", Text(_describe(a)),
+            Text(j["cluster"]), str(j.get("name") or j["job_id"]), f"g{a['generation']}",
+            Text(_describe(a)),
             Text("yes", style="yellow bold") if item["pending"] else "no",
             _when(item.get("expires_at")), Text(str(item["state"] or "-")),
             Text(str(item["mode"] or "-")), Text(a["reason"]),

@@ -8,6 +8,8 @@ same application bug); workflows are started with the search attributes discover
 
 from __future__ import annotations
 
+import asyncio
+import json
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -20,10 +22,13 @@ import pytest
 from temporalio import activity
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.testing import WorkflowEnvironment
+from typer.testing import CliRunner, Result
 
 from resurgo.api.app import create_app
 from resurgo.array_models import ArrayInput
 from resurgo.audit.store import AuditStore
+from resurgo.cli.exits import ExitCode
+from resurgo.cli.main import app as cli
 from resurgo.contracts import (
     AuditEvent,
     Category,
@@ -37,6 +42,7 @@ from resurgo.workflows import search_attributes as sa
 from resurgo.workflows.array_coordinator import ArrayCoordinatorWorkflow
 from resurgo.workflows.job_recovery import JobRecoveryWorkflow
 from tests.integration.test_api import api_config, eventually, make_tokens
+from tests.integration.test_api_support import serve_in_loop
 from tests.integration.test_array_coordination import (
     ARRAY,
     BUG,
@@ -83,6 +89,7 @@ class Setup:
     url: str
     entries: Any
     store: AuditStore
+    app: Any
 
     def auth(self, role: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.tokens[role]}"}
@@ -135,7 +142,7 @@ async def setup(temporal_env: WorkflowEnvironment, tmp_path: Path) -> AsyncItera
             )  # fmt: skip
             await handle.result()
         try:
-            yield Setup(h, http, tokens, url, entries, store)
+            yield Setup(h, http, tokens, url, entries, store, app)
         finally:
             await coordinator.terminate("test over")
             store.close()
@@ -219,3 +226,41 @@ async def test_array_view_task_names_and_mode_switch(setup: Setup) -> None:
         assert [f["fingerprint"] for f in folded["findings"]] == [BUG]
         task = (await http.get(f"/v1/jobs/{c}/{ARRAY}_1", headers=setup.auth("viewer"))).json()
         assert (task["name"], task["job_id"], task["source"]) == (f"{ARRAY}_1", ARRAY + 2, "audit")
+
+
+async def test_cli_array_commands_and_array_task_jobs(setup: Setup) -> None:
+    c = setup.h.name
+    async with serve_in_loop(setup.app) as url:
+
+        async def run(*args: str, role: str = "viewer") -> Result:
+            env = {"RESURGO_API_URL": url, "RESURGO_CONFIG": "", "COLUMNS": "200",
+                   "RESURGO_API_TOKEN": setup.tokens[role]}  # fmt: skip
+            return await asyncio.to_thread(CliRunner().invoke, cli, list(args), env=env)
+
+        async def findings() -> Result | None:
+            result = await run("array", c, str(ARRAY))
+            return result if "systematic" in result.stdout else None
+
+        # Piped: every table is tab-separated values.
+        shown = (await eventually(findings)).stdout
+        assert f"{c}/{ARRAY}_*\tlive\tobserve" in shown
+        assert f"{BUG}\t0,1,2" in shown
+        assert f"{ARRAY}_1\t{ARRAY + 2}\t" in shown
+        as_json = await run("array", c, str(ARRAY), "--json")
+        assert json.loads(as_json.stdout)["failures_by_fingerprint"] == {BUG: [0, 1, 2]}
+        job = await run("job", c, f"{ARRAY}_2", "--json")
+        assert job.exit_code == 0, job.output
+        assert json.loads(job.stdout)["job_id"] == ARRAY + 3
+        assert f"{c}/{ARRAY}_2" in (await run("job", c, f"{ARRAY}_2")).stdout
+        listed = await run("jobs", "--cluster", c)
+        assert all(f"{c}\t{ARRAY}_{t}\t" in listed.stdout for t in range(3)), listed.stdout
+        # Refusals: bad names never reach the API, unknown ones are NOT_FOUND, viewers DENIED.
+        assert (await run("job", c, "500_1/../x")).exit_code == ExitCode.USAGE
+        assert (await run("array", c, "500_1")).exit_code == ExitCode.USAGE
+        assert (await run("array", c, str(ARRAY + 99))).exit_code == ExitCode.NOT_FOUND
+        denied = await run("array-mode", c, str(ARRAY), "action")
+        assert denied.exit_code == ExitCode.DENIED and setup.h.cluster.array_steps == []
+        switched = await run("array-mode", c, str(ARRAY), "action", "--reason", "bug",
+                             role="operator")  # fmt: skip
+        assert switched.exit_code == 0, switched.output
+        assert f"array {c}/{ARRAY}_* is now in action mode (by otto)" in switched.stdout
