@@ -6,8 +6,9 @@
 - **One connection, many channels.** Commands run concurrently on separate channels, at most
   `max_sessions` at a time (OpenSSH's `MaxSessions` defaults to 10 per connection).
 - **Reconnect with exponential backoff.** A dropped link is noticed by the next command (or by
-  keepalives) and reopened; failed attempts back off 0.5 s, 1 s, 2 s ... up to 30 s, shared by
-  every caller, so a hundred waiting activities do not hammer the login node.
+  keepalives) and reopened (stamina runs the attempts); failed attempts back off 0.5 s, 1 s,
+  2 s ... up to 30 s (less up to 20 % jitter), shared by every caller, so a hundred waiting
+  activities do not hammer the login node.
 - **Errors.** No connection, or the link lost while a command ran: `SchedulerUnavailable`
   (retryable; a command cut off mid-way is *not* re-run here: it may have taken effect, and only
   the caller's observe-first logic can tell). A command past its deadline: `CommandTimeout`.
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import asyncssh
+import stamina
 
 from resurgo.slurm.errors import CommandTimeout, SchedulerUnavailable
 from resurgo.slurm.output_files import OutputRefused, owner_uid
@@ -276,42 +278,58 @@ class SshRunner:
                 f"SSH to {self.target}: still connecting ({self._last_error or 'first attempt'})"
             ) from None
         try:
-            while True:
-                conn = self._conn
-                if conn is not None and not conn.is_closed():
-                    return conn
-                wait = self._not_before - loop.time()
-                if wait > 0:
-                    if loop.time() + wait >= deadline:
-                        raise SchedulerUnavailable(
-                            f"SSH to {self.target} unavailable after {self._failures} "
-                            f"attempt(s), next in {wait:.1f}s: {self._last_error}"
-                        )
-                    await asyncio.sleep(wait)
-                budget = min(self.settings.connect_timeout, deadline - loop.time())
-                if budget <= 0:
-                    raise SchedulerUnavailable(f"SSH to {self.target}: no time left to connect")
-                try:
-                    self._conn = await asyncio.wait_for(self._open(), budget)
-                except (SshHostKeyRejected, SshAuthFailed) as exc:
-                    self._failed(exc)
-                    raise
-                except (TimeoutError, asyncssh.Error, OSError) as exc:
-                    if isinstance(exc, TimeoutError):
-                        exc = TimeoutError(f"no SSH session within {budget:.1f}s")
-                    self._failed(exc)
-                    if loop.time() >= deadline - 0.05:
-                        raise SchedulerUnavailable(
-                            f"SSH to {self.target} failed: {self._last_error}"
-                        ) from exc
-                    continue
-                self.connects += 1
-                if self._failures:
-                    log.info("SSH to %s re-established after %d failed attempt(s)",
-                             self.target, self._failures)  # fmt: skip
-                self._failures = 0
-                self._not_before = 0.0
-                return self._conn
+            conn = self._conn
+            if conn is not None and not conn.is_closed():
+                return conn  # another caller reconnected while this one queued
+            # A caller arriving while the shared backoff runs waits its turn, or fails at once
+            # when the next attempt is further off than its budget.
+            wait = self._not_before - loop.time()
+            if wait > 0:
+                if loop.time() + wait >= deadline:
+                    raise SchedulerUnavailable(
+                        f"SSH to {self.target} unavailable after {self._failures} "
+                        f"attempt(s), next in {wait:.1f}s: {self._last_error}"
+                    )
+                await asyncio.sleep(wait)
+
+            def again(exc: Exception) -> bool | float:
+                # stamina runs the attempts; the wait between them is the backoff every caller
+                # shares (`_failed`: exponential, jittered), not a count of this caller's own,
+                # so callers queued on the lock do not each start over at the initial delay.
+                # No retry past the caller's deadline, nor for a key the server refuses.
+                if not isinstance(exc, (TimeoutError, asyncssh.Error, OSError)):
+                    return False
+                wait = max(self._not_before - loop.time(), 0.001)
+                return wait if loop.time() + wait < deadline - 0.05 else False
+
+            try:
+                async for attempt in stamina.retry_context(on=again, attempts=None, timeout=None):
+                    with attempt:
+                        budget = min(self.settings.connect_timeout, deadline - loop.time())
+                        if budget <= 0:
+                            raise SchedulerUnavailable(
+                                f"SSH to {self.target}: no time left to connect"
+                            )
+                        try:
+                            self._conn = await asyncio.wait_for(self._open(), budget)
+                        except TimeoutError:
+                            self._failed(TimeoutError(f"no SSH session within {budget:.1f}s"))
+                            raise
+                        except (SshHostKeyRejected, SshAuthFailed, asyncssh.Error, OSError) as e:
+                            self._failed(e)
+                            raise
+            except (TimeoutError, asyncssh.Error, OSError) as exc:
+                raise SchedulerUnavailable(
+                    f"SSH to {self.target} failed: {self._last_error}"
+                ) from exc
+            self.connects += 1
+            if self._failures:
+                log.info("SSH to %s re-established after %d failed attempt(s)",
+                         self.target, self._failures)  # fmt: skip
+            self._failures = 0
+            self._not_before = 0.0
+            assert self._conn is not None
+            return self._conn
         finally:
             self._connect_lock.release()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import shlex
 import time
@@ -185,6 +186,26 @@ async def test_server_down_then_back_with_backoff(runner: SshRunner, sshd: SshSe
         sshd.start()
     assert (await runner.run(["echo", "ok"], timeout=15)).stdout == "ok\n"
     assert runner.connects == 2
+
+
+async def test_one_caller_retries_with_backoff_until_its_deadline(
+    runner: SshRunner, sshd: SshServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Server down for a caller with 3 s: it tries again after ~0.5 s and ~1 s more (jittered
+    backoff), not in a tight loop, and gives up by its deadline."""
+    assert (await runner.run(["true"])).returncode == 0
+    sshd.stop()
+    try:
+        caplog.set_level(logging.WARNING, logger="resurgo.ssh")
+        started = time.monotonic()
+        with pytest.raises(SchedulerUnavailable, match=r"failed|unavailable"):
+            await runner.run(["true"], timeout=3)
+        assert time.monotonic() - started < 4
+        tries = [r for r in caplog.records if "failed (attempt" in r.getMessage()]
+        assert 2 <= len(tries) <= 4, [r.getMessage() for r in tries]
+    finally:
+        sshd.start()
+    assert (await runner.run(["echo", "ok"], timeout=15)).stdout == "ok\n"
 
 
 async def test_command_timeout_keeps_the_connection(runner: SshRunner, tmp_path: Path) -> None:
