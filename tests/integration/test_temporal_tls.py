@@ -10,8 +10,11 @@ that it is read (from a `*_FILE` secret) and handed to the client.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
+import socket
 import ssl
+import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -316,3 +319,47 @@ async def test_the_container_healthcheck_speaks_tls_too(
     monkeypatch.delenv("RESURGO_TEMPORAL__TLS_KEY_FILE")
     with pytest.raises(healthcheck.Unhealthy, match="cannot describe task queue"):
         await asyncio.to_thread(probe, "resurgo-tls-probe", address, "default", 180, 5)
+
+
+async def test_connect_waits_for_a_temporal_that_comes_up_late(temporal_address: str) -> None:
+    """The reconnect loop (stamina): nothing listens for ~1.5 s, then the frontend appears on
+    that port; connect() with a 20 s budget gets through. With a 1 s budget and nothing ever
+    listening it gives up after about 1 s with one line."""
+    host, _, port = temporal_address.rpartition(":")
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    late_port = probe.getsockname()[1]
+    probe.close()
+
+    async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(host, int(port))
+
+        async def pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(ConnectionError):
+                while data := await r.read(65536):
+                    w.write(data)
+                    await w.drain()
+            w.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    async def open_late() -> asyncio.Server:
+        await asyncio.sleep(1.5)
+        return await asyncio.start_server(relay, "127.0.0.1", late_port)
+
+    opening = asyncio.create_task(open_late())
+    started = time.monotonic()
+    client = await connect(TemporalSettings(address=f"127.0.0.1:{late_port}"), wait_seconds=20)
+    server = await opening
+    try:
+        assert 1.4 <= time.monotonic() - started < 15
+        assert (
+            await client.workflow_service.get_system_info(GetSystemInfoRequest())
+        ).server_version
+    finally:
+        server.close()
+    started = time.monotonic()
+    with pytest.raises(TemporalUnavailable) as info:
+        await connect(TemporalSettings(address=f"127.0.0.1:{late_port}"), wait_seconds=1)
+    assert time.monotonic() - started < 6
+    assert "\n" not in str(info.value)
