@@ -85,7 +85,6 @@ MAX_JOB_ID = 2**63 - 1
 MAX_GENERATION = 2**31 - 1
 
 ClusterPath = Annotated[str, Path(pattern=NAME, max_length=128, description="cluster name")]
-JobPath = Annotated[int, Path(ge=0, le=MAX_JOB_ID, description="Slurm job id")]
 # Reads also take an array task (`500_1`) or a hetjob component (`500+1`): checked again in
 # resurgo.api.job_refs (range), refused with the one error shape.
 JobRefPath = Annotated[
@@ -335,7 +334,7 @@ def create_app(
     async def approve(
         principal: Operator,
         cluster: ClusterPath,
-        job_id: JobPath,
+        job_id: JobRefPath,
         generation: Annotated[int, generation_path],
         body: DecisionRequest | None = None,
         idempotency_key: IdempotencyKey = None,
@@ -352,7 +351,7 @@ def create_app(
     async def reject(
         principal: Operator,
         cluster: ClusterPath,
-        job_id: JobPath,
+        job_id: JobRefPath,
         generation: Annotated[int, generation_path],
         body: RejectRequest,
         idempotency_key: IdempotencyKey = None,
@@ -363,7 +362,7 @@ def create_app(
         )
 
     async def _decide(
-        principal: Principal, cluster: str, job_id: int, generation: int, approve: bool,
+        principal: Principal, cluster: str, job_id: str, generation: int, approve: bool,
         reason: str, request_id: str | None,
     ) -> DecisionResponse:  # fmt: skip
         action = "approve" if approve else "reject"
@@ -383,7 +382,7 @@ def create_app(
     async def set_mode(
         principal: Operator,
         cluster: ClusterPath,
-        job_id: JobPath,
+        job_id: JobRefPath,
         body: ModeRequest,
         idempotency_key: IdempotencyKey = None,
     ) -> ModeResponse:

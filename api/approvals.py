@@ -97,7 +97,7 @@ class Approvals(GatewayCore):
         )
 
     # ---- operator decisions -------------------------------------------------------------------
-    async def _live(self, cluster: str, job_id: int) -> tuple[Located, JobHandle]:
+    async def _live(self, cluster: str, job_id: int | str) -> tuple[Located, JobHandle]:
         loc = await self.locate(cluster, job_id)
         if not loc.live:
             raise ApiProblem(
@@ -108,7 +108,7 @@ class Approvals(GatewayCore):
     async def decide(
         self,
         cluster: str,
-        job_id: int,
+        job_id: int | str,
         generation: int,
         *,
         approve: bool,
@@ -141,7 +141,7 @@ class Approvals(GatewayCore):
         return DecisionResponse(job=loc.ref, decision=decision, ack=ack)
 
     async def set_mode(
-        self, cluster: str, job_id: int, mode: Mode, reason: str, principal: Principal,
+        self, cluster: str, job_id: int | str, mode: Mode, reason: str, principal: Principal,
         request_id: str | None,
     ) -> ModeResponse:  # fmt: skip
         loc, handle = await self._live(cluster, job_id)

@@ -28,6 +28,7 @@ from markupsafe import Markup
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.middleware.sessions import SessionMiddleware
 
+from resurgo.api.arrays import ArrayReads
 from resurgo.api.auth import Principal, Role, TokenRegistry
 from resurgo.api.console.insights import gates_of, nodes_view, overview_view
 from resurgo.api.console.job_page import job_page_context
@@ -42,8 +43,10 @@ from resurgo.api.console.session import (
     read_form,
 )
 from resurgo.api.core import ApiProblem
+from resurgo.api.job_refs import slurm_ref
 from resurgo.api.listing import JobFilter
 from resurgo.api.service import Gateway
+from resurgo.api.visibility import shown_to
 from resurgo.config import ResurgoConfig
 from resurgo.contracts import Mode
 from resurgo.metrics.reader import DigestReader
@@ -193,6 +196,7 @@ def create_console(
         return RedirectResponse(f"{PREFIX}/login", status_code=303)
 
     # ---- jobs ------------------------------------------------------------------------------
+    arrays = ArrayReads(gateway)
     rows_template = pages.get_template("_job_rows.html")
     rendered: dict[str, Markup] = {}
 
@@ -262,7 +266,7 @@ def create_console(
         return EventSourceResponse(events(), ping=15, headers={"Cache-Control": "no-store"})
 
     @app.get("/jobs/{cluster}/{job_id}")
-    async def job(request: Request, cluster: str, job_id: int) -> HTMLResponse:
+    async def job(request: Request, cluster: str, job_id: str) -> HTMLResponse:
         principal = auth.principal(request)
         _check_name(cluster)
         context = await job_page_context(
@@ -272,9 +276,10 @@ def create_console(
         return render(request, "job.html", principal, gates=gates.get(cluster), **context)
 
     @app.post("/jobs/{cluster}/{job_id}/mode")
-    async def set_mode(request: Request, cluster: str, job_id: int) -> Response:
+    async def set_mode(request: Request, cluster: str, job_id: str) -> Response:
         principal, fields = await auth.form(request, Role.OPERATOR)
         _check_name(cluster)
+        _check_job(job_id)
         here = f"/jobs/{cluster}/{job_id}"
         if fields.get("confirm") != "yes":
             return back(here, "Mode not changed: tick the confirmation first.", False, request)
@@ -288,6 +293,22 @@ def create_console(
         except ApiProblem as exc:
             return back(here, f"Mode not changed: {exc.detail}", False, request)
         return back(here, f"{cluster}/{job_id} is now in {mode.value} mode.", True, request)
+
+    @app.get("/arrays/{cluster}/{array_id}")
+    async def array(request: Request, cluster: str, array_id: str) -> HTMLResponse:
+        principal = auth.principal(request)
+        _check_name(cluster)
+        if not (array_id.isascii() and array_id.isdigit() and len(array_id) <= 19):
+            raise Refused(400, "not an array id: the array's Slurm job id, digits only")
+        try:
+            found = await asyncio.wait_for(arrays.array(cluster, int(array_id)), 30)
+        except ApiProblem as exc:
+            raise Refused(exc.status, exc.detail) from exc
+        except (TimeoutError, RuntimeError, OSError) as exc:
+            raise Refused(503, f"The array cannot be read right now ({exc}).") from exc
+        # Output lines reach only those allowed to read this user's jobs (as in the API).
+        shown = shown_to(principal, found.user, found)
+        return render(request, "array.html", principal, a=shown)
 
     # ---- approvals -----------------------------------------------------------------------------
     @app.get("/approvals")
@@ -313,9 +334,10 @@ def create_console(
         )
 
     @app.post("/approvals/{cluster}/{job_id}/{generation}")
-    async def decide(request: Request, cluster: str, job_id: int, generation: int) -> Response:
+    async def decide(request: Request, cluster: str, job_id: str, generation: int) -> Response:
         principal, fields = await auth.form(request, Role.OPERATOR)
         _check_name(cluster)
+        _check_job(job_id)
         verdict = fields.get("decision")
         reason = fields.get("reason", "").strip()[:2000]
         if verdict not in ("approve", "reject"):
@@ -364,6 +386,11 @@ def create_console(
 def _check_name(cluster: str) -> None:
     if not cluster or len(cluster) > 128 or not set(cluster) <= NAME_OK:
         raise Refused(400, "not a cluster name")
+
+
+def _check_job(job_id: str) -> None:
+    if slurm_ref(job_id) is None:
+        raise Refused(400, "not a job: its Slurm id, or <array id>_<task id> for an array task")
 
 
 def _key(fields: dict[str, str]) -> str | None:

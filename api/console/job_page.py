@@ -13,6 +13,7 @@ from resurgo.api.auth import Principal
 from resurgo.api.console.session import Refused
 from resurgo.api.console.timeline import timeline_rows
 from resurgo.api.core import ApiProblem
+from resurgo.api.job_refs import SlurmRef, slurm_ref
 from resurgo.api.models import JobDetail
 from resurgo.api.service import Gateway
 from resurgo.api.visibility import owners, shown_to
@@ -36,9 +37,28 @@ def _events(gateway: Gateway, cluster: str, job_id: int) -> list[StoredAuditEven
     return found
 
 
+async def _task_number(gateway: Gateway, cluster: str, ref: SlurmRef) -> tuple[int, str | None]:
+    """An array task's own Slurm id (its audit events carry it) and its workflow."""
+    try:
+        loc = await asyncio.wait_for(gateway.locate(cluster, ref), TEMPORAL_TIMEOUT)
+    except ApiProblem as exc:
+        raise Refused(exc.status, exc.detail) from exc
+    except (RPCError, TimeoutError, RuntimeError, OSError) as exc:
+        raise Refused(503, f"Array task {ref} cannot be located right now ({exc}).") from exc
+    return loc.ref.job_id, loc.ref.workflow_id
+
+
 async def job_page_context(
-    gateway: Gateway, principal: Principal, cluster: str, job_id: int, workflow_id: str | None
+    gateway: Gateway, principal: Principal, cluster: str, name: str, workflow_id: str | None
 ) -> dict[str, Any]:
+    """`name`: the job id, `<array>_<task>` or `<leader>+<n>` (checked by the caller)."""
+    ref = slurm_ref(name)
+    if ref is None:
+        raise Refused(400, "not a job: its Slurm id, or <array id>_<task id> for an array task")
+    job_id = ref.job_id
+    if ref.task_id is not None:
+        job_id, located = await _task_number(gateway, cluster, ref)
+        workflow_id = workflow_id or located
     try:
         events = await asyncio.to_thread(_events, gateway, cluster, job_id)
         store_problem = None
@@ -54,7 +74,7 @@ async def job_page_context(
     degraded = store_problem
     try:
         detail = await asyncio.wait_for(
-            gateway.job_detail(cluster, job_id, chosen), TEMPORAL_TIMEOUT
+            gateway.job_detail(cluster, str(ref), chosen), TEMPORAL_TIMEOUT
         )
     except ApiProblem as exc:
         if exc.status != 404 or events:
@@ -71,7 +91,7 @@ async def job_page_context(
         # e.g. Temporal unreachable: the gateway answered from the audit store and says so.
         degraded = " ".join([*([degraded] if degraded else []), *detail.warnings])
     if detail is None and not events:
-        raise Refused(404, f"no job {job_id} on cluster {cluster} is known to Resurgo")
+        raise Refused(404, f"no job {ref} on cluster {cluster} is known to Resurgo")
     # Output lines reach only those allowed to read this user's jobs (as in the API).
     owner = (await owners(gateway.store, [chosen]))[chosen] if chosen else None
     events = [shown_to(principal, owner, e) for e in events]
@@ -79,7 +99,10 @@ async def job_page_context(
     pending = detail.pending_approval if detail else None
     return {
         "cluster": cluster,
-        "job_id": job_id,
+        # How the page names the job (and its forms post it): `<array>_<task>` for a task.
+        "job_id": str(ref),
+        "slurm_job_id": job_id,
+        "array_job_id": ref.job_id if ref.task_id is not None else None,
         "workflow_id": chosen or (detail.workflow_id if detail else ""),
         "runs": runs,
         "detail": detail,

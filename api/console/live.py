@@ -27,6 +27,7 @@ from datetime import datetime
 from temporalio.service import RPCError
 
 from resurgo.api.core import ApiProblem
+from resurgo.api.job_refs import parse_workflow_id
 from resurgo.api.listing import JobFilter, item_from_execution, jobs_query
 from resurgo.api.models import JobItem
 from resurgo.api.service import Gateway
@@ -55,6 +56,8 @@ class JobRow:
     needs_approval: bool
     user: str
     last_seen: datetime | None
+    # How people name it: `<array>_<task>` for an array task, else the job id.
+    name: str = ""
 
 
 @dataclass
@@ -155,10 +158,12 @@ class LiveJobs:
             return JobsSnapshot(rows, _joined(store_problem, degraded), time.monotonic())
         rows = []
         for e in page:
-            item = item_from_execution(e)
+            seen = by_id.pop(e.id, None)
+            # An array task's own Slurm id is the digest's (visibility has `<array>_<task>`).
+            item = item_from_execution(e, job_id=seen.job_id if seen else None)
             if item is None:
                 continue
-            rows.append(row_from_item(item, by_id.pop(item.workflow_id, None)))
+            rows.append(row_from_item(item, seen))
         rows += [_from_digest(j) for j in by_id.values()][: max(0, MAX_JOBS - len(rows))]
         return JobsSnapshot(rows, store_problem, time.monotonic())
 
@@ -178,6 +183,7 @@ def row_from_item(item: JobItem, seen: JobDigest | None) -> JobRow:
         item.needs_approval,
         item.user or "",
         seen.last_at if seen else (item.last_seen or item.first_seen),
+        item.name or str(item.job_id),
     )
 
 
@@ -196,7 +202,13 @@ def _from_digest(j: JobDigest) -> JobRow:
         False,
         j.user,
         j.last_at,
+        _name(j.workflow_id, j.job_id),
     )
+
+
+def _name(workflow_id: str, job_id: int) -> str:
+    named = parse_workflow_id(workflow_id)
+    return str(named[1]) if named is not None and named[1].task_id is not None else str(job_id)
 
 
 def _joined(*parts: str | None) -> str | None:
