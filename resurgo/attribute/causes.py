@@ -16,6 +16,7 @@ from resurgo.attribute.stages_common import _rank
 from resurgo.attribute.topology import split_host_prefix
 from resurgo.contracts import AnomalyKind, Category
 from resurgo.detect.lines import parse_nccl_prefix, strip_prefixes
+from resurgo.policy.decide import NO_RETRY_HELPS_KEY
 
 _NCCL_VERSION = re.compile(r"\bNCCL version (?P<major>\d+)\.(?P<minor>\d+)\.(?P<patch>\d+)")
 _VERSION_PAIR = re.compile(r"\brank (?P<rank>\d+) version (?P<code>\d{4,6})\b")
@@ -157,4 +158,40 @@ def _node_software_fault(
             )
         ):
             return e
+    return None
+
+
+# Software the site installs in every node's image (driver, CUDA compatibility, fabric manager,
+# container GPU runtime, RDMA stack): the same failure from every node of the job is the image,
+# so there is no node to exclude and a retry on other nodes of that image fails alike.
+SITE_IMAGE_FAULTS = frozenset(
+    {
+        "cuda_driver_insufficient",
+        "nvidia_driver_library_mismatch",
+        "nvidia_driver_unavailable",
+        "cuda_system_not_ready",
+        "container_gpu_runtime_missing",
+        "nccl_ib_no_device",
+    }
+)
+# EDQUOT (errno 122): a quota stays exhausted until someone frees space or raises it.
+_QUOTA = re.compile(r"\bDisk quota exceeded\b|\bEDQUOT\b|\[Errno 122\]")
+
+
+def _no_retry_helps(
+    first: Event, primaries: list[Event], nodes: list[str], everywhere: bool, summary: str
+) -> Verdict | None:
+    """A system-software failure that no retry gets past (attribution-labels.md: "stop" until a
+    human changes the site's software or the quota), or None."""
+    if any(_QUOTA.search(e.message) for e in primaries):
+        return Verdict(
+            Category.SYSTEM_SOFTWARE, NO_RETRY_HELPS_KEY,
+            f"{summary}: a disk quota is exhausted; a retry writes into the same quota", 0.85,
+        )  # fmt: skip
+    if everywhere and len(nodes) >= 2 and first.match.id in SITE_IMAGE_FAULTS:
+        return Verdict(
+            Category.SYSTEM_SOFTWARE, NO_RETRY_HELPS_KEY,
+            f"{summary}: the site's software is broken on every node of the job", 0.85,
+            culprits=nodes,
+        )  # fmt: skip
     return None

@@ -14,6 +14,7 @@ import re
 from resurgo.attribute.analysis import Analysis, Verdict
 from resurgo.contracts import AnomalyKind, Category
 from resurgo.detect.lines import parse_nccl_prefix, strip_prefixes
+from resurgo.policy.decide import AGENT_NEVER_STARTED_KEY
 
 # The catalogue's entries for waiting on peers that never came (patterns.json).
 _WAITING = frozenset({"rendezvous_error", "dist_store_timeout"})
@@ -51,7 +52,7 @@ def agent_never_started(a: Analysis) -> Verdict | None:
         return None
     names = ", ".join(silent)
     return Verdict(
-        Category.UNKNOWN, "launch|agent_never_started",
+        Category.UNKNOWN, AGENT_NEVER_STARTED_KEY,
         f"the launcher on {names} never printed a line nor joined; the other nodes timed out "
         f"waiting for it ({waiting[0].message[:120]})", 0.6,
         culprits=silent, evidence=[e.line for e in waiting[:4]], kind=AnomalyKind.HANG,

@@ -20,6 +20,7 @@ from resurgo.attribute.analysis import Analysis, Verdict, actor_node, event_node
 from resurgo.attribute.causes import (
     _collective_mismatch,
     _drifted_node,
+    _no_retry_helps,
     _node_software_fault,
     _specific_cause,
     _version_drift,
@@ -365,6 +366,9 @@ def _from_primaries(
     if (owned := _set_by_job(a, first, summary, ranks, evidence)) is not None:
         return owned
     if category == Category.SYSTEM_SOFTWARE:
+        if (no_retry := _no_retry_helps(first, primaries, nodes, everywhere, summary)) is not None:
+            no_retry.ranks, no_retry.evidence = ranks, evidence
+            return no_retry
         troubled = {
             e.node for e in a.node_events
             if e.root and e.category == Category.SYSTEM_SOFTWARE and e.node is not None

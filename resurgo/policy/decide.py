@@ -35,9 +35,15 @@ def _fingerprint_of(category: Category, key: str) -> str:
     return f"{category.value}:{hashlib.sha256(f'{category.value}|{key}'.encode()).hexdigest()[:12]}"
 
 
-# A node whose launcher never started while the others waited for it at the rendezvous: the
-# labels name it although the cause is unknown, and a specific node at fault is excluded.
-AGENT_NEVER_STARTED = _fingerprint_of(Category.UNKNOWN, "launch|agent_never_started")
+# Verdict keys the attribution engine gives two causes whose action the labels fix
+# (attribution-labels.md, "action" and tie-breaker 6). A node whose launcher never started
+# while the others waited for it: named although the cause is unknown, and excluded.
+AGENT_NEVER_STARTED_KEY = "launch|agent_never_started"
+AGENT_NEVER_STARTED = _fingerprint_of(Category.UNKNOWN, AGENT_NEVER_STARTED_KEY)
+# The site's software broken on every node of the job, or a disk quota exhausted: nothing to
+# exclude, and a retry meets the same fault until a human changes something.
+NO_RETRY_HELPS_KEY = "site|no_retry_helps"
+NO_RETRY_HELPS = _fingerprint_of(Category.SYSTEM_SOFTWARE, NO_RETRY_HELPS_KEY)
 
 
 def effective_policy(policy: PolicyConfig, directive: Directive) -> PolicyConfig:
@@ -235,6 +241,12 @@ def decide(
             f"last failure {what}",
         )  # fmt: skip
 
+    if calibrated and attribution.fingerprint == NO_RETRY_HELPS:
+        return _advice(
+            state, attribution, AdviceKind.STOP, "site_fault_recurs",
+            f"{what}; no node to exclude and a retry meets the same fault: a human must fix "
+            "the site's software or the quota",
+        )  # fmt: skip
     spent = state.budgets.get(attribution.fingerprint, 0)
     if (
         attribution.category == Category.APPLICATION

@@ -119,3 +119,49 @@ def test_the_same_error_with_another_nodes_driver_mismatched_does_not_move_the_b
     dmesg = {"gpu-r10": _lines(API_MISMATCH, "dmesg_gpu-r10.txt")}
     a = _run(CUDA_INIT, dmesg)
     assert a.category != Category.SYSTEM_SOFTWARE and a.culprit_nodes != ["gpu-r10"]
+
+
+# CUDA's cudaErrorInsufficientDriver as PyTorch raises it (pytorch/pytorch issues quoting
+# "CUDA driver version is insufficient for CUDA runtime version").
+DRIVER_TOO_OLD = (
+    "{t}: [rank{r}]: RuntimeError: CUDA error: CUDA driver version is insufficient for CUDA "
+    "runtime version\n"
+)
+
+
+def test_site_software_broken_on_every_node_names_them_all_and_stops() -> None:
+    job = "".join(DRIVER_TOO_OLD.format(t=t, r=t * 8) for t in range(3))
+    job += "".join(f"srun: error: {n}: task {t}: Exited with exit code 1\n" for t, n in
+                   enumerate(NODES))  # fmt: skip
+    a = _run(job)
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, NODES)
+    assert default_advice(a).kind == AdviceKind.STOP
+
+
+def test_the_same_fault_on_one_node_only_excludes_it_and_does_not_stop() -> None:
+    a = _run(DRIVER_TOO_OLD.format(t=1, r=8) + "srun: error: gpu-r09: task 1: Exited with exit "
+             "code 1\n" + WATCHDOG)  # fmt: skip
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["gpu-r09"])
+    assert default_advice(a).kind == AdviceKind.REQUEUE_EXCLUDING
+
+
+# torch.save through DeepSpeed writing a checkpoint into an exhausted Lustre project quota
+# (CPython's OSError for EDQUOT; PytorchStreamWriter's message from caffe2/serialize).
+QUOTA = (
+    "0: [rank0]: RuntimeError: [enforce fail at inline_container.cc:783] . PytorchStreamWriter "
+    "failed writing file data/14: file write failed\n"
+    "1: [rank8]: OSError: [Errno 122] Disk quota exceeded: '/lustre/proj/p4102/runs/ckpt/"
+    "global_step6000/bf16_zero_pp_rank_8_mp_rank_00_optim_states.pt'\n"
+    "srun: error: gpu-r08: task 0: Exited with exit code 1\n"
+)
+
+
+def test_an_exhausted_quota_stops_with_no_node_named() -> None:
+    a = _run(QUOTA)
+    assert a.culprit_nodes == []
+    assert default_advice(a).kind == AdviceKind.STOP
+
+
+def test_a_full_shared_file_system_is_still_retried() -> None:
+    a = _run(QUOTA.replace("[Errno 122] Disk quota exceeded", "[Errno 28] No space left on device"))
+    assert default_advice(a).kind == AdviceKind.REQUEUE

@@ -445,3 +445,37 @@ class TestAgentNeverStarted:
             s = apply_advice(s, advice)
             next_attempt(s, -1)
         raise AssertionError("a never-started node was requeued past every budget")
+
+
+def no_retry_helps(nodes: tuple[str, ...] = ()) -> Attribution:
+    from resurgo.attribute.analysis import fingerprint
+    from resurgo.policy.decide import NO_RETRY_HELPS_KEY
+
+    return Attribution(
+        kind=AnomalyKind.CRASH,
+        category=Category.SYSTEM_SOFTWARE,
+        culprit_nodes=list(nodes),
+        confidence=0.85,
+        fingerprint=fingerprint(Category.SYSTEM_SOFTWARE, NO_RETRY_HELPS_KEY),
+        summary="CUDA driver version is insufficient for CUDA runtime version (every rank)",
+    )
+
+
+class TestSiteFaultThatRecurs:
+    """attribution-labels.md tie-breaker 6: site software broken on every node of the job
+    leaves nothing to exclude and no retry can help: stop (and so does a full quota)."""
+
+    def test_stops_on_its_first_occurrence_even_with_every_node_named(self) -> None:
+        for nodes in [(), ("g041", "g042", "g043")]:
+            advice = decide(state(), no_retry_helps(nodes), POLICY, OBSERVE)
+            assert advice.kind == AdviceKind.STOP and advice.rule == "site_fault_recurs"
+            assert advice_steps(advice) == ["cancel"]
+
+    def test_other_system_software_faults_are_still_retried_or_excluded(self) -> None:
+        shared = decide(state(), attribution(Category.SYSTEM_SOFTWARE), POLICY, OBSERVE)
+        node = decide(state(), attribution(Category.SYSTEM_SOFTWARE, ("g041",)), POLICY, OBSERVE)
+        assert (shared.kind, node.kind) == (AdviceKind.REQUEUE, AdviceKind.REQUEUE_EXCLUDING)
+
+    def test_histories_from_before_the_calibration_keep_their_decisions(self) -> None:
+        old = decide(state(), no_retry_helps(("g041", "g042")), POLICY, OBSERVE, calibrated=False)
+        assert old.kind == AdviceKind.REQUEUE_EXCLUDING
