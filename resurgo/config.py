@@ -41,7 +41,7 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from resurgo.contracts import ClusterGates, PolicyConfig
 from resurgo.errors import PermanentError
@@ -82,22 +82,9 @@ class TemporalSettings(Strict):
     tls_server_name: str | None = None
     # Sent as "Authorization: Bearer ..." (Temporal Cloud API keys); a secret, so give it as
     # $RESURGO_TEMPORAL__API_KEY_FILE. Needs tls = true: the key never travels in clear.
+    # (Each key is settable on its own; workflows/client.py tls_config() refuses, at connection,
+    # TLS keys with tls = false and a certificate without its key.)
     api_key: str | None = Field(default=None, min_length=1, repr=False)
-
-    @model_validator(mode="after")
-    def _tls_consistent(self) -> TemporalSettings:
-        if not self.tls:
-            needing = [
-                name
-                for name in ("tls_ca_file", "tls_cert_file", "tls_key_file", "tls_server_name",
-                             "api_key")
-                if getattr(self, name) is not None
-            ]  # fmt: skip
-            if needing:
-                raise ValueError(f"{', '.join(needing)} set but tls is false; set tls = true")
-        if (self.tls_cert_file is None) != (self.tls_key_file is None):
-            raise ValueError("tls_cert_file and tls_key_file go together (mTLS needs both)")
-        return self
 
 
 class AuditSettings(Strict):

@@ -32,10 +32,31 @@ def _pem(settings: TemporalSettings, key: str) -> bytes | None:
         raise ConfigError(f"temporal.{key}: cannot read {path}: {exc.strerror}") from exc
 
 
+def _check_tls_keys(settings: TemporalSettings) -> None:
+    if not settings.tls:
+        given = [
+            name
+            for name in (
+                "tls_ca_file",
+                "tls_cert_file",
+                "tls_key_file",
+                "tls_server_name",
+                "api_key",
+            )
+            if getattr(settings, name) is not None
+        ]
+        if given:
+            # Never fall back to plain gRPC when TLS was clearly meant (nor send a key in clear).
+            raise ConfigError(f"temporal: {', '.join(given)} set but tls is false; set tls = true")
+    if (settings.tls_cert_file is None) != (settings.tls_key_file is None):
+        raise ConfigError("temporal: tls_cert_file and tls_key_file go together (mTLS needs both)")
+
+
 def tls_config(settings: TemporalSettings) -> TLSConfig | bool:
     """What `Client.connect(tls=...)` gets: False for plain gRPC, else the CA, client certificate
     and key (read now, so a rotated certificate is picked up at the next connection) and the
     server name to verify."""
+    _check_tls_keys(settings)
     if not settings.tls:
         return False
     return TLSConfig(

@@ -271,7 +271,7 @@ async def test_the_api_key_is_handed_to_the_client(front: TlsFront, pki: Pki) ->
         ({"tls": True, "tls_cert_file": "/c.pem"}, "tls_cert_file and tls_key_file go together"),
     ],
 )
-def test_inconsistent_tls_settings_are_refused_at_load(
+def test_inconsistent_tls_settings_are_refused_before_connecting(
     tmp_path: Path, values: dict[str, object], complaint: str
 ) -> None:
     config = tmp_path / "resurgo.toml"
@@ -279,8 +279,9 @@ def test_inconsistent_tls_settings_are_refused_at_load(
         f"{k} = {str(v).lower() if isinstance(v, bool) else repr(v)}" for k, v in values.items()
     ]
     config.write_text("[temporal]\n" + "\n".join(lines) + "\n")
+    settings = load_config(config).temporal  # each key alone is a valid config value...
     with pytest.raises(ConfigError, match=complaint):
-        load_config(config)
+        tls_config(settings)  # ...but no connection is made from these
 
 
 def test_an_unreadable_certificate_is_a_config_error(tmp_path: Path) -> None:
