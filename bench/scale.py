@@ -2,6 +2,7 @@
 stays fast, at 100, 300 and 1,000 jobs watched at once.
 
     .venv/bin/python bench/scale.py [--sizes 100,300,1000] [--faults 20] [--window 60]
+    .venv/bin/python bench/scale.py --array 1000 [--window 60]   # array vs single jobs
 
 Everything is real: a throw-away Slurm cluster `scale` (4 nodes declaring enough CPUs for every
 job, its own ports, purged afterwards), the Temporal dev server, one `resurgo worker` and one
@@ -299,7 +300,14 @@ def main() -> int:
     parser.add_argument("--faults", type=int, default=20)
     parser.add_argument("--window", type=float, default=60.0)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--array", type=int, default=0, metavar="N",
+                        help="instead: an N-task array against N single jobs "
+                             "(bench/scale_arrays.py)")  # fmt: skip
     args = parser.parse_args()
+    if args.array:
+        from bench.scale_arrays import compare, report
+
+        return report(*asyncio.run(compare(args)))
     rows = asyncio.run(run(args))
 
     table = Table(title="Resurgo at scale: one worker + one controller (CPU in % of one core)")
