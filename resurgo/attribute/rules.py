@@ -242,6 +242,10 @@ def _outcome_for(outcome: str | None, v: Verdict) -> str | None:
     ):
         # A node's fault hung the job and the time limit only ended it: the node is the cause.
         return None
+    if outcome == "timeout" and v.category == Category.APPLICATION:
+        # The job's own code hung it and the time limit only ended it: resubmitting, however
+        # far it got, runs into the same code.
+        return None
     return outcome if outcome in ("timeout", "preempted", "node_fail") else None
 
 

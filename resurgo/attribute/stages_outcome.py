@@ -23,6 +23,7 @@ from resurgo.attribute.liveness import (
     progress_times,
     running_fine,
 )
+from resurgo.attribute.stack_dumps import deadlocked_in_job_code
 from resurgo.attribute.stragglers import stragglers
 from resurgo.contracts import AnomalyKind, Category, LogLine
 
@@ -94,6 +95,14 @@ def _scheduler(a: Analysis, outcome: str | None) -> Verdict | None:
         return None
     lines = [e.line for e in a.events if e.match.id.startswith("slurm_")][:3]
     if outcome == "timeout" and (hung := _hung_until_time_limit(a, lines)) is not None:
+        if (place := deadlocked_in_job_code(a.node_logs)) is not None:
+            # Stack dumps of the stuck ranks show every one blocked at the same place in the
+            # job's own code, none in a collective: the job deadlocked itself.
+            return Verdict(
+                Category.APPLICATION, "hang|deadlock_in_job_code", f"{hung.summary}; every "
+                f"dumped rank is blocked in the job's own code at {place[-160:]}", 0.8,
+                evidence=hung.evidence, kind=AnomalyKind.HANG,
+            )  # fmt: skip
         return hung
     what = {
         "timeout": "the job reached its time limit",
