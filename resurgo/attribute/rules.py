@@ -43,7 +43,12 @@ from resurgo.attribute.stages_hardware import (
     _node_failure,
     _repeating_gpu_exception,
 )
-from resurgo.attribute.stages_launch import agent_never_started, unreachable_node
+from resurgo.attribute.stages_launch import (
+    agent_never_started,
+    unreachable_node,
+    waiting_for_debugger,
+    world_larger_than_launched,
+)
 from resurgo.attribute.stages_outcome import (
     _healthy,
     _nothing,
@@ -141,7 +146,9 @@ def analyse(
         or _suspended(a)
         or (stragglers(a) if live_straggler else None)
         or agent_never_started(a)
+        or world_larger_than_launched(a)
         or _root_failure(a)
+        or waiting_for_debugger(a, outcome)
         or _scheduler(a, outcome)
         or _cascade_only(a)
         or (stragglers(a) if a.running else None)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 from resurgo.attribute.analysis import Analysis, Verdict
+from resurgo.attribute.liveness import last_progress
 from resurgo.contracts import AnomalyKind, Category
 from resurgo.detect.lines import parse_nccl_prefix, strip_prefixes
 from resurgo.policy.decide import AGENT_NEVER_STARTED_KEY
@@ -105,4 +106,69 @@ def unreachable_node(a: Analysis) -> Verdict | None:
         f"{target} refuses its peers (No route to host from {', '.join(sorted(reporters))}): "
         "a firewall or route on that node", 0.75,
         culprits=[target], evidence=lines[:4], kind=AnomalyKind.CRASH,
+    )  # fmt: skip
+
+
+# torch.distributed's store-based barrier (distributed_c10d.py `_store_based_barrier`) logs
+# `Waiting in store based barrier ... for rank: 3, key: ... (world_size=16, worker_count=8,
+# timeout=...)` and raises `Timed out initializing process group in store based barrier on
+# rank: 8, ... (world_size=32, worker_count=16, ...)`.
+_BARRIER = re.compile(
+    r"store based barrier\b.*?\brank:? (?P<rank>\d+)\b.*?\(world_size=(?P<world>\d+), "
+    r"worker_count=(?P<count>\d+)"
+)
+_JOINED = re.compile(r"store_based_barrier_key:\d+ to store for rank: (?P<rank>\d+)\b")
+
+
+def world_larger_than_launched(a: Analysis) -> Verdict | None:
+    """Every process the job started reached the barrier, yet the count stayed short of the
+    world size the job declared for the whole timeout: the launch starts fewer processes than
+    its own WORLD_SIZE/--nnodes says (the job script or its arguments), a hang that recurs."""
+    worlds: set[tuple[int, int]] = set()
+    ranks: set[int] = set()
+    evidence = []
+    for entry in a.lines:
+        if "store" not in entry.text or "barrier" not in entry.text:
+            continue
+        if (m := _BARRIER.search(entry.text)) is not None:
+            worlds.add((int(m["world"]), int(m["count"])))
+            ranks.add(int(m["rank"]))
+            evidence.append(entry)
+        elif (j := _JOINED.search(entry.text)) is not None:
+            ranks.add(int(j["rank"]))
+    if len(worlds) != 1:
+        return None  # no barrier, or the count moved (workers were still arriving)
+    ((world, count),) = worlds
+    # How many processes the job started: srun's task ids where it reports them (one task per
+    # rank), else the ranks the log shows (collectors drop repeated lines, so at most).
+    tasks = set(a.topo.tasks_seen)
+    started = len(tasks) if len(tasks) > 1 else len(ranks)
+    if not 0 < count < world or started != count or max(ranks) >= count:
+        return None  # some started process never reached the barrier: not the job's count
+    return Verdict(
+        Category.APPLICATION, "launch|world_larger_than_launched",
+        f"all {count} processes the job started waited in the store-based barrier for a world "
+        f"of {world} that never came: the launch starts fewer processes than the job's "
+        "declared world size", 0.85,
+        evidence=evidence[:2] + evidence[-1:], kind=AnomalyKind.HANG,
+    )  # fmt: skip
+
+
+# The job starts under debugpy told to wait for an IDE to attach (debugpy README: `python -m
+# debugpy --listen HOST:PORT --wait-for-client`, or `debugpy.wait_for_client()` in the code).
+_DEBUGGER_WAIT = re.compile(r"-m debugpy\b[^\n]*--wait-for-client\b|\bdebugpy\.wait_for_client\(")
+
+
+def waiting_for_debugger(a: Analysis, outcome: str | None) -> Verdict | None:
+    """A job launched to wait for a debugger that never attached, idle until its time limit
+    without one training step: the job script's leftover debug setting, a hang that recurs."""
+    if outcome not in ("timeout", "timeout_no_checkpoint") or last_progress(a) is not None:
+        return None
+    said = next((e for e in a.lines if "debugpy" in e.text and _DEBUGGER_WAIT.search(e.text)), None)
+    if said is None:
+        return None
+    return Verdict(
+        Category.APPLICATION, "launch|waiting_for_debugger",
+        "the job was launched to wait for a debugger (debugpy --wait-for-client) and never "
+        "started training before its time limit", 0.85, evidence=[said], kind=AnomalyKind.HANG,
     )  # fmt: skip
