@@ -40,6 +40,12 @@ _SLOW_CAUSES: list[tuple[re.Pattern[str], Category, str, str]] = [
      "a PCIe link trained below its width", "pciutils lspci(8): LnkSta (downgraded)"),
     (re.compile(r"\bCMCI storm detected\b|\bEDAC MC\d+: \d{3,} CE\b"), Category.HARDWARE_HOST,
      "a storm of corrected host memory errors", "Linux arch/x86 mce CMCI storm; EDAC"),
+    (re.compile(r"^\s*ACSCtl:.*\b(?:ReqRedir|CmpltRedir)\+"), Category.SYSTEM_SOFTWARE,
+     "PCIe ACS redirect enabled: GPU peer traffic detours through the root complex",
+     "NCCL troubleshooting guide, PCI Access Control Services (ACS); pciutils lspci(8) ACSCtl"),
+    (re.compile(r"\biommu: Default domain type: Translated\b"), Category.SYSTEM_SOFTWARE,
+     "IOMMU in translated mode (no iommu=pt): GPUDirect RDMA slowed",
+     "NCCL troubleshooting guide, IOMMU; Linux drivers/iommu/iommu.c default domain type"),
     (re.compile(r"^\s*SymbolErrorCounter:\.*\s*(?:[1-9]\d{3,})\s*$"), Category.HARDWARE_NETWORK,
      "InfiniBand symbol errors on the port", "perfquery(8) (infiniband-diags)"),
 ]  # fmt: skip

@@ -212,6 +212,52 @@ def _pairwise(a: Analysis, bodies: list[tuple[int, str]], out: RankReports) -> N
         out.lines += [a.lines[o] for _, _, o in slow[:2]]
 
 
+# A job's own per-node profile lines: `[perf] step=1600 host=l40s-03 compute_ms=1718
+# intra_node_reduce_ms=1021` or `host=gpu-z23 inter_node_allreduce_busbw_GBps=64.3`.
+_HOST_FIELD = re.compile(r"\bhost(?:name)?=(?P<host>[A-Za-z][\w.-]{0,62})")
+_NUMERIC_FIELD = re.compile(r"\b(?P<key>[A-Za-z][\w]{1,60})=(?P<value>\d+(?:\.\d+)?)(?![\w.])")
+# Units of a duration (lower is better) and of a rate (higher is better).
+_DURATION_KEY = re.compile(r"(?i)(?:_ms|_us|_s|_sec|_seconds|time)$")
+_RATE_KEY = re.compile(r"(?i)(?:bw|gbps|gb_s|mbps|tflops|tps|throughput|per_sec)$|bandwidth")
+HOST_FIELD_RATIO = 2.0  # a node this many times worse than the others' median, every time
+
+
+def _per_host_fields(a: Analysis, bodies: list[tuple[int, str]], out: RankReports) -> None:
+    """One node consistently far worse than its peers in a per-node field the job prints."""
+    by_key: dict[str, list[dict[str, tuple[float, int]]]] = {}
+    for order, body in bodies:
+        if "host" not in body or "=" not in body or (h := _HOST_FIELD.search(body)) is None:
+            continue
+        for m in _NUMERIC_FIELD.finditer(body):
+            key = m["key"]
+            if key.lower() in ("step", "iter", "iteration", "rank", "epoch"):
+                continue
+            rounds = by_key.setdefault(key, [])
+            if not rounds or h["host"] in rounds[-1]:
+                rounds.append({})  # a new report round begins when a host repeats
+            rounds[-1][h["host"]] = (float(m["value"]), order)
+    for key, rounds in by_key.items():
+        lower = bool(_DURATION_KEY.search(key))
+        if not lower and not _RATE_KEY.search(key):
+            continue
+        worst: list[tuple[str, int]] = []
+        for r in rounds:
+            if len(r) < 3:
+                continue
+            values = {host: v for host, (v, _) in r.items()}
+            host = max(values, key=values.get) if lower else min(values, key=values.get)  # type: ignore[arg-type]
+            rest = statistics.median(v for n, v in values.items() if n != host)
+            ratio = values[host] / rest if lower else rest / max(values[host], 1e-9)
+            if ratio >= HOST_FIELD_RATIO:
+                worst.append((host, r[host][1]))
+        hosts = {h for h, _ in worst}
+        if len(worst) >= 2 and len(hosts) == 1 and len(worst) * 2 > len(rounds):
+            node = a.topo.hosts.canonical(worst[0][0]) or worst[0][0]
+            out.nodes.add(node)
+            out.lines += [a.lines[o] for _, o in worst[-2:]]
+            return
+
+
 def read_rank_reports(a: Analysis) -> RankReports:
     cached: RankReports | None = getattr(a, "_rank_reports", None)
     if cached is not None:
@@ -222,6 +268,7 @@ def read_rank_reports(a: Analysis) -> RankReports:
     _megatron_detector(a, bodies, out)
     _megatron_timers(a, bodies, out)
     _pairwise(a, bodies, out)
+    _per_host_fields(a, bodies, out)
     if out.ranks or out.nodes:
         out.rotating = False
     a._rank_reports = out  # type: ignore[attr-defined]

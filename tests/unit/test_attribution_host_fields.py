@@ -1,0 +1,72 @@
+"""A running job's own per-node profile lines single out a slow node; its diagnostics say why.
+
+Profile lines in the `key=value` style training scripts print per node (`host=... *_ms=...`,
+`*_busbw_GBps=...`); the diagnostics are lspci(8)'s ACSCtl line (pciutils) and the kernel's
+IOMMU default-domain line (drivers/iommu/iommu.c), both named in NCCL's troubleshooting guide.
+"""
+
+from __future__ import annotations
+
+from resurgo.attribute.offline import default_advice
+from resurgo.attribute.rules import attribute
+from resurgo.contracts import AdviceKind, AnomalyKind, Attribution, Category, LogLine
+from resurgo.detect.registry import Registry
+
+NODES = ["l40s-01", "l40s-02", "l40s-03", "l40s-04"]
+RUNNING = "# job 66012 still running at 2025-10-27 09:30:00\n"
+
+
+def _lines(text: str, source: str = "job.log") -> list[LogLine]:
+    return [LogLine(source=source, line_no=i + 1, text=t) for i, t in enumerate(text.splitlines())]
+
+
+def _run(job: str, node_files: dict[str, str] | None = None) -> Attribution:
+    logs = {h: _lines(t, f"node_{h}.txt") for h, t in (node_files or {}).items()}
+    return attribute(Registry.default(), None, _lines(job), None, [], NODES, node_logs=logs)
+
+
+def _profile(slow: dict[str, int], steps: range = range(1000, 1700, 100)) -> str:
+    """Per-node reduce times every 100 steps; `slow` maps a node to its reduce time."""
+    out = RUNNING
+    for step in steps:
+        for t, host in enumerate(NODES):
+            reduce_ms = slow.get(host, 240 + t * 3)
+            out += (
+                f"{t}: [2025-10-27 09:{step // 100:02d}:20] [perf] step={step} host={host} "
+                f"compute_ms={1710 + t * 4} intra_node_reduce_ms={reduce_ms} inter_node_ms=402\n"
+            )
+        out += f"0: [2025-10-27 09:{step // 100:02d}:20] step {step} loss 5.350 step_time 2.90s\n"
+    return out
+
+
+ACS_ON = (
+    "$ sudo lspci -vvv -s 17:00.0 | grep -E 'ACSCap|ACSCtl'\n"
+    "\t\tACSCap:\tSrcValid+ TransBlk+ ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl- DirectTrans+\n"
+    "\t\tACSCtl:\tSrcValid+ TransBlk- ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl- DirectTrans-\n"
+)
+
+
+def test_one_node_slow_in_every_profile_round_is_named_and_excluded() -> None:
+    a = _run(_profile({"l40s-03": 1021}))
+    assert (a.kind, a.culprit_nodes) == (AnomalyKind.STRAGGLER, ["l40s-03"])
+    assert default_advice(a).kind == AdviceKind.REQUEUE_EXCLUDING
+
+
+def test_acs_redirect_on_the_slow_node_is_its_configuration() -> None:
+    a = _run(_profile({"l40s-03": 1021}), {"l40s-03": ACS_ON})
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["l40s-03"])
+
+
+def test_translated_iommu_on_the_slow_node_is_its_configuration() -> None:
+    iommu = "[    1.918804] iommu: Default domain type: Translated\n"
+    a = _run(_profile({"l40s-02": 990}), {"l40s-02": iommu})
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["l40s-02"])
+
+
+def test_even_profiles_or_a_rotating_slow_node_name_no_one() -> None:
+    assert _run(_profile({})).culprit_nodes == []
+    rotating = RUNNING + "".join(
+        _profile({NODES[i % 4]: 1000}, range(1000 + i * 100, 1100 + i * 100)).replace(RUNNING, "")
+        for i in range(6)
+    )
+    assert _run(rotating).culprit_nodes == []
