@@ -31,6 +31,13 @@ def _expand(expr: str) -> list[str]:
         return []
 
 
+# torchrun's `--rdzv-endpoint=HOST:PORT` / `--rdzv_endpoint HOST:PORT`, `--master_addr HOST`,
+# `MASTER_ADDR=HOST`.
+_STORE_HOST = re.compile(
+    r"(?:--rdzv[-_]endpoint|--master[-_]addr|\bMASTER_ADDR)[= ]+\[?([A-Za-z][\w.-]*)"
+)
+
+
 def nodes_in_log(lines: list[LogLine]) -> list[str]:
     """The job's nodes from Slurm's environment printed in its output, else from the first
     operator note (`#` line) naming a bracketed host list; [] when the log states none, or
@@ -60,4 +67,10 @@ def nodes_in_log(lines: list[LogLine]) -> list[str]:
         nccl = parse_nccl_prefix(entry.text)
         if nccl is not None and nccl.host.split(".", 1)[0] not in listed:
             return []  # the note names another allocation than the one that ran
+        if "rdzv" in entry.text or "MASTER" in entry.text or "master" in entry.text:
+            # The launch's rendezvous host runs the job: a note's list without it is
+            # another allocation (`# same config on gpu-l[01-04] last week`).
+            store = _STORE_HOST.search(entry.text[:2000])
+            if store is not None and store.group(1).split(".", 1)[0] not in listed:
+                return []
     return found

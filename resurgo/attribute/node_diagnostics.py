@@ -49,6 +49,8 @@ _SLOW_CAUSES: list[tuple[re.Pattern[str], Category, str, str]] = [
     (re.compile(r"^\s*SymbolErrorCounter:\.*\s*(?:[1-9]\d{3,})\s*$"), Category.HARDWARE_NETWORK,
      "InfiniBand symbol errors on the port", "perfquery(8) (infiniband-diags)"),
 ]  # fmt: skip
+_NVLINK_DOWN = re.compile(r"^\s*Link \d{1,2}: <inactive>\s*$")
+_NVLINK_UP = re.compile(r"^\s*Link \d{1,2}: \d+(?:\.\d+)? GB/s\s*$")
 _IB_RATE = re.compile(r"^\s*(?:Rate|rate):\s*(\d{2,4})(?:\s*Gb/sec\b.*)?\s*$")
 _LINK_WIDTH = re.compile(r"^\s*Link Width\s*$")
 _WIDTH_VALUE = re.compile(r"^\s*(Max|Current)\s*:\s*(\d+)x\s*$")
@@ -110,6 +112,11 @@ def _causes(lines: list[LogLine]) -> list[tuple[Category, LogLine]]:
         if (m := _IB_RATE.match(text)) is not None:
             rates.append((int(m.group(1)), entry))
     found += [(Category.HARDWARE_GPU, e) for e in _pcie_widths(lines)]
+    # nvidia-smi nvlink -s: some NVLinks of the node up and others `<inactive>` (a GPU that
+    # lost links; on a GPU without NVLink none would be up, which says nothing).
+    inactive = [e for e in lines if _NVLINK_DOWN.match(e.text)]
+    if inactive and any(_NVLINK_UP.match(e.text) for e in lines):
+        found.append((Category.HARDWARE_GPU, inactive[0]))
     if len(rates) >= 2 and min(r for r, _ in rates) < max(r for r, _ in rates):
         # ibstat(8): one port of the node at a lower rate than its siblings is a degraded link.
         slowest = min(rates, key=lambda r: r[0])

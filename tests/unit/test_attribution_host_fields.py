@@ -70,3 +70,44 @@ def test_even_profiles_or_a_rotating_slow_node_name_no_one() -> None:
         for i in range(6)
     )
     assert _run(rotating).culprit_nodes == []
+
+
+# nvidia-smi nvlink --status (nvidia-smi(1)): four of one GPU's links down, the rest up.
+NVLINK = "GPU 5: NVIDIA H100 80GB HBM3\n" + "".join(
+    f"\t Link {i}: {'<inactive>' if i in (2, 3, 5, 9) else '26.562 GB/s'}\n" for i in range(18)
+)
+TITAN = (
+    "+ srun --ntasks-per-node=1 torchrun --nnodes=4 --nproc_per_node=8 --rdzv_backend c10d "
+    "--rdzv_endpoint=gpu-l05:29500 -m torchtitan.train\n"
+    "# same config on gpu-l[01-04] last week: ~7,350 tps\n"
+    + "".join(
+        f"[rank0]:[titan] 2026-12-02 16:{m:02d}:00,000 - root - INFO - step: {m * 10}  loss:  "
+        f"3.29  tps: 5,107  mfu: 29.59%\n"
+        for m in range(1, 11)
+    )
+    + "# job 8841120 still running at 2026-12-02 16:12\n"
+)
+
+
+def _titan(node_files: dict[str, str]) -> Attribution:
+    logs = {h: _lines(t, f"node_{h}.txt") for h, t in node_files.items()}
+    # No node list given: the job's own output must say which nodes ran it.
+    return attribute(Registry.default(), None, _lines(TITAN), None, [], [], node_logs=logs)
+
+
+def test_a_gpu_with_some_nvlinks_inactive_on_a_running_job_is_its_straggler() -> None:
+    clean = "(no kernel messages in the job window)\n"
+    files = {"gpu-l05": clean, "gpu-l06": clean, "gpu-l07": NVLINK, "gpu-l08": clean}
+    a = _titan(files)
+    assert (a.kind, a.category, a.culprit_nodes) == (
+        AnomalyKind.STRAGGLER,
+        Category.HARDWARE_GPU,
+        ["gpu-l07"],
+    )
+
+
+def test_a_gpu_without_nvlink_at_all_is_not_flagged() -> None:
+    no_nvlink = "GPU 0: NVIDIA L40S\n" + "".join(f"\t Link {i}: <inactive>\n" for i in range(4))
+    clean = "(no kernel messages in the job window)\n"
+    files = {"gpu-l05": clean, "gpu-l06": clean, "gpu-l07": no_nvlink, "gpu-l08": clean}
+    assert _titan(files).culprit_nodes == []
