@@ -54,7 +54,7 @@ class ArrayBench(Bench):
         with sqlite3.connect(self.db) as conn:
             (count,) = conn.execute(
                 "SELECT COUNT(DISTINCT workflow_id) FROM audit_events WHERE cluster = ? AND "
-                "type = 'progress' AND workflow_id LIKE ?",
+                "type = 'progress' AND workflow_id LIKE ? ESCAPE '\\'",
                 (self.env_name, f"resurgo:{self.env_name}:{array_id}\\_%"),
             ).fetchone()  # fmt: skip
         return int(count)
