@@ -195,3 +195,20 @@ def _no_retry_helps(
             culprits=nodes,
         )  # fmt: skip
     return None
+
+
+# faulthandler's dump after a native crash (`Current thread 0x... (most recent call first):`
+# then `  File "/home/u/ops/fused_rope.py", line 41 in forward`): its first frame is where the
+# process was when it crashed.
+_FAULT_FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line \d+ in ')
+_INSTALLED = re.compile(r"/(?:site-packages|dist-packages|lib/python\d[\w.]*)/|^<frozen ")
+FAULT_DUMP_LINES = 8
+
+
+def crashed_in_job_code(a: Analysis, first: Event) -> str | None:
+    """The job's own file a native crash happened under, from faulthandler's dump that
+    follows the crash line on the same rank; None when it is in installed code or unknown."""
+    for entry in a.lines[first.order + 1 : first.order + 1 + FAULT_DUMP_LINES]:
+        if (m := _FAULT_FRAME.match(strip_prefixes(entry.text).body)) is not None:
+            return None if _INSTALLED.search(m["path"]) else m["path"]
+    return None

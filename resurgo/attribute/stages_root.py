@@ -24,6 +24,7 @@ from resurgo.attribute.causes import (
     _node_software_fault,
     _specific_cause,
     _version_drift,
+    crashed_in_job_code,
 )
 from resurgo.attribute.events import Event, TaskExit, normalise
 from resurgo.attribute.stages_common import (
@@ -430,6 +431,11 @@ def _from_primaries(
                 f"{broken.node}", 0.75, culprits=[broken.node] if broken.node else [],
                 ranks=ranks, evidence=[broken.line, *evidence],
             )  # fmt: skip
+    if everywhere and mid in NATIVE_CRASH and (own := crashed_in_job_code(a, first)):
+        # Every rank crashed natively inside the job's own code (its compiled extension):
+        # the same fault on every node is the job's (attribution-labels.md tie-breaker 3).
+        return Verdict(Category.APPLICATION, f"native_crash|{own}", f"{summary} in the job's "
+                       f"own {own[-120:]}", 0.85, ranks=ranks, evidence=evidence)  # fmt: skip
     named = mid not in SHARED_UNKNOWN and not everywhere
     category = Category.SYSTEM_SOFTWARE if mid in NATIVE_CRASH else Category.UNKNOWN
     return Verdict(

@@ -165,3 +165,37 @@ def test_an_exhausted_quota_stops_with_no_node_named() -> None:
 def test_a_full_shared_file_system_is_still_retried() -> None:
     a = _run(QUOTA.replace("[Errno 122] Disk quota exceeded", "[Errno 28] No space left on device"))
     assert default_advice(a).kind == AdviceKind.REQUEUE
+
+
+def _segfault(rank: int, frames: list[str]) -> str:
+    # CPython faulthandler's dump (Python docs, faulthandler module), rank-prefixed by torchrun.
+    body = "".join(f'[rank{rank}]:  File "{f}", line 41 in forward\n' for f in frames)
+    return (
+        f"[rank{rank}]:Fatal Python error: Segmentation fault\n[rank{rank}]:\n"
+        f"[rank{rank}]:Current thread 0x00007f3c2a7fe740 (most recent call first):\n{body}"
+    )
+
+
+JOB_EXT = ["/home/dlin/llm/ops/fused_rope.py", "/home/dlin/llm/train.py"]
+INSTALLED = [
+    "/opt/conda/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py",
+    "/home/dlin/llm/train.py",
+]
+
+
+def _every_rank(frames: list[str]) -> str:
+    return "".join(_segfault(r, frames) for r in (0, 8, 16)) + "".join(
+        f"srun: error: {n}: task {t}: Exited with exit code 1\n" for t, n in enumerate(NODES)
+    )
+
+
+def test_every_rank_crashing_natively_in_the_jobs_own_extension_is_the_jobs() -> None:
+    a = _run(_every_rank(JOB_EXT))
+    assert (a.category, a.culprit_nodes) == (Category.APPLICATION, [])
+    assert default_advice(a).kind == AdviceKind.STOP
+
+
+def test_every_rank_crashing_in_installed_code_is_not_blamed_on_the_job() -> None:
+    a = _run(_every_rank(INSTALLED))
+    assert a.category != Category.APPLICATION
+    assert default_advice(a).kind != AdviceKind.STOP
