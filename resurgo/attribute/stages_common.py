@@ -196,3 +196,22 @@ def _set_by_job(
 
 def _rank(e: Event) -> int | None:
     return e.rank if e.rank is not None else e.task
+
+
+# slurmstepd's kill line: `*** JOB 3310421 ON gpu-m21 CANCELLED AT 2025-08-08T12:56:21 DUE TO
+# PREEMPTION ***` (time limit, preemption, cancel alike).
+_CANCELLED_AT = re.compile(r"\bCANCELLED AT (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\b")
+
+
+def after_the_kill(a: Analysis, e: Event) -> bool:
+    """A node event logged after Slurm began killing the job is the kill's doing (its GPU
+    contexts torn down mid-kernel log Xid 43), not a cause of the job's end."""
+    if a.kill_order is None or e.when is None:
+        return False
+    m = _CANCELLED_AT.search(a.lines[a.kill_order].text)
+    if m is None:
+        return False
+    try:
+        return e.when.replace(tzinfo=None) > datetime.fromisoformat(m.group(1))
+    except ValueError:
+        return False

@@ -38,6 +38,7 @@ from resurgo.attribute.stages_common import (
     _set_by_job,
     _shared_service,
     _watchdog_aborts,
+    after_the_kill,
 )
 from resurgo.contracts import AnomalyKind, Category
 
@@ -130,7 +131,7 @@ def _root_failure(a: Analysis) -> Verdict | None:
     node_app = [
         e for e in a.node_events
         if e.root and e.serious and e.category in (Category.APPLICATION, Category.SYSTEM_SOFTWARE)
-        and a.in_job(e.node)
+        and a.in_job(e.node) and not after_the_kill(a, e)
     ]  # fmt: skip
     shared = _shared_service(
         a, [e for e in a.node_events if e.root and a.in_job(e.node)], primaries

@@ -199,3 +199,27 @@ def test_every_rank_crashing_in_installed_code_is_not_blamed_on_the_job() -> Non
     a = _run(_every_rank(INSTALLED))
     assert a.category != Category.APPLICATION
     assert default_advice(a).kind != AdviceKind.STOP
+
+
+# slurmstepd's preemption kill line, then the NVIDIA driver's Xid 43 (NVIDIA Xid catalogue:
+# "GPU stopped processing", the context of a killed process) half a minute later.
+PREEMPTED = (
+    "0: [2025-08-08 12:55:00] iteration 400 | elapsed time per iteration (ms): 6000.0\n"
+    "0: [2025-08-08 12:55:06] iteration 401 | elapsed time per iteration (ms): 6000.0\n"
+    "slurmstepd: error: *** JOB 3310421 ON gpu-r08 CANCELLED AT 2025-08-08T12:56:21 DUE TO "
+    "PREEMPTION ***\n"
+)
+
+
+def _xid43(clock: str) -> list[LogLine]:
+    return _lines(
+        f"[Fri Aug  8 {clock} 2025] NVRM: Xid (PCI:0000:1b:00): 43, pid=41112, name=python, "
+        "Ch 00000008\n",
+        "dmesg_gpu-r08.txt",
+    )
+
+
+def test_an_xid_43_logged_after_the_preemption_kill_is_the_kills_doing() -> None:
+    a = _run(PREEMPTED, {"gpu-r08": _xid43("12:56:54")})
+    assert (a.category, a.culprit_nodes) == (Category.SCHEDULER, [])
+    assert default_advice(a).kind == AdviceKind.REQUEUE
