@@ -212,3 +212,15 @@ def crashed_in_job_code(a: Analysis, first: Event) -> str | None:
         if (m := _FAULT_FRAME.match(strip_prefixes(entry.text).body)) is not None:
             return None if _INSTALLED.search(m["path"]) else m["path"]
     return None
+
+
+_TRANSIENT_EXCEPTION = re.compile(
+    r"(?i)connect|timeout|timed ?out|network|http|ssl|socket|unavailable|temporar|resource|"
+    r"busy|retry|oserror|ioerror|eoferror|interrupt|lock|quota|memory"
+)
+
+
+def _transient(e: Event) -> bool:
+    """An exception whose type is about reaching something shared (a hub, a tracker, a
+    store, a file system) may pass on the next try, whatever rank raised it."""
+    return bool(_TRANSIENT_EXCEPTION.search(e.message.split(":", 1)[0]))

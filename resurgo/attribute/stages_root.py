@@ -23,6 +23,7 @@ from resurgo.attribute.causes import (
     _no_retry_helps,
     _node_software_fault,
     _specific_cause,
+    _transient,
     _version_drift,
     crashed_in_job_code,
 )
@@ -102,10 +103,6 @@ CONFIGURED_PATHS = frozenset({"file_not_found", "permission_denied"})
 SHARED_UNKNOWN = frozenset(
     {"checkpoint_save_failed", "dcp_checkpoint_exception", "resume_load_failed", "python_exception"}
 ) | {"cuda_error_other"}  # (labels: a lone `unknown error` supports no cause)
-_TRANSIENT_EXCEPTION = re.compile(
-    r"(?i)connect|timeout|timed ?out|network|http|ssl|socket|unavailable|temporar|resource|"
-    r"busy|retry|oserror|ioerror|eoferror|interrupt|lock|quota|memory"
-)
 _RANK_LIST = re.compile(r"\d+")
 # The reporting node failed to reach another (the peer may be the one at fault).
 _PEER_FAILURE = re.compile(
@@ -230,7 +227,13 @@ def _from_death(a: Analysis, x: TaskExit, node_app: list[Event]) -> Verdict:
             Category.APPLICATION, "oom|task", f"task {x.task} on {x.node} ran out of memory",
             0.8, ranks=[x.task], evidence=[x.line],
         )  # fmt: skip
-    local = [e for e in node_app if e.node == x.node and e.match.id in NODE_LOCAL_SYSTEM]
+    # (Its node's own software fault, even one logged as a warning: an NFS mount not
+    # responding, a task hung in the kernel behind it; a shared outage was ruled out before.)
+    local = [
+        e for e in a.node_events
+        if e.root and e.node == x.node and e.match.id in NODE_LOCAL_SYSTEM
+        and a.in_job(e.node) and not after_the_kill(a, e)
+    ]  # fmt: skip
     if local:
         e = local[0]
         return Verdict(
@@ -443,12 +446,6 @@ def _from_primaries(
         category, first.key, summary, 0.6 if named else 0.5,
         culprits=nodes if named else [], ranks=ranks, evidence=evidence,
     )  # fmt: skip
-
-
-def _transient(e: Event) -> bool:
-    """An exception whose type is about reaching something shared (a hub, a tracker, a
-    store, a file system) may pass on the next try, whatever rank raised it."""
-    return bool(_TRANSIENT_EXCEPTION.search(e.message.split(":", 1)[0]))
 
 
 def _cascade_only(a: Analysis) -> Verdict | None:

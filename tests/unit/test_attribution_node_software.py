@@ -223,3 +223,29 @@ def test_an_xid_43_logged_after_the_preemption_kill_is_the_kills_doing() -> None
     a = _run(PREEMPTED, {"gpu-r08": _xid43("12:56:54")})
     assert (a.category, a.culprit_nodes) == (Category.SCHEDULER, [])
     assert default_advice(a).kind == AdviceKind.REQUEUE
+
+
+# The Linux NFS client's and hung-task detector's kernel lines (fs/nfs, kernel/hung_task.c),
+# as syslog writes them; srun's kill of the task stuck behind the mount.
+NFS_HUNG = (
+    "Jun 14 04:16:44 {node} kernel: nfs: server nfs-home01 not responding, still trying\n"
+    "Jun 14 04:20:50 {node} kernel: INFO: task python3:88410 blocked for more than 245 seconds.\n"
+)
+KILLED = (
+    "0: [2026-06-14 04:10:00] iteration 100 | elapsed time per iteration (ms): 6000.0\n"
+    "srun: error: gpu-r08: task 0: Exited with exit code 1\n"
+    "srun: error: gpu-r09: task 1: Killed\n"
+)
+
+
+def test_a_task_killed_on_the_one_node_whose_nfs_mount_hung_names_that_node() -> None:
+    a = _run(KILLED, {"gpu-r09": _lines(NFS_HUNG.format(node="gpu-r09"), "syslog_gpu-r09.txt")})
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["gpu-r09"])
+    assert default_advice(a).kind == AdviceKind.REQUEUE_EXCLUDING
+
+
+def test_every_node_losing_the_same_nfs_server_is_the_server_with_no_node_named() -> None:
+    logs = {n: _lines(NFS_HUNG.format(node=n), f"syslog_{n}.txt") for n in NODES}
+    a = _run(KILLED, logs)
+    assert a.culprit_nodes == []
+    assert default_advice(a).kind == AdviceKind.REQUEUE
