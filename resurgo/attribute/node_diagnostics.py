@@ -49,6 +49,25 @@ _SLOW_CAUSES: list[tuple[re.Pattern[str], Category, str, str]] = [
     (re.compile(r"^\s*SymbolErrorCounter:\.*\s*(?:[1-9]\d{3,})\s*$"), Category.HARDWARE_NETWORK,
      "InfiniBand symbol errors on the port", "perfquery(8) (infiniband-diags)"),
 ]  # fmt: skip
+# nvidia-smi's compute processes, as `--query-compute-apps=gpu_bus_id,pid,...` CSV rows or the
+# `Processes:` table (`|    0   N/A  N/A     40112      C   python3    30988MiB |`).
+_APP_CSV = re.compile(r"^\s*(?:0000)?([0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d),\s*(\d+),")
+_APP_TABLE = re.compile(r"^\|\s+(\d{1,2})\s+\S+\s+\S+\s+(\d+)\s+[CG+]{1,3}\s")
+
+
+def _shared_gpu(lines: list[LogLine]) -> LogLine | None:
+    """A GPU running two processes while the node's other GPUs run one each: a process left
+    over from an earlier job (or someone else's) shares it with the job."""
+    pids: dict[str, list[LogLine]] = {}
+    for entry in lines:
+        if (m := _APP_CSV.match(entry.text) or _APP_TABLE.match(entry.text)) is not None:
+            pids.setdefault(m.group(1), []).append(entry)
+    crowded = [rows for rows in pids.values() if len(rows) >= 2]
+    if len(pids) >= 2 and len(crowded) == 1:
+        return crowded[0][-1]
+    return None
+
+
 _NVLINK_DOWN = re.compile(r"^\s*Link \d{1,2}: <inactive>\s*$")
 _NVLINK_UP = re.compile(r"^\s*Link \d{1,2}: \d+(?:\.\d+)? GB/s\s*$")
 _IB_RATE = re.compile(r"^\s*(?:Rate|rate):\s*(\d{2,4})(?:\s*Gb/sec\b.*)?\s*$")
@@ -112,6 +131,8 @@ def _causes(lines: list[LogLine]) -> list[tuple[Category, LogLine]]:
         if (m := _IB_RATE.match(text)) is not None:
             rates.append((int(m.group(1)), entry))
     found += [(Category.HARDWARE_GPU, e) for e in _pcie_widths(lines)]
+    if (shared := _shared_gpu(lines)) is not None:
+        found.append((Category.SYSTEM_SOFTWARE, shared))
     # nvidia-smi nvlink -s: some NVLinks of the node up and others `<inactive>` (a GPU that
     # lost links; on a GPU without NVLink none would be up, which says nothing).
     inactive = [e for e in lines if _NVLINK_DOWN.match(e.text)]

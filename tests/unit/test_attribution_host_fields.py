@@ -111,3 +111,21 @@ def test_a_gpu_without_nvlink_at_all_is_not_flagged() -> None:
     clean = "(no kernel messages in the job window)\n"
     files = {"gpu-l05": clean, "gpu-l06": clean, "gpu-l07": no_nvlink, "gpu-l08": clean}
     assert _titan(files).culprit_nodes == []
+
+
+# nvidia-smi --query-compute-apps=gpu_bus_id,pid,process_name,used_memory --format=csv
+APPS = "gpu_bus_id, pid, process_name, used_memory\n" + "".join(
+    f"00000000:{bus}:00.0, {301772 + i}, /usr/bin/python3, 70211 MiB\n"
+    for i, bus in enumerate(["18", "2A", "3A", "5D"])
+)
+
+
+def test_a_leftover_process_sharing_one_gpu_of_the_slow_node_is_its_software_state() -> None:
+    leftover = APPS + "00000000:3A:00.0, 40112, python3, 30988 MiB\n"
+    a = _run(_profile({"l40s-03": 1021}), {"l40s-03": leftover})
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["l40s-03"])
+
+
+def test_one_process_per_gpu_says_nothing_about_the_slow_node() -> None:
+    a = _run(_profile({"l40s-03": 1021}), {"l40s-03": APPS})
+    assert a.category != Category.SYSTEM_SOFTWARE and a.culprit_nodes == ["l40s-03"]
