@@ -10,15 +10,15 @@ the README against them.
 from __future__ import annotations
 
 import sys
-import types
 from datetime import date
 from pathlib import Path
-from typing import Any, Union, get_args, get_origin
+from typing import Any
 
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from resurgo.cli.exits import ExitCode
+from resurgo.config_env import model_of
 
 __all__ = ["commands_markdown", "config_markdown", "exit_codes_markdown", "man_pages"]
 
@@ -64,26 +64,10 @@ def exit_codes_markdown() -> str:
     return "\n".join(rows) + "\n"
 
 
-def _model_of(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
-    origin = get_origin(annotation)
-    if origin in (Union, types.UnionType):
-        for arg in get_args(annotation):
-            model, mapping = _model_of(arg)
-            if model is not None:
-                return model, mapping
-        return None, False
-    if origin is dict:
-        model, _ = _model_of(get_args(annotation)[1])
-        return model, True
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation, False
-    return None, False
-
-
 def _keys(model: type[BaseModel], prefix: list[str]) -> list[tuple[list[str], str, str]]:
     found: list[tuple[list[str], str, str]] = []
     for name, field in model.model_fields.items():
-        inner, mapping = _model_of(field.annotation)
+        inner, mapping = model_of(field.annotation)
         path = [*prefix, name]
         if inner is not None:
             found += _keys(inner, [*path, "<name>"] if mapping else path)

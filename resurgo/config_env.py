@@ -25,7 +25,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from resurgo.config import SecretFileError
 
-__all__ = ["ENV_PREFIX", "SecretFileError", "environment_overrides", "merge"]
+__all__ = ["ENV_PREFIX", "SecretFileError", "environment_overrides", "merge", "model_of"]
 
 ENV_PREFIX = "RESURGO_"
 
@@ -42,18 +42,18 @@ def _environment_of(root: type[BaseModel]) -> type[BaseSettings]:
     return create_model("Environment", __base__=_Environment, **sections)
 
 
-def _model_of(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
+def model_of(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
     """(the model a field holds, whether it holds a mapping of them) for `X`, `X | None`,
     `dict[str, X]`."""
     origin = get_origin(annotation)
     if origin in (Union, types.UnionType):
         for arg in get_args(annotation):
-            model, mapping = _model_of(arg)
+            model, mapping = model_of(arg)
             if model is not None:
                 return model, mapping
         return None, False
     if origin is dict:
-        model, _ = _model_of(get_args(annotation)[1])
+        model, _ = model_of(get_args(annotation)[1])
         return model, True
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation, False
@@ -68,7 +68,7 @@ def _resolve_files(
     for key, value in values.items():
         field = fields.get(key)
         if isinstance(value, dict) and field is not None:
-            inner, mapping = _model_of(field.annotation)
+            inner, mapping = model_of(field.annotation)
             if mapping:
                 out[key] = {
                     name: _resolve_files(inner, item, f"{where}{key}.{name}.")
