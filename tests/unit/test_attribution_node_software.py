@@ -249,3 +249,32 @@ def test_every_node_losing_the_same_nfs_server_is_the_server_with_no_node_named(
     a = _run(KILLED, logs)
     assert a.culprit_nodes == []
     assert default_advice(a).kind == AdviceKind.REQUEUE
+
+
+# PyTorch's error when CUDA sees no device; `nvidia-smi mig -lgi` on a node left in MIG mode
+# without GPU instances (NVIDIA MIG user guide).
+NO_GPUS = (
+    "1: [rank8]: Traceback (most recent call last):\n"
+    '1: [rank8]:   File "/home/kim/vit/train.py", line 30, in <module>\n'
+    "1: [rank8]:     torch.cuda.set_device(local_rank)\n"
+    '1: [rank8]:   File "/usr/local/lib/python3.10/dist-packages/torch/cuda/__init__.py", '
+    "line 319, in _lazy_init\n"
+    "1: [rank8]:     torch._C._cuda_init()\n"
+    "1: [rank8]: RuntimeError: No CUDA GPUs are available\n"
+    "srun: error: gpu-r09: task 1: Exited with exit code 1\n" + WATCHDOG
+)
+MIG_LEFT = (
+    "$ nvidia-smi --query-gpu=index,mig.mode.current,mig.mode.pending --format=csv\n"
+    "index, mig.mode.current, mig.mode.pending\n0, Enabled, Enabled\n"
+    "$ nvidia-smi mig -lgi\nNo GPU instances found: Not Found\n"
+)
+
+
+def test_no_gpus_on_the_node_left_in_mig_mode_names_that_node() -> None:
+    a = _run(NO_GPUS, {"gpu-r09": _lines(MIG_LEFT, "node_gpu-r09.txt")})
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["gpu-r09"])
+    assert default_advice(a).kind == AdviceKind.REQUEUE_EXCLUDING
+
+
+def test_no_gpus_with_nothing_on_the_node_to_explain_it_names_no_node() -> None:
+    assert _run(NO_GPUS).culprit_nodes == []
