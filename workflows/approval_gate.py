@@ -9,8 +9,9 @@ from datetime import timedelta
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from resurgo.contracts import Advice, Attribution, AuditEventType, Mode
+    from resurgo.contracts import Advice, Attribution, AuditEventType
     from resurgo.policy import decide as policy
+    from resurgo.policy.gates import action_blocker
     from resurgo.workflows import patches
     from resurgo.workflows import search_attributes as sa
     from resurgo.workflows.base import RecoveryBase
@@ -80,11 +81,4 @@ class ApprovalGate(RecoveryBase):
         return approved
 
     def _action_blocker(self) -> str | None:
-        if self.s.mode != Mode.ACTION:
-            return "the job is in observe mode"
-        if not self.inp.gates.acknowledge_scheduler_actions:
-            return "the cluster has not set acknowledge_scheduler_actions"
-        allowed = self.inp.gates.partitions
-        if allowed and self.inp.partition not in allowed:
-            return f"partition {self.inp.partition!r} is not in the cluster allowlist"
-        return None
+        return action_blocker(self.s.mode, self.inp.gates, self.inp.partition, "job")

@@ -44,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
         controller_task_queue,
     )
     from resurgo.policy import arrays as policy
+    from resurgo.policy.gates import action_blocker
 
 # Task workflows signal this name; the answer goes back as their `array_verdict` signal.
 REPORT_SIGNAL = "report_failure"
@@ -239,14 +240,7 @@ class ArrayCoordinatorWorkflow:
                             "failed several tasks")  # fmt: skip
 
     def _blocker(self) -> str | None:
-        if self.mode != Mode.ACTION:
-            return "the array is in observe mode"
-        if not self.inp.gates.acknowledge_scheduler_actions:
-            return "the cluster has not set acknowledge_scheduler_actions"
-        allowed = self.inp.gates.partitions
-        if allowed and self.inp.partition not in allowed:
-            return f"partition {self.inp.partition!r} is not in the cluster allowlist"
-        return None
+        return action_blocker(self.mode, self.inp.gates, self.inp.partition, "array")
 
     async def _act(self, step: ArrayStep, nodes: list[str], reason: str) -> None:
         what = (
