@@ -76,17 +76,28 @@ _TIMER_SUMMARY = re.compile(
 )
 
 
+def _slurm_only(entry: LogLine) -> bool:
+    return strip_prefixes(entry.text).body.startswith(("slurmstepd:", "srun:"))
+
+
 def split_attempt(lines: list[LogLine], restarts: int | None) -> list[LogLine]:
     """The lines of the last attempt when one output file holds several (append mode)."""
-    start = 0
-    for index, entry in enumerate(lines):
-        if _REQUEUE.search(entry.text):
-            start = index + 1
-    marks = [(i, int(m.group("n"))) for i, e in enumerate(lines) if (m := _RESTART.search(e.text))]
-    if marks:
-        target = restarts if restarts is not None else max(n for _, n in marks)
+    marks = [i for i, e in enumerate(lines) if _REQUEUE.search(e.text)]
+    start = marks[-1] + 1 if marks else 0
+    if marks and all(_slurm_only(e) for e in lines[start:]):
+        # The run after the requeue has printed nothing yet (the job waits to run again): the
+        # output's last run is the one the requeue ended, after any earlier requeue.
+        ending = marks[-1]
+        while ending > 0 and (ending - 1 in marks or _slurm_only(lines[ending - 1])):
+            ending -= 1
+        start = max((i + 1 for i in marks if i < ending), default=0)
+    restarts_at = [
+        (i, int(m.group("n"))) for i, e in enumerate(lines) if (m := _RESTART.search(e.text))
+    ]
+    if restarts_at:
+        target = restarts if restarts is not None else max(n for _, n in restarts_at)
         if target > 0:
-            firsts = [i for i, n in marks if n == target]
+            firsts = [i for i, n in restarts_at if n == target]
             if firsts:
                 start = max(start, firsts[0])
     return lines[start:] if start else lines

@@ -139,7 +139,11 @@ def analyse(
         _healthy(a, outcome)
         or _owner_cancel(a, outcome)
         or _node_failure(a, outcome)
-        or (running_fine(a) if a.offline and a.running and not live_straggler else None)
+        or (
+            running_fine(a)
+            if a.offline and a.running and not live_straggler and outcome != "requeued"
+            else None
+        )  # (pending again after a requeue: not running)
         or _repeating_gpu_exception(a)
         or unreachable_node(a)
         or _hardware(a)

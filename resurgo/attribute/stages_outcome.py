@@ -52,11 +52,21 @@ def refine_outcome(a: Analysis, outcome: str | None) -> str | None:
         outcome = "preempted"
     if outcome is None and a.offline and runs and runs[-1] == "REQUEUED":
         outcome = "requeued"  # requeued by Slurm (or by the job itself: `scontrol requeue`)
+    if outcome is None and a.offline and a.state == "PENDING" and _killed_to_requeue(a):
+        # Slurm killed the run `DUE TO JOB REQUEUE` and the job waits to run again: requeued
+        # (scontrol requeue, or the job's own signal handler), whatever sacct's rows say.
+        outcome = "requeued"
     if outcome is None and "TIMEOUT" in a.facts.step_states.values():
         outcome = "timeout"  # the step's own time limit (`srun -t`), the batch script went on
     if outcome == "timeout" and _never_checkpointed(a):
         outcome = "timeout_no_checkpoint"
     return outcome
+
+
+def _killed_to_requeue(a: Analysis) -> bool:
+    # slurmstepd's `*** JOB 7712301 ON gpu-f01 CANCELLED AT ... DUE TO JOB REQUEUE ***` ends
+    # the output of the run it killed.
+    return any("DUE TO JOB REQUEUE" in e.text for e in a.lines[-50:])
 
 
 def _never_checkpointed(a: Analysis) -> bool:

@@ -113,3 +113,25 @@ def test_a_debugged_job_that_trained_until_its_time_limit_is_only_cut_short() ->
     a = _run(job)
     assert a.category == Category.SCHEDULER
     assert default_advice(a, max_iteration=590).kind == AdviceKind.REQUEUE
+
+
+def test_a_run_killed_to_be_requeued_and_pending_again_is_the_schedulers_requeue() -> None:
+    # slurmstepd's `DUE TO JOB REQUEUE` lines end the output; scontrol shows the job PENDING
+    # with Restarts=1 (the new run has printed nothing yet).
+    job = "".join(
+        f"0: [2024-11-05 11:{m:02d}:00] iteration {m * 10} | elapsed time per iteration (ms): "
+        "6000.0\n"
+        for m in range(10, 30)
+    ) + "".join(
+        f"{prefix}slurmstepd: error: *** {what} ON v100-g07 CANCELLED AT 2024-11-05T11:35:00 "
+        "DUE TO JOB REQUEUE ***\n"
+        for prefix, what in [("", "JOB 7712301"), ("0: ", "STEP 7712301.0")]
+    )
+    scheduler = _lines(
+        "$ scontrol show job 7712301\nJobId=7712301 JobName=llama-z3\n"
+        "   JobState=PENDING Reason=BeginTime Dependency=(null)\n"
+        "   Requeue=1 Restarts=1 BatchFlag=1 Reboot=0 ExitCode=0:0\n"
+    )
+    a = attribute(Registry.default(), None, _lines(job), None, [], NODES, scheduler_lines=scheduler)
+    assert (a.kind, a.category) == (AnomalyKind.CRASH, Category.SCHEDULER)
+    assert default_advice(a).kind == AdviceKind.REQUEUE
