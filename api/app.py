@@ -47,6 +47,7 @@ from resurgo.api.console.app import create_console
 from resurgo.api.conventions import add_cors, operation_id
 from resurgo.api.core import ApiProblem, TemporalConnection, as_utc
 from resurgo.api.errors import install_error_handlers
+from resurgo.api.events_stream import events_router
 from resurgo.api.job_refs import JOB_REF_PATTERN
 from resurgo.api.listing import JobFilter
 from resurgo.api.models import (
@@ -436,6 +437,9 @@ def create_app(
     )
 
     app.include_router(arrays_router(gateway, require(Role.VIEWER), require(Role.OPERATOR)))
+
+    # ---- one job's audit events, live (server-sent events; resurgo/api/events_stream.py) -------
+    app.include_router(events_router(gateway, require(Role.VIEWER)))
 
     # ---- the Recovery Console (its own session cookie and CSRF check) ------------------------
     app.mount(CONSOLE, create_console(config, gateway, registry, insecure=insecure))

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import typer
 from rich.text import Text
 
+from resurgo.cli.audit_stream import follow_stream
 from resurgo.cli.exits import ExitCode
-from resurgo.cli.operator import api_call, jobs, make_client
+from resurgo.cli.operator import (
+    STATUS_EXIT,
+    ApiClient,
+    ApiError,
+    ApiUnreachable,
+    api_call,
+    jobs,
+    make_client,
+)
 from resurgo.cli.output import console, err, fail
 
 __all__ = ["audit_via_api"]
@@ -31,7 +39,7 @@ def audit_via_api(
 ) -> None:
     """`resurgo audit --api`: the same timeline, read through the API."""
     from resurgo.audit.store import StoredAuditEvent
-    from resurgo.cli.audit import FINAL_TYPES, check_event_types, event_line
+    from resurgo.cli.audit import check_event_types
     from resurgo.cli.timeline import render_timeline, timeline_json
 
     if job_id is None:
@@ -54,24 +62,22 @@ def audit_via_api(
             if not cursor:
                 return [StoredAuditEvent.model_validate(e) for e in raw]
 
+    if follow:
+        # No spinner here: while one runs on a terminal, Rich sends stdout's lines to stderr.
+        try:
+            follow_stream(client, cluster or _cluster_of(client, job_id), job_id, attempt,
+                          wanted, as_json)  # fmt: skip
+        except KeyboardInterrupt:
+            raise typer.Exit(130) from None
+        except ApiUnreachable as exc:
+            fail(str(exc), ExitCode.UNAVAILABLE)
+        except ApiError as exc:
+            fail(f"{exc.status}: {exc.detail}", STATUS_EXIT.get(exc.status, ExitCode.FAILURE))
+        finally:
+            client.close()
+        return
     with api_call(client, f"reading the audit trail of job {job_id}…"):
         events = read_all()
-        if follow:
-            # The API pages by id only when a page is full, so each round re-reads the trail
-            # and prints what is new (a job's trail is hundreds of events, not millions).
-            seen: set[int] = set()
-            try:
-                while True:
-                    for e in sorted(events, key=lambda ev: ev.id):
-                        if e.id not in seen:
-                            seen.add(e.id)
-                            typer.echo(e.model_dump_json() if as_json else event_line(e))
-                    if any(e.type in FINAL_TYPES for e in events):
-                        return
-                    time.sleep(interval)
-                    events = read_all()
-            except KeyboardInterrupt:
-                raise typer.Exit(130) from None
     if as_json:
         typer.echo(timeline_json(events))
     elif events:
@@ -79,3 +85,12 @@ def audit_via_api(
     if not events:
         err.print(Text(f"no audit events for job {job_id}" + (f" on {cluster}" if cluster else "")))
         raise typer.Exit(int(ExitCode.NOT_FOUND))
+
+
+def _cluster_of(client: ApiClient, job_id: int) -> str:
+    """The cluster of the job's most recent audit event (the stream route names a cluster)."""
+    page = client.get("/v1/audit", job=job_id, order="desc", limit=1)
+    if not page["events"]:
+        fail(f"no audit events for job {job_id} yet: pass --cluster to wait for it",
+             ExitCode.NOT_FOUND)  # fmt: skip
+    return str(page["events"][0]["cluster"])
