@@ -276,5 +276,40 @@ def test_no_gpus_on_the_node_left_in_mig_mode_names_that_node() -> None:
     assert default_advice(a).kind == AdviceKind.REQUEUE_EXCLUDING
 
 
-def test_no_gpus_with_nothing_on_the_node_to_explain_it_names_no_node() -> None:
-    assert _run(NO_GPUS).culprit_nodes == []
+def test_no_gpus_on_one_node_alone_names_that_node() -> None:
+    """Only gpu-r09's rank finds no GPU while its peers initialised theirs: PyTorch's own message
+    is the node's evidence (its driver, module or device cgroup), even with no node file."""
+    got = _run(NO_GPUS)
+    assert got.category == Category.SYSTEM_SOFTWARE and got.culprit_nodes == ["gpu-r09"]
+
+
+def _no_gpus(ranks_nodes: list[tuple[int, int, str]], word: str = "CUDA") -> str:
+    """Tasks on some nodes fail PyTorch's lazy GPU init (torch/cuda/__init__.py _lazy_init)."""
+    out = []
+    for task, rank, _node in ranks_nodes:
+        out += [
+            f"{task}: [rank{rank}]: Traceback (most recent call last):",
+            f'{task}: [rank{rank}]:   File "/home/u/train.py", line 12, in <module>',
+            f"{task}: [rank{rank}]:     torch.cuda.set_device(local_rank)",
+            f"{task}: [rank{rank}]: RuntimeError: No {word} GPUs are available",
+        ]
+    for task, _rank, node in ranks_nodes:
+        out.append(f"srun: error: {node}: task {task}: Exited with exit code 1")
+    return "\n".join(out) + "\n"
+
+
+def test_no_gpu_visible_on_one_node_is_that_nodes_software() -> None:
+    """ROCm/rccl-tests#120: the GPU kernel module is not loaded on one node (a new kernel
+    without its DKMS build); only that node's ranks find no GPU."""
+    got = _run(_no_gpus([(1, 1, "gpu-r09")], word="HIP"))
+    assert got.category == Category.SYSTEM_SOFTWARE
+    assert got.culprit_nodes == ["gpu-r09"]
+    assert default_advice(got).kind == AdviceKind.REQUEUE_EXCLUDING
+
+
+def test_no_gpu_visible_on_every_node_excludes_no_node() -> None:
+    """Every node at once is no node's fault (the job asked for no GPU, or the site image):
+    excluding them all would leave the job nowhere to run."""
+    got = _run(_no_gpus([(0, 0, "gpu-r08"), (1, 1, "gpu-r09"), (2, 2, "gpu-r10")]))
+    assert got.culprit_nodes == []
+    assert default_advice(got).kind != AdviceKind.REQUEUE_EXCLUDING
