@@ -98,6 +98,7 @@ FLOORS = {
     "s7-": (0.96, 0.99, 0.98, 0),
     "s8-": (0.98, 0.96, 0.96, 0),
     "s9-": (0.94, 0.95, 0.96, 0),
+    "s10-": (0.83, 0.89, 0.90, 0),
     "hardware": (0.97, 0.98, 0.99, 0),
     "software": (0.95, 0.97, 0.97, 0),
     "lifecycle": (0.99, 0.99, 0.99, 0),
@@ -107,7 +108,7 @@ FLOORS = {
 def _sets() -> list[tuple[str, list[Path]]]:
     sets = [
         (prefix, [b for b in corpus_dirs(NEXT) if b.name.startswith(prefix)])
-        for prefix in ("s6-", "s7-", "s8-", "s9-")
+        for prefix in ("s6-", "s7-", "s8-", "s9-", "s10-")
     ]
     for name in ("hardware", "software", "lifecycle"):
         if (SHARED / name / "cases").is_dir():
