@@ -41,6 +41,9 @@ def test_the_wheel_has_one_import_root(wheel: Path) -> None:
         assert f"resurgo/{top}/__init__.py" in names, top
     assert "resurgo/workflows/job_recovery.py" in names
     assert "resurgo/detect/patterns.json" in names
+    # The console renders from files shipped as package data, not from the source tree.
+    for page in ("templates/base.html", "templates/job.html", "static/console.js"):
+        assert f"resurgo/api/console/{page}" in names, page
 
 
 def test_installed_wheel_runs_and_imports_every_module(wheel: Path, tmp_path: Path) -> None:
