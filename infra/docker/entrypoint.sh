@@ -11,12 +11,10 @@
 #   -h, --help  this text
 #
 # Environment it understands (all optional):
-#   RESURGO_MYSQL_HOST/_PORT/_USER/_DATABASE + RESURGO_MYSQL_PASSWORD_FILE
-#                                     DEPRECATED (the Helm chart's bundled MySQL until its Secret
-#                                     carries a whole URL): build the audit URL from a password
-#                                     file. Give the URL as a secret file instead:
-#                                     RESURGO_AUDIT__URL_FILE (read by Resurgo's config, like
-#                                     every RESURGO_<SECTION>__<KEY>_FILE: nothing to do here)
+#   RESURGO_AUDIT__URL_FILE           the audit store URL as a secret file: read by Resurgo's
+#                                     config (like every RESURGO_<SECTION>__<KEY>_FILE), never
+#                                     by this script. RESURGO_MYSQL_* are no longer read: set
+#                                     alone, RESURGO_MYSQL_PASSWORD_FILE stops the start (exit 2)
 #   RESURGO_MUNGE_KEY_FILE            in-cluster mode in Kubernetes: start munged with this key
 #                                     (copied to a private dir first) before Resurgo starts
 #   RESURGO_MUNGE_SOCKET              munged socket (default /run/munge/munge.socket.2)
@@ -26,7 +24,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 log() { printf 'entrypoint: %s\n' "$*" >&2; }
-usage() { sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 DRY_RUN=${RESURGO_ENTRYPOINT_DRY_RUN:-0}
 while (($#)); do
@@ -43,24 +41,11 @@ command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python
 
 # ------------------------------------------------------------------ audit store URL
 # The audit URL is the config's business (RESURGO_AUDIT__URL_FILE); the shell never reads it.
-if [[ -z ${RESURGO_AUDIT_URL:-} && -z ${RESURGO_AUDIT__URL_FILE:-} && -n ${RESURGO_MYSQL_PASSWORD_FILE:-} ]]; then
-    [[ -r $RESURGO_MYSQL_PASSWORD_FILE ]] || { log "RESURGO_MYSQL_PASSWORD_FILE $RESURGO_MYSQL_PASSWORD_FILE is not readable"; exit 2; }
-    # The password is URL-quoted (it may hold @ : / %), and never printed.
-    RESURGO_AUDIT_URL=$("$PYTHON" - <<'PY'
-import os
-from urllib.parse import quote
-
-env = os.environ
-with open(env["RESURGO_MYSQL_PASSWORD_FILE"], encoding="utf-8") as fh:
-    password = fh.read().strip("\r\n")
-user = quote(env.get("RESURGO_MYSQL_USER", "resurgo"), safe="")
-host = env.get("RESURGO_MYSQL_HOST", "mysql")
-port = env.get("RESURGO_MYSQL_PORT", "3306")
-database = env.get("RESURGO_MYSQL_DATABASE", "resurgo")
-print(f"mysql+pymysql://{user}:{quote(password, safe='')}@{host}:{port}/{database}")
-PY
-)
-    export RESURGO_AUDIT_URL
+# A deployment still passing MySQL parts (charts and compose files before the URL secret) would
+# otherwise start on the default local SQLite store and keep its audit trail in the pod: stop.
+if [[ -n ${RESURGO_MYSQL_PASSWORD_FILE:-} && -z ${RESURGO_AUDIT_URL:-} && -z ${RESURGO_AUDIT__URL_FILE:-} ]]; then
+    log "RESURGO_MYSQL_* are no longer read: give the whole audit URL as a secret file in RESURGO_AUDIT__URL_FILE"
+    exit 2
 fi
 
 # ------------------------------------------------------------------ munged (in-cluster, k8s)

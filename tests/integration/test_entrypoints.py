@@ -172,10 +172,11 @@ def test_entrypoint_execs_the_real_cli() -> None:
     assert "task queue" in done.stdout
 
 
-def test_entrypoint_builds_the_audit_url_from_the_password_file(tmp_path: Path) -> None:
-    password = "p@ss:w/rd%20 x"
+def test_entrypoint_no_longer_builds_an_audit_url_from_mysql_parts(tmp_path: Path) -> None:
+    """MySQL parts and a password file (charts before the URL Secret) stop the start with the
+    way forward, instead of a worker quietly writing its audit trail to a local SQLite file."""
     secret = tmp_path / "mysql_password"
-    secret.write_text(password + "\n")
+    secret.write_text("s3cret-pw\n")
     env = native_env(
         RESURGO_MYSQL_HOST="mysql",
         RESURGO_MYSQL_PORT="3307",
@@ -183,38 +184,29 @@ def test_entrypoint_builds_the_audit_url_from_the_password_file(tmp_path: Path) 
         RESURGO_MYSQL_DATABASE="audit",
         RESURGO_MYSQL_PASSWORD_FILE=str(secret),
     )
-    # The child sees the URL; the dry run never prints the password.
-    shown = run([str(ENTRYPOINT), "--dry-run", "worker"], env=env)
-    assert shown.returncode == 0, shown.stderr
-    assert "audit: mysql+pymysql://resurgo:***@mysql:3307/audit" in shown.stdout
-    assert password not in shown.stdout + shown.stderr
-    child = run(
-        [
-            str(ENTRYPOINT),
-            sys.executable,
-            "-c",
-            "import os; print(os.environ['RESURGO_AUDIT_URL'])",
-        ],
-        env=env,
-    )
-    assert child.returncode == 0, child.stderr
-    url = make_url(child.stdout.strip())
-    assert (url.drivername, url.host, url.port, url.database) == (
-        "mysql+pymysql", "mysql", 3307, "audit",
-    )  # fmt: skip
-    assert (url.username, url.password) == ("resurgo", password)
+    probe = "import os; print(os.environ.get('RESURGO_AUDIT_URL', '-'))"
+    for args in (["--dry-run", "worker"], [sys.executable, "-c", probe]):
+        done = run([str(ENTRYPOINT), *args], env=env)
+        assert done.returncode == 2, (args, done.stdout, done.stderr)
+        assert "RESURGO_AUDIT__URL_FILE" in done.stderr
+        assert "s3cret-pw" not in done.stdout + done.stderr
+        assert "mysql+pymysql" not in done.stdout  # no URL was assembled
+    # Host, port, user or database alone were never enough to matter: they are ignored.
+    parts_only = native_env(RESURGO_MYSQL_HOST="mysql", RESURGO_MYSQL_USER="resurgo")
+    child = run([str(ENTRYPOINT), sys.executable, "-c", probe], env=parts_only)
+    assert (child.returncode, child.stdout.strip()) == (0, "-"), child.stderr
 
 
 def test_the_audit_url_secret_is_read_by_the_config_not_the_shell(tmp_path: Path) -> None:
-    """RESURGO_AUDIT__URL_FILE (compose's audit_url secret): the entrypoint leaves it alone (no
-    URL in the environment, the deprecated password-file path skipped) and Resurgo's config
-    reads the URL from the file."""
+    """RESURGO_AUDIT__URL_FILE (compose's audit_url secret, the chart's URL Secret): the
+    entrypoint leaves it alone (no URL in the environment; a leftover RESURGO_MYSQL_* is
+    ignored) and Resurgo's config reads the URL from the file."""
     password = "p@ss:w/rd"
     url_file = tmp_path / "audit_url"
     url_file.write_text(f"mysql+pymysql://resurgo:{password.replace('@', '%40')}@db:3306/a\n")
     env = native_env(
         RESURGO_AUDIT__URL_FILE=str(url_file),
-        RESURGO_MYSQL_PASSWORD_FILE=str(tmp_path / "unused"),  # would exit 2 if it were read
+        RESURGO_MYSQL_PASSWORD_FILE=str(tmp_path / "unused"),  # leftover: the URL file wins
     )
     probe = (
         "import os; from resurgo.config import load_config; "
@@ -230,12 +222,6 @@ def test_the_audit_url_secret_is_read_by_the_config_not_the_shell(tmp_path: Path
     assert shown.returncode == 0, shown.stderr
     assert f"audit: the URL in {url_file}" in shown.stdout
     assert password not in shown.stdout + shown.stderr
-    missing = run(
-        [str(ENTRYPOINT), "--dry-run", "worker"],
-        env=native_env(RESURGO_MYSQL_PASSWORD_FILE=str(tmp_path / "nope")),
-    )
-    assert missing.returncode == 2
-    assert "not readable" in missing.stderr
 
 
 @pytest.mark.skipif(

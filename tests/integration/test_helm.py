@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
+from sqlalchemy.engine import make_url
 
 from resurgo.config import ResurgoConfig
 
@@ -144,9 +145,7 @@ def test_production_uses_external_temporal_and_mysql(
     }  # fmt: skip
     worker = by_name(docs, "Deployment", f"{RELEASE}-resurgo-worker")
     external = prod["audit"]["external"]
-    assert env_of(pod_of(worker)["containers"][0])["RESURGO_MYSQL_HOST"] == external["host"]
-    volumes = {v["name"]: v for v in pod_of(worker)["volumes"]}
-    assert volumes["mysql-password"]["secret"]["secretName"] == external["existingSecret"]
+    assert audit_url_source(worker) == (external["existingSecret"], external["urlKey"])
 
 
 @pytest.mark.parametrize("values_file", VALUES_FILES)
@@ -225,6 +224,40 @@ def _secret_refs(doc: dict[str, Any]) -> set[str]:
     return refs
 
 
+def audit_url_source(doc: dict[str, Any]) -> tuple[str, str]:
+    """(Secret, key) behind the file RESURGO_AUDIT__URL_FILE names in a pod: the env var, a
+    read-only mount above that path and a Secret volume item landing exactly on it."""
+    pod, container = pod_of(doc), pod_of(doc)["containers"][0]
+    env = env_of(container)
+    assert not [k for k in env if k.startswith("RESURGO_MYSQL_")], doc["metadata"]["name"]
+    url_file = env["RESURGO_AUDIT__URL_FILE"]
+    mount = next(m for m in container["volumeMounts"] if url_file.startswith(m["mountPath"] + "/"))
+    assert mount.get("readOnly"), mount
+    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])["secret"]
+    rel = url_file[len(mount["mountPath"]) + 1 :]
+    (item,) = [i for i in volume["items"] if i["path"] == rel]
+    return volume["secretName"], item["key"]
+
+
+@pytest.mark.parametrize("values_file", VALUES_FILES)
+def test_every_resurgo_pod_reads_the_audit_url_from_a_secret_file(
+    values_file: str, rendered: dict[str, list[dict[str, Any]]]
+) -> None:
+    values = deep_merge(values_of("values.yaml"), values_of(values_file))
+    docs = rendered[values_file]
+    if values["mysql"]["enabled"]:
+        expected = (f"{RELEASE}-mysql", "url")
+    else:
+        external = values["audit"]["external"]
+        expected = (external["existingSecret"], external["urlKey"])
+    pods = [w for w in workloads(docs) if "RESURGO_CONFIG" in env_of(pod_of(w)["containers"][0])]
+    names = {w["metadata"]["name"].removeprefix(f"{RELEASE}-resurgo-") for w in pods}
+    assert {"worker", "api"} <= names and any(n.startswith("controller-") for n in names)
+    assert any(n.startswith("watchdog-") for n in names)
+    for w in pods:
+        assert audit_url_source(w) == expected, w["metadata"]["name"]
+
+
 @pytest.mark.parametrize("values_file", ["values-production.yaml", "values-ssh.yaml"])
 def test_existing_secrets_are_referenced_never_inlined(
     values_file: str, rendered: dict[str, list[dict[str, Any]]]
@@ -259,14 +292,46 @@ def test_bundled_mysql_secret_is_generated_and_used(
     env = env_of(pod_of(mysql)["containers"][0])
     assert env["MYSQL_PASSWORD_FILE"].startswith("/var/run/secrets/")
     worker = by_name(docs, "Deployment", f"{RELEASE}-resurgo-worker")
-    assert f"{RELEASE}-mysql" in _secret_refs(worker)
+    assert audit_url_source(worker) == (f"{RELEASE}-mysql", "url")
+    # The URL the pods read reaches the bundled MySQL with the password MySQL is given.
+    url = make_url(base64.b64decode(secret["data"]["url"]).decode())
+    mysql_values = values_of("values.yaml")["mysql"]["auth"]
+    assert (url.drivername, url.host, url.port) == ("mysql+pymysql", f"{RELEASE}-mysql", 3306)
+    assert (url.username, url.database) == (mysql_values["username"], mysql_values["database"])
+    assert url.password == base64.b64decode(secret["data"]["mysql-password"]).decode()
+    service = by_name(docs, "Service", f"{RELEASE}-mysql")
+    assert [p["port"] for p in service["spec"]["ports"]] == [url.port]
+
+
+def test_bundled_mysql_url_quotes_the_user_and_follows_the_values() -> None:
+    user, database = "ops@audit: x+y/z", "resurgo_audit"
+    docs = render({"mysql": {"auth": {"username": user, "database": database}}})
+    secret = by_name(docs, "Secret", f"{RELEASE}-mysql")
+    url = make_url(base64.b64decode(secret["data"]["url"]).decode())
+    assert (url.username, url.host, url.database) == (user, f"{RELEASE}-mysql", database)
+    assert url.password == base64.b64decode(secret["data"]["mysql-password"]).decode()
+    ported = render({"mysql": {"service": {"port": 3307}}})
+    ported_secret = by_name(ported, "Secret", f"{RELEASE}-mysql")
+    url = make_url(base64.b64decode(ported_secret["data"]["url"]).decode())
+    assert url.port == 3307
 
 
 def test_bundled_mysql_with_existing_secret_renders_no_secret() -> None:
     docs = render({"mysql": {"auth": {"existingSecret": "my-mysql"}}})
     assert "Secret" not in kinds(docs)
     assert _secret_refs(by_name(docs, "StatefulSet", f"{RELEASE}-mysql")) == {"my-mysql"}
-    assert "my-mysql" in _secret_refs(by_name(docs, "Deployment", f"{RELEASE}-resurgo-worker"))
+    worker = by_name(docs, "Deployment", f"{RELEASE}-resurgo-worker")
+    assert audit_url_source(worker) == ("my-mysql", "url")
+
+
+def test_external_audit_secret_and_url_key_come_from_values() -> None:
+    external = {"existingSecret": "managed-db", "urlKey": "audit-url"}
+    docs = render({"mysql": {"enabled": False}, "audit": {"external": external}})
+    assert "Secret" not in kinds(docs) and "StatefulSet" not in kinds(docs)
+    pods = [w for w in workloads(docs) if "RESURGO_CONFIG" in env_of(pod_of(w)["containers"][0])]
+    assert len(pods) >= 4  # worker, api, a controller and a watchdog
+    for w in pods:
+        assert audit_url_source(w) == ("managed-db", "audit-url"), w["metadata"]["name"]
 
 
 # ------------------------------------------------------------------ values drive the manifests
@@ -390,11 +455,22 @@ def test_action_mode_is_an_explicit_value() -> None:
     ("values", "message"),
     [
         ({"image": {"tag": "latest"}}, "pin a tag"),
-        ({"mysql": {"enabled": False}}, "audit.external.host is required"),
+        ({"mysql": {"enabled": False}}, "audit.external.existingSecret"),
+        # Values of the chart before the URL Secret: refused with the upgrade steps.
         (
             {"mysql": {"enabled": False}, "audit": {"external": {"host": "db"}}},
-            "audit.external.existingSecret",
+            "audit.external.host is no longer read.*whole audit URL",
         ),
+        (
+            {
+                "mysql": {"enabled": False},
+                "audit": {"external": {"existingSecret": "s", "passwordKey": "mysql-password"}},
+            },
+            "audit.external.passwordKey is no longer read.*audit.external.urlKey",
+        ),
+        ({"audit": {"external": {"urlKey": ""}}}, "/audit/external/urlKey"),
+        ({"audit": {"external": {"urlkey": "url"}}}, "'urlkey' not allowed"),
+        ({"audit": {"url": "mysql://u:p@h/d"}}, "'url' not allowed"),  # never a URL in values
         ({"temporalDev": {"enabled": False}}, "temporal.address is required"),
         ({"clusters": [{"name": "local"}]}, "slurm.existingSecret"),
         ({"clusters": [{"name": "x", "mode": "ssh"}]}, "ssh.host is required"),

@@ -74,48 +74,48 @@ app.kubernetes.io/part-of: resurgo
 {{- end -}}
 
 {{/* ------------------------------------------------------------------ audit store */}}
-{{/* JSON {host, port, database, user, secret, key}: the bundled MySQL or audit.external. */}}
-{{- define "resurgo.mysql" -}}
+{{/* JSON {secret, key}: the Secret and key holding the whole audit URL (password included),
+the bundled MySQL's or audit.external's. The URL reaches Resurgo's config as a file
+(RESURGO_AUDIT__URL_FILE): nothing assembles it in the pod. */}}
+{{- define "resurgo.auditSecret" -}}
 {{- if .Values.mysql.enabled -}}
 {{- $secret := .Values.mysql.auth.existingSecret | default (printf "%s-mysql" .Release.Name) -}}
-{{- dict "host" (printf "%s-mysql" .Release.Name) "port" 3306 "database" .Values.mysql.auth.database "user" .Values.mysql.auth.username "secret" $secret "key" "mysql-password" | toJson -}}
+{{- dict "secret" $secret "key" "url" | toJson -}}
 {{- else -}}
 {{- $e := .Values.audit.external -}}
-{{- $host := required "audit.external.host is required when mysql.enabled is false" $e.host -}}
-{{- $secret := required "audit.external.existingSecret (a Secret with the MySQL password) is required when mysql.enabled is false" $e.existingSecret -}}
-{{- dict "host" $host "port" $e.port "database" $e.database "user" $e.user "secret" $secret "key" $e.passwordKey | toJson -}}
+{{- /* Values of charts before the URL Secret: fail with the way forward, not a pod that
+cannot connect. */ -}}
+{{- range $old := list "host" "port" "database" "user" "passwordKey" -}}
+{{- if hasKey $e $old -}}
+{{- fail (printf "audit.external.%s is no longer read: the Secret audit.external.existingSecret must now hold the whole audit URL (mysql+pymysql://USER:PASSWORD@HOST:PORT/DATABASE, user and password URL-quoted) under the key audit.external.urlKey; see the upgrade note in values.yaml" $old) -}}
+{{- end -}}
+{{- end -}}
+{{- $secret := required "audit.external.existingSecret (a Secret holding the whole audit URL) is required when mysql.enabled is false" $e.existingSecret -}}
+{{- dict "secret" $secret "key" $e.urlKey | toJson -}}
 {{- end -}}
 {{- end -}}
 
-{{/* env entries telling the entrypoint where MySQL is; the password comes from a file. */}}
+{{- define "resurgo.auditDir" -}}/var/run/secrets/resurgo/audit{{- end -}}
+
 {{- define "resurgo.auditEnv" -}}
-{{- $m := include "resurgo.mysql" . | fromJson -}}
-- name: RESURGO_MYSQL_HOST
-  value: {{ $m.host | quote }}
-- name: RESURGO_MYSQL_PORT
-  value: {{ $m.port | toString | quote }}
-- name: RESURGO_MYSQL_DATABASE
-  value: {{ $m.database | quote }}
-- name: RESURGO_MYSQL_USER
-  value: {{ $m.user | quote }}
-- name: RESURGO_MYSQL_PASSWORD_FILE
-  value: /var/run/secrets/resurgo/mysql/password
+- name: RESURGO_AUDIT__URL_FILE
+  value: {{ printf "%s/url" (include "resurgo.auditDir" .) | quote }}
 {{- end -}}
 
 {{- define "resurgo.auditVolume" -}}
-{{- $m := include "resurgo.mysql" . | fromJson -}}
-- name: mysql-password
+{{- $a := include "resurgo.auditSecret" . | fromJson -}}
+- name: audit-url
   secret:
-    secretName: {{ $m.secret | quote }}
+    secretName: {{ $a.secret | quote }}
     defaultMode: 0440
     items:
-      - key: {{ $m.key | quote }}
-        path: password
+      - key: {{ $a.key | quote }}
+        path: url
 {{- end -}}
 
 {{- define "resurgo.auditMount" -}}
-- name: mysql-password
-  mountPath: /var/run/secrets/resurgo/mysql
+- name: audit-url
+  mountPath: {{ include "resurgo.auditDir" . }}
   readOnly: true
 {{- end -}}
 
