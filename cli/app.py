@@ -23,7 +23,6 @@ __all__ = [
     "CONTEXT",
     "Fault",
     "LogLevel",
-    "ModeChoice",
     "Role",
     "make_app",
     "setup_logging",
@@ -53,11 +52,6 @@ class Role(StrEnum):
     VIEWER = "viewer"
     OPERATOR = "operator"
     ADMIN = "admin"
-
-
-class ModeChoice(StrEnum):
-    OBSERVE = "observe"
-    ACTION = "action"
 
 
 class Fault(StrEnum):

@@ -14,7 +14,6 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from resurgo.cli.app import ModeChoice
 from resurgo.cli.exits import ExitCode
 from resurgo.cli.operator import (
     ClusterArg,
@@ -27,6 +26,7 @@ from resurgo.cli.operator import (
     make_client,
 )
 from resurgo.cli.output import console, fail, show, warn
+from resurgo.kinds import Mode
 
 __all__ = ["COMMANDS", "register"]
 
@@ -105,7 +105,7 @@ def array(
 def array_mode(
     cluster: ClusterArg,
     array_id: ArrayArg,
-    new_mode: Annotated[ModeChoice, typer.Argument(help="the new mode")],
+    new_mode: Annotated[Mode, typer.Argument(help="the new mode")],
     reason: Annotated[str, typer.Option(help="kept in the audit trail")] = "",
     as_json: JsonOpt = False,
     api_url: UrlOpt = None,

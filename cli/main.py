@@ -9,10 +9,11 @@ from typing import Annotated
 
 import typer
 
-from resurgo.cli.app import Fault, LogLevel, ModeChoice, make_app, setup_logging, subcommands
+from resurgo.cli.app import Fault, LogLevel, make_app, setup_logging, subcommands
 from resurgo.cli.exits import ExitCode
 from resurgo.cli.nodes import app as nodes_app
 from resurgo.cli.output import console, err, fail
+from resurgo.kinds import Mode
 
 # Heavy modules (the config and its pydantic-settings sources, temporalio, fastapi,
 # sqlalchemy, httpx, asyncssh) load inside the commands that need them, so `resurgo
@@ -234,7 +235,7 @@ def demo(
     ),
     fault: Annotated[Fault, typer.Option(help="fault to inject (see infra/demo)")] = Fault.ECC,
     fault_node: Annotated[str, typer.Option(help="node that fails")] = "",
-    mode: Annotated[ModeChoice, typer.Option(help="directive mode")] = ModeChoice.ACTION,
+    mode: Annotated[Mode, typer.Option(help="directive mode")] = Mode.ACTION,
     keep_ui: Annotated[
         bool, typer.Option(help="leave the Temporal dev server (and its UI) running at the end")
     ] = True,

@@ -22,9 +22,10 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from resurgo.cli.app import ModeChoice, Role
+from resurgo.cli.app import Role
 from resurgo.cli.exits import ExitCode
 from resurgo.cli.output import console, err, fail, show, warn
+from resurgo.kinds import Mode
 
 if TYPE_CHECKING:  # httpx and the config (pydantic-settings) load when a command calls the API
     import httpx
@@ -213,7 +214,7 @@ def jobs(
     state: Annotated[
         str | None, typer.Option(help="phase or outcome, e.g. awaiting_approval")
     ] = None,
-    mode: Annotated[ModeChoice | None, typer.Option(help="only jobs in this mode")] = None,
+    mode: Annotated[Mode | None, typer.Option(help="only jobs in this mode")] = None,
     category: Annotated[str | None, typer.Option(help="last attribution category")] = None,
     since: Annotated[
         str | None, typer.Option(help="active at or after: 7d, 1h30m ago or an ISO date/time")
@@ -420,7 +421,7 @@ def reject(
 def mode(
     cluster: ClusterArg,
     job_id: JobArg,
-    new_mode: Annotated[ModeChoice, typer.Argument(help="the new mode")],
+    new_mode: Annotated[Mode, typer.Argument(help="the new mode")],
     reason: Annotated[str, typer.Option(help="kept in the audit trail")] = "",
     as_json: JsonOpt = False,
     api_url: UrlOpt = None,
