@@ -8,6 +8,7 @@ host and a timestamp.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 
@@ -31,6 +32,42 @@ SITE_OWNED_IN_NODE_LOGS = frozenset(
 
 STALE_AFTER = timedelta(hours=6)
 
+# PCIe AER reports name the device that failed: the root port's `AER: Uncorrected (Fatal) error
+# received: 0000:03:00.0`, then the device's own driver prefix (`nvidia 0000:03:00.0: PCIe Bus
+# Error: ...`). When that device is a GPU it is the GPU's fault, not the host's (attribution
+# labels: hardware_gpu covers the GPU's PCIe link). Linux drivers/pci/pcie/aer.c prints both.
+AER_IDS = frozenset({"pcie_aer_fatal"})
+_BDF = r"(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]"
+_AER_DEVICE = re.compile(rf"\berror received: (?P<bdf>{_BDF})|^\S+ (?P<dev>{_BDF}): PCIe Bus Error")
+# A PCI function that is an NVIDIA GPU, as node-side files name it: bound to the nvidia driver
+# (`nvidia 0000:03:00.0:`), NVIDIA's PCI vendor id 10de on a device line, NVRM/NVML naming it.
+_GPU_FUNCTION = re.compile(
+    rf"\bnvidia (?P<a>{_BDF}):|(?P<b>{_BDF})\b[^\n]{{0,60}}\[10de:|\bPCI:(?P<c>{_BDF})|"
+    rf"\bGPU ?(?P<d>{_BDF})\b"
+)
+
+
+def _bus(bdf: str) -> str:
+    """`0000:03:00.0`, `03:00.0` and `00000000:03:00.0` name the same PCI function."""
+    return bdf.lower()[-7:]
+
+
+def gpu_functions(lines: list[LogLine]) -> set[str]:
+    """PCI functions (bus:device.function) a host's files show to be NVIDIA GPUs."""
+    out: set[str] = set()
+    for entry in lines:
+        text = entry.text
+        if "nvidia" not in text and "10de" not in text and "PCI:" not in text and "GPU" not in text:
+            continue
+        for m in _GPU_FUNCTION.finditer(text):
+            out.add(_bus(next(g for g in m.groups() if g)))
+    return out
+
+
+def _aer_on_gpu(body: str, gpus: set[str]) -> bool:
+    m = _AER_DEVICE.search(body)
+    return m is not None and _bus(m["bdf"] or m["dev"]) in gpus
+
 
 def scan_node_logs(
     registry: Registry,
@@ -53,6 +90,7 @@ def scan_node_logs(
         if node is None:
             continue
         year = start.year if start else None
+        gpus = gpu_functions(lines)
         for entry in lines:
             found = registry.scan(entry.text)
             if not any(m.role == "root" for m in found):
@@ -73,6 +111,8 @@ def scan_node_logs(
                     # A node's own daemons logging a broken library or config: the site's
                     # software on that node (who owns the setting decides), not the job's.
                     match = match.model_copy(update={"category": Category.SYSTEM_SOFTWARE})
+                if match.id in AER_IDS and _aer_on_gpu(body, gpus):
+                    match = match.model_copy(update={"category": Category.HARDWARE_GPU})
                 out.append(
                     Event(
                         line=entry,

@@ -322,6 +322,8 @@ def parse_scheduler(lines: list[LogLine], job_id: int | None = None) -> Schedule
                 facts.failed_nodes.setdefault(name, entry)
     if facts.job is None and sacct_rows:
         facts.job, facts.job_fields = _job_from_sacct(sacct_rows)
+    if facts.job is None:
+        facts.job, facts.job_fields = _job_from_fragments(lines, job_id)
     suspend_time = facts.job_fields.get("SuspendTime", "None")
     if facts.suspended is None and suspend_time not in ("", "None", "Unknown") and facts.job:
         facts.suspended = next((e for e in lines if "SuspendTime=" in e.text), None)
@@ -330,6 +332,36 @@ def parse_scheduler(lines: list[LogLine], job_id: int | None = None) -> Schedule
             if m := _CANCELLED_BY.search(row.get("State", "")):
                 facts.cancelled_by = m.group("who")
     return facts
+
+
+# `$ scontrol show job 5521901 | grep -E 'JobState|Restarts'`: the command names the job, the
+# indented `Key=Value` lines below it are the record's fields that grep kept.
+_SHOW_JOB_CMD = re.compile(r"\bscontrol\s+show\s+job\s+(?P<job>\d+)\b")
+_FRAGMENT = re.compile(r"^\s+[A-Z]\w*=\S")
+
+
+def _job_from_fragments(
+    lines: list[LogLine], job_id: int | None
+) -> tuple[JobObservation | None, dict[str, str]]:
+    """The job's state from a grep'd `scontrol show job` (no `JobId=` line survived the grep)."""
+    shown: str | None = None
+    kept: list[str] = []
+    for entry in lines:
+        if (m := _SHOW_JOB_CMD.search(entry.text)) is not None:
+            shown, kept = m["job"], []
+        elif shown is not None and _FRAGMENT.match(entry.text):
+            kept.append(entry.text.strip())
+        elif kept:
+            break
+    if shown is None or not any(k.startswith("JobState=") for k in kept):
+        return None, {}
+    if job_id is not None and int(shown) != job_id:
+        return None, {}
+    record = f"JobId={shown} " + " ".join(kept)
+    try:
+        return parse_job(record), split_record(record)
+    except (ParseError, ValueError):
+        return None, {}
 
 
 def _mentions(lines: list[LogLine], job_id: int) -> bool:

@@ -126,6 +126,11 @@ def _hardware_events(a: Analysis) -> list[Event]:
     for e in a.events:
         if not (e.root and e.hardware and e.serious):
             continue
+        if a.kill_order is not None and e.order > a.kill_order:
+            # Slurm had begun killing the job (preemption, time limit, cancel): ranks dying
+            # in a different order flush each other's queue pairs (IBV_WC_WR_FLUSH_ERR) and
+            # reset their sockets; teardown noise, not a fault.
+            continue
         if e.category == Category.HARDWARE_NETWORK and (
             e.actor in victims or (first_primary is not None and first_primary < e.order)
         ):
@@ -256,8 +261,29 @@ def _hardware(a: Analysis) -> Verdict | None:
     return Verdict(
         first_cat, key, f"{what} on {', '.join(nodes) or 'an unidentified node'}", confidence,
         culprits=nodes, ranks=[r for r in ranks if r is not None], gpus=sorted(set(gpus)),
-        evidence=evidence,
+        evidence=evidence, kind=AnomalyKind.HANG if _silent_until_killed(a) else None,
     )  # fmt: skip
+
+
+# Kills that end a job however stuck it was (attribution-labels.md: a time-limit kill or a
+# cancel long after the last progress line is a hang); a preemption ends a running job.
+_STUCK_KILLS = frozenset({"slurm_cancelled_time_limit", "slurm_job_cancelled"})
+
+
+def _silent_until_killed(a: Analysis) -> bool:
+    """The job's output shows no error and no process ending before Slurm killed it for its
+    time limit (or a cancel): the node's fault left the job stuck, a hang."""
+    cut = a.kill_order
+    if cut is None:
+        return False
+    if not any(e.order == cut and e.match.id in _STUCK_KILLS for e in a.events):
+        return False
+    if any(
+        e.origin == "job" and e.serious and (e.root or e.cascade) and e.order < cut
+        for e in a.events
+    ):
+        return False
+    return not any(x.order < cut and x.status != "terminated" for x in a.scan.exit_order)
 
 
 def _blamed_peers(a: Analysis, events: list[Event]) -> dict[int, str]:
