@@ -44,7 +44,7 @@ from resurgo.api.auth import (
 )
 from resurgo.api.console.app import PREFIX as CONSOLE
 from resurgo.api.console.app import create_console
-from resurgo.api.conventions import add_cors, operation_id
+from resurgo.api.conventions import PlainDigits, add_cors, operation_id
 from resurgo.api.core import ApiProblem, TemporalConnection, as_utc
 from resurgo.api.errors import install_error_handlers
 from resurgo.api.events_stream import events_router
@@ -97,7 +97,7 @@ JobRefPath = Annotated[
     ),
 ]
 NameQuery = Annotated[str | None, Query(pattern=NAME, max_length=128)]
-Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT)]
+Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT), PlainDigits]
 Cursor = Annotated[
     str | None,
     Query(
@@ -320,7 +320,7 @@ def create_app(
         pending: Annotated[bool, Query(description="only advice waiting for approval")] = False,
         cluster: NameQuery = None,
         cursor: Cursor = None,
-        limit: Annotated[int, Query(ge=1, le=200)] = 50,
+        limit: Annotated[int, Query(ge=1, le=200), PlainDigits] = 50,
     ) -> AdvicePage:
         """The latest advice of every live job (or only what waits for approval)."""
         return await gateway.list_advice(pending, cluster, cursor, limit)
@@ -336,7 +336,7 @@ def create_app(
         principal: Operator,
         cluster: ClusterPath,
         job_id: JobRefPath,
-        generation: Annotated[int, generation_path],
+        generation: Annotated[int, generation_path, PlainDigits],
         body: DecisionRequest | None = None,
         idempotency_key: IdempotencyKey = None,
     ) -> DecisionResponse:
@@ -353,7 +353,7 @@ def create_app(
         principal: Operator,
         cluster: ClusterPath,
         job_id: JobRefPath,
-        generation: Annotated[int, generation_path],
+        generation: Annotated[int, generation_path, PlainDigits],
         body: RejectRequest,
         idempotency_key: IdempotencyKey = None,
     ) -> DecisionResponse:
@@ -403,10 +403,12 @@ def create_app(
     @app.get("/v1/audit", tags=["audit"], responses=READ_ERRORS)
     async def audit(
         who: Viewer,
-        job: Annotated[int | None, Query(ge=0, le=MAX_JOB_ID, description="Slurm job id")] = None,
+        job: Annotated[
+            int | None, Query(ge=0, le=MAX_JOB_ID, description="Slurm job id"), PlainDigits
+        ] = None,
         cluster: NameQuery = None,
         workflow_id: WorkflowIdQuery = None,
-        attempt: Annotated[int | None, Query(ge=0, le=2**31 - 1)] = None,
+        attempt: Annotated[int | None, Query(ge=0, le=2**31 - 1), PlainDigits] = None,
         type_: Annotated[list[str] | None, Query(alias="type", max_length=20)] = None,
         producer: NameQuery = None,
         since: Annotated[datetime | None, Query(description="inclusive")] = None,

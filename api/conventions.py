@@ -1,4 +1,4 @@
-"""HTTP conventions the gateway follows: readable OpenAPI operation ids and CORS.
+"""HTTP conventions the gateway follows: readable OpenAPI operation ids, CORS, plain integers.
 
 Operation ids are the route functions' names (`list_jobs`, `job_timeline`, `approve`), which is
 what generated clients call their methods. CORS is off unless `[api] cors_origins` lists the
@@ -8,13 +8,31 @@ credentials (cookies) are never allowed cross-origin.
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.routing import APIRoute
+from pydantic import BeforeValidator
 
 from resurgo.config import ApiSettings
 
-__all__ = ["add_cors", "operation_id"]
+__all__ = ["PlainDigits", "add_cors", "operation_id"]
+
+_DIGITS = re.compile(r"[0-9]{1,19}")
+
+
+def _plain_digits(value: Any) -> Any:
+    """Refuse integer text that int() would still read (`1_2`, ` 12`, `+12`, wide digits)."""
+    if isinstance(value, str) and not _DIGITS.fullmatch(value):
+        raise ValueError("must be plain decimal digits")
+    return value
+
+
+# Put on every integer query/path parameter: pydantic reads `1_2` as 12 (PEP 515 grouping), so a
+# typo would silently address another job, generation or page size.
+PlainDigits = BeforeValidator(_plain_digits)
 
 
 def operation_id(route: APIRoute) -> str:

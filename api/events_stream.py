@@ -25,6 +25,7 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError
 
 from resurgo.api.auth import Principal
+from resurgo.api.conventions import PlainDigits
 from resurgo.api.core import ApiProblem, GatewayCore
 from resurgo.api.errors import documented
 from resurgo.api.job_refs import JOB_REF_PATTERN
@@ -57,6 +58,7 @@ JobRef = Annotated[
 After = Annotated[
     int | None,
     Query(ge=0, le=MAX_EVENT_ID, description="send only events with a larger id"),
+    PlainDigits,
 ]
 # A header, so it is checked as text: anything but a row id is refused (422), never guessed.
 LastEventId = Annotated[
