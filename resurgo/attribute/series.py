@@ -18,6 +18,7 @@ import math
 import re
 import statistics
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from resurgo.attribute.analysis import Analysis
 from resurgo.contracts import LogLine
@@ -66,8 +67,9 @@ _GATE = gated(re.compile(
 _GATED_METRICS = [(m, gated(regex), factor, lower) for m, regex, factor, lower in _METRICS]
 
 
-@dataclass(frozen=True)
-class Sample:
+class Sample(NamedTuple):
+    """One value of a series (a tuple: one is made for most lines of a long log)."""
+
     order: int
     metric: str
     value: float
@@ -93,16 +95,54 @@ def _number(text: str) -> float | None:
     return value if math.isfinite(value) and value >= 0 else None
 
 
+def _plan() -> list[tuple[str, re.Pattern[str], tuple[str, ...], bool, float, bool]]:
+    """Per metric regex: its gate literals and whether they are lower case (folded), so
+    `samples_of` tests them inline on one lower-cased copy of the line (no call per regex)."""
+    global _PLAN
+    if _PLAN is None:
+        plan = []
+        for (metric, regex, factor, lower), (_, gate, _, _) in zip(
+            _METRICS, _GATED_METRICS, strict=True
+        ):
+            literals = gate._gate()  # the gate's own literals (found from the regex)
+            plan.append((metric, regex, literals, gate._lower, factor, lower))
+        _PLAN = plan
+    return _PLAN
+
+
+_PLAN: list[tuple[str, re.Pattern[str], tuple[str, ...], bool, float, bool]] | None = None
+
+
 def samples_of(order: int, text: str) -> list[Sample]:
     """The series samples one line carries (at most one per metric)."""
-    if _GATE.search(text) is None:
-        return []
+    return _samples(order, text, text.lower() if text.isascii() else None)
+
+
+def _samples(order: int, text: str, low: str | None) -> list[Sample]:
+    """`samples_of` with the line's lower-cased copy (None for non-ASCII text, where the
+    case-folded literals do not hold, see `GatedPattern`): every literal test is an inline
+    `in` on it, the cheapest test per line. A literal found in a prefix only runs a regex
+    for nothing; the regexes decide."""
+    if low is not None:
+        for literal in _gate_literals():
+            if literal in low:
+                break
+        else:
+            return []
     body = strip_prefixes(text).body
     out: list[Sample] = []
     seen: set[str] = set()
-    for metric, regex, factor, lower in _GATED_METRICS:
+    for metric, regex, literals, folded, factor, lower in _plan():
         if metric in seen:
             continue
+        if literals:
+            hay = low if folded else text
+            if hay is not None:
+                for literal in literals:
+                    if literal in hay:
+                        break
+                else:
+                    continue
         m = regex.search(body)
         if m is None or (value := _number(m.group(1))) is None:
             continue
@@ -111,24 +151,45 @@ def samples_of(order: int, text: str) -> list[Sample]:
     return out
 
 
+def _gate_literals() -> tuple[str, ...]:
+    global _GATE_LITERALS
+    if _GATE_LITERALS is None:
+        literals = _GATE._gate()  # sets `_lower`
+        # A case-sensitive gate's literals cannot be tested on the lower-cased copy.
+        _GATE_LITERALS = literals if _GATE._lower else ()
+    return _GATE_LITERALS
+
+
+_GATE_LITERALS: tuple[str, ...] | None = None
+
+
 def read_series(a: Analysis) -> dict[str, list[Sample]]:
     """metric → samples in order (computed once per analysis)."""
     cached: dict[str, list[Sample]] | None = getattr(a, "_series", None)
     if cached is not None:
         return cached
     out: dict[str, list[Sample]] = {}
-    for order, entry in enumerate(a.lines):
-        if entry.text.startswith("#"):
-            continue
-        for sample in samples_of(order, entry.text):
-            out.setdefault(sample.metric, []).append(sample)
     # Per-rank time fields (`step=15 dt=559.6ms` on every rank) are a job-wide series too: in
     # a synchronous job every rank's step lasts as long as the slowest one's, so when they all
     # rise together the whole job slowed down. The actor printing most stands for all.
     fields: dict[str, dict[object, list[Sample]]] = {}
+    time_literals = _TIME_GATE._gate()
+    time_folded = _TIME_GATE._lower
     for order, entry in enumerate(a.lines):
         text = entry.text
-        if text.startswith("#") or not _TIME_GATE.search(text):
+        if text.startswith("#"):
+            continue
+        low = text.lower() if text.isascii() else None
+        for sample in _samples(order, text, low):
+            out.setdefault(sample.metric, []).append(sample)
+        hay = low if time_folded else text
+        if hay is not None:
+            for literal in time_literals:
+                if literal in hay:
+                    break
+            else:
+                continue
+        if not _TIME_GATE.pattern.search(text):
             continue
         prefix = strip_prefixes(text)
         actor = prefix.task if prefix.task is not None else prefix.rank

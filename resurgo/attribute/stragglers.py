@@ -207,7 +207,11 @@ def _application_straggler(
     """Slowness that is the code's: only rank 0 (it does the job's extra work: logging,
     evaluation, checkpoint I/O, as the NVRx usage guide notes), a slowest rank that moves
     around every report, or slow ranks whose own output shows recompilation or long GC."""
-    signs = [e for e in a.lines if _APPLICATION_SLOWNESS.search(e.text)]
+    # Both signs hold one of these literals: most lines skip the regex.
+    signs = [
+        e for e in a.lines
+        if ("dynamo" in e.text or "gc: " in e.text) and _APPLICATION_SLOWNESS.search(e.text)
+    ]  # fmt: skip
     own = [e for e in signs if slow and any(_said_by(e.text, r) for r in slow)]
     why = ""
     if slow and own:
