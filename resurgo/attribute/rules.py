@@ -37,6 +37,7 @@ from resurgo.attribute.analysis import Analysis, Kind, Verdict, fingerprint
 from resurgo.attribute.bundle import Bundle
 from resurgo.attribute.liveness import noted_running, running_fine, still_progressing
 from resurgo.attribute.log_header import nodes_in_log
+from resurgo.attribute.node_local import name_node_local
 from resurgo.attribute.scheduler import job_id_in_log, parse_scheduler
 from resurgo.attribute.stages_hardware import (
     _hardware,
@@ -158,6 +159,7 @@ def analyse(
         or (stragglers(a) if a.running else None)
         or _nothing(a)
     )
+    verdict = name_node_local(a, verdict)
     if (
         anomaly is not None
         and anomaly.suspects

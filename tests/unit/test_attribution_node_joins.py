@@ -125,3 +125,111 @@ def test_a_grepped_scontrol_record_says_the_job_is_pending_again() -> None:
     a = _run(job, scheduler=scheduler)
     assert (a.kind, a.category) == (AnomalyKind.CRASH, Category.SCHEDULER)
     assert default_advice(a).kind == AdviceKind.REQUEUE
+
+
+# NCCL's verbs error (misc/ibvwrap.cc), as quoted in NVIDIA/nccl#426 and #769.
+QP = (
+    "{task}: {host}:2{task}013:2{task}180 [0] ibvwrap.c:262 NCCL WARN Call to ibv_modify_qp "
+    "failed with 110 Connection timed out, on dev mlx5_bond_0:1, curr state INIT, next state "
+    "RTR, local GID index 3, local GID {local}, remote GID {remote}\n"
+)
+ROCE = ["roce-11", "roce-12", "roce-13", "roce-14"]
+ODD_GID = "fe80::9a03:9bff:fe5c:21f0"
+
+
+def _qp_failures(pairs: list[tuple[int, str, str]]) -> str:
+    out = "".join(
+        QP.format(task=t, host=ROCE[t], local=local, remote=remote) for t, local, remote in pairs
+    )
+    return out + "".join(
+        f"srun: error: {ROCE[t]}: task {t}: Exited with exit code 1\n" for t, _, _ in pairs
+    )
+
+
+def test_every_failing_queue_pair_ending_at_one_node_names_that_node() -> None:
+    # roce-13's RoCE GID moved after a DHCP lease loss: its peers' queue pairs to it fail.
+    job = _qp_failures(
+        [
+            (1, "::ffff:10.60.2.12", ODD_GID),
+            (3, "::ffff:10.60.2.14", ODD_GID),
+            (2, ODD_GID, "::ffff:10.60.2.12"),
+        ]
+    )
+    a = _run(job, nodes=ROCE)
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["roce-13"])
+    assert default_advice(a).kind == AdviceKind.REQUEUE_EXCLUDING
+
+
+def test_queue_pairs_failing_between_many_nodes_name_no_node() -> None:
+    job = _qp_failures(
+        [
+            (1, "::ffff:10.60.2.12", "::ffff:10.60.2.13"),
+            (3, "::ffff:10.60.2.14", "::ffff:10.60.2.11"),
+            (2, "::ffff:10.60.2.13", "::ffff:10.60.2.14"),
+        ]
+    )
+    assert _run(job, nodes=ROCE).culprit_nodes == []
+
+
+def _versions(x03: str) -> str:
+    nodes = ["gpu-c01", "gpu-c02", "gpu-c03"]
+    lines = [
+        f"{i}: {n}:3{i}118:3{i}118 [0] NCCL INFO NCCL version "
+        f"{x03 if n == 'gpu-c03' else '2.19.3+cuda12.3'}\n"
+        for i, n in enumerate(nodes)
+    ]
+    return "".join(lines) + (
+        "0: [rank0]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/"
+        "distributed/c10d/ProcessGroupNCCL.cpp:1970, internal error - please report this issue "
+        "to the NCCL developers, NCCL version 2.19.3\n"
+        "0: [rank0]: ncclInternalError: Internal check failed.\n"
+        "2: [rank16]: ncclInternalError: Internal check failed.\n"
+        "srun: error: gpu-c03: task 2: Exited with exit code 1\n"
+        "srun: error: gpu-c01: task 0: Exited with exit code 1\n"
+    )
+
+
+def test_the_one_node_loading_another_nccl_is_named() -> None:
+    # NVIDIA/nccl#1267: mixed NCCL versions across nodes fail bootstrap with internal errors.
+    a = _run(_versions("2.20.5+cuda12.4"))
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["gpu-c03"])
+
+
+def test_the_same_nccl_everywhere_is_no_drift() -> None:
+    a = _run(_versions("2.19.3+cuda12.3"))
+    assert "gpu-c03" not in a.culprit_nodes
+    assert "NCCL version differs" not in a.summary
+
+
+OOM = (
+    "[rank11]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.96 GiB. GPU 3 has "
+    "a total capacity of 79.11 GiB of which 1.21 GiB is free. Process 48812 has 36.02 GiB memory "
+    "in use. Process 3301917 has 41.86 GiB memory in use. Of the allocated memory 38.40 GiB is "
+    "allocated by PyTorch\n"
+    "[rank0]:[E1110 07:23:31.889201003 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught "
+    "collective operation timeout: WorkNCCL(SeqNum=118, OpType=_REDUCE_SCATTER_BASE, "
+    "NumelIn=181141504, NumelOut=7547563, Timeout(ms)=600000) ran for 600077 milliseconds before "
+    "timing out.\n"
+    "srun: error: gpu-c01: task 0: Exited with exit code 1\n"
+)
+
+
+def test_the_node_listing_the_process_that_holds_the_gpu_is_named() -> None:
+    # nvidia-smi --query-compute-apps on the node lists the other process the OOM names.
+    smi = "gpu_bus_id, pid, process_name, used_memory\n00000000:61:00.0, 48812, python, 36884 MiB\n"
+    a = _run(OOM, {"gpu-c02": _lines(smi, "node_gpu-c02.txt")})
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["gpu-c02"])
+
+
+def test_a_missing_kernel_module_in_one_nodes_files_names_it() -> None:
+    job = (
+        "1: FATAL:   container creation failed: mount hook function failure: mount "
+        "/proc/self/fd/3->/var/lib/apptainer/mnt/session/rootfs error: while mounting image "
+        "/proc/self/fd/3: squashfuse_ll exited with status 255: fuse: device not found, try "
+        "'modprobe fuse' first\n"
+        "srun: error: gpu-c02: task 1: Exited with exit code 255\n"
+        "0: torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError\n"
+        "srun: error: gpu-c01: task 0: Exited with exit code 1\n"
+    )
+    a = _run(job)
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["gpu-c02"])

@@ -1,0 +1,196 @@
+"""Which node's own state a node-software failure comes from, when its peers printed it.
+
+A setting, version or process that differs on one node breaks the job for everybody talking to
+that node, and the failing lines are often printed by the peers (attribution-labels.md:
+system_software covers a RoCE GID changed by DHCP, mixed NCCL versions, leftover processes of
+earlier jobs; a node whose local state caused the failure is named). Once a stage has settled on
+`system_software` without naming a node, these joins look for the odd node:
+
+- the common end of the failing connections: every failing queue pair or socket names one
+  peer (its GID or address), reported from two or more other nodes (NCCL's `ibv_modify_qp ...
+  local GID ..., remote GID ...`, `Got completion from peer`);
+- the one node loading a different NCCL than the rest of the job (each host's `NCCL version`);
+- the node whose own diagnostics list the process an OOM message names as holding the GPU's
+  memory (PyTorch's `Process 48812 has 36.02 GiB memory in use`, `nvidia-smi
+  --query-compute-apps`, `ps`);
+- the node(s) whose own files show a node-scoped software fault (a DHCP lease lost, a missing
+  kernel module) while the others' are clean.
+
+Never all of the job's nodes: the same state on every node leaves nothing to exclude.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from resurgo.attribute.analysis import Analysis, Verdict, event_node
+from resurgo.attribute.causes import _version_drift
+from resurgo.attribute.topology import split_host_prefix
+from resurgo.contracts import Category, LogLine
+from resurgo.detect.lines import parse_nccl_prefix
+from resurgo.policy.decide import NO_RETRY_HELPS_KEY
+
+# NCCL's verbs errors name both ends of a queue pair: `local GID ::ffff:10.60.2.12, remote GID
+# fe80::9a03:9bff:fe5c:21f0` (misc/ibvwrap.cc) and `localGid ::ffff:10.3.0.12
+# remoteGids::ffff:10.3.0.11` (transport/net_ib.cc).
+_GID_PAIR = re.compile(
+    r"\blocal ?Gid:? ?(?P<local>[0-9a-fA-F:.]{3,45})\b,? "
+    r"remote ?Gids?:? ?(?P<remote>[0-9a-fA-F:.]{3,45})",
+    re.IGNORECASE,
+)
+_MAPPED_V4 = re.compile(r"^::ffff:(?P<ip>\d{1,3}(?:\.\d{1,3}){3})$", re.IGNORECASE)
+# Peers a node names in a failing connection (`NCCL WARN ... from peer 10.3.0.11<43122>`,
+# `Connection closed by remote peer gpu-x03<56718>`).
+_PEER = re.compile(r"\b(?:from|by remote|by) peer (?P<peer>[\w.:-]+?)<\d+>")
+_OOM_HOLDER = re.compile(r"\bProcess (?P<pid>\d+) has (?P<gib>\d+(?:\.\d+)?) GiB memory in use")
+MIN_HELD_GIB = 1.0
+_NCCL_EVENT = re.compile(r"(?i)\bnccl")
+
+
+def name_node_local(a: Analysis, v: Verdict) -> Verdict:
+    """`v` naming the node whose own state explains a node-software failure, where one does."""
+    if v.category != Category.SYSTEM_SOFTWARE or v.key == NO_RETRY_HELPS_KEY:
+        return v
+    if v.key.startswith("oom|held_by_other") and _memory_holder(a, v) is not None:
+        # The node that lists the process holding the memory is direct evidence; where srun's
+        # exit order guessed another node, this wins.
+        v.culprits = []
+    if v.culprits:
+        return v
+    if v.key.startswith("shared|"):
+        return v  # a shared service failed for several nodes: no node to blame
+    finders: list[Callable[[Analysis, Verdict], tuple[list[str], str, list[LogLine]] | None]] = [
+        _common_peer,
+        _nccl_drift,
+        _memory_holder,
+        _node_files,
+    ]
+    for find in finders:
+        found = find(a, v)
+        if found is None:
+            continue
+        nodes, why, evidence = found
+        nodes = sorted({n for n in nodes if a.in_job(n)})
+        if not nodes or (len(a.node_list) >= 2 and set(nodes) >= set(a.node_list)):
+            continue
+        v.culprits = nodes
+        v.summary = f"{v.summary} ({why})"
+        v.evidence = [*evidence, *v.evidence]
+        v.confidence = max(v.confidence, 0.8)
+        return v
+    return v
+
+
+def _owner(a: Analysis, gid: str, own: dict[str, str]) -> str | None:
+    if gid in own:
+        return own[gid]
+    m = _MAPPED_V4.match(gid)
+    return a.topo.hosts.canonical(m["ip"]) if m is not None else None
+
+
+def _reporter(a: Analysis, entry: LogLine) -> str | None:
+    host, text = split_host_prefix(entry.text, a.topo.host_prefixes)
+    nccl = parse_nccl_prefix(text)
+    return a.topo.hosts.canonical(nccl.host if nccl is not None else host)
+
+
+def _common_peer(a: Analysis, v: Verdict) -> tuple[list[str], str, list[LogLine]] | None:
+    """One end common to every failing connection, named from two or more other nodes."""
+    pairs: list[tuple[str, str, str, LogLine]] = []  # (reporter, local id, remote id, line)
+    own: dict[str, str] = {}
+    for e in a.events:
+        if not (e.root or e.cascade) or e.origin != "job":
+            continue
+        reporter = event_node(a, e) or _reporter(a, e.line)
+        if reporter is None:
+            continue
+        if (m := _GID_PAIR.search(e.line.text)) is not None:
+            local, remote = m["local"].lower(), m["remote"].lower()
+            own.setdefault(local, reporter)
+            pairs.append((reporter, local, remote, e.line))
+        elif (p := _PEER.search(e.line.text)) is not None:
+            pairs.append((reporter, f"host:{reporter}", p["peer"].lower(), e.line))
+    if len(pairs) < 2:
+        return None
+    named: dict[str, set[str]] = {}
+    for reporter, _local, remote, _line in pairs:
+        named.setdefault(remote, set()).add(reporter)
+    for remote, reporters in sorted(named.items(), key=lambda kv: -len(kv[1])):
+        owner = _owner(a, remote, own) or a.topo.hosts.canonical(remote)
+        if owner is None:
+            continue
+        others = reporters - {owner}
+        if len(others) < 2:
+            continue
+        # Every failing connection has this end (or is the owner's own failing side).
+        ids = {remote, *(k for k, n in own.items() if n == owner)}
+        if all(local in ids or r in ids or rep == owner for rep, local, r, _ in pairs):
+            lines = [line for _rep, _l, r, line in pairs if r == remote][:4]
+            return [owner], f"every failing connection ends at {owner}", lines
+    return None
+
+
+def _nccl_drift(a: Analysis, v: Verdict) -> tuple[list[str], str, list[LogLine]] | None:
+    """An NCCL failure while one node loads a different NCCL than the rest of the job."""
+    if not any(
+        e.serious and (e.root or e.cascade) and _NCCL_EVENT.search(e.match.id + " " + e.message)
+        for e in a.events
+    ):
+        return None
+    odd = _version_drift(a)
+    if not odd:
+        return None
+    return odd, f"NCCL version differs on {', '.join(odd)}", []
+
+
+def _memory_holder(a: Analysis, v: Verdict) -> tuple[list[str], str, list[LogLine]] | None:
+    """The node whose own diagnostics list the process an OOM says holds the GPU's memory."""
+    pids = {
+        m["pid"]
+        for e in a.events
+        if e.match.id == "cuda_oom"
+        for m in _OOM_HOLDER.finditer(e.line.text)
+        if float(m["gib"]) >= MIN_HELD_GIB
+    }
+    if not pids:
+        return None
+    found: dict[str, LogLine] = {}
+    for host, lines in a.node_logs.items():
+        node = a.topo.hosts.canonical(host)
+        if node is None:
+            continue
+        for entry in lines:
+            if any(re.search(rf"(?<![\w.:/-]){pid}(?![\w.:/-])", entry.text) for pid in pids):
+                found.setdefault(node, entry)
+                break
+    if len(found) != 1:
+        return None
+    node, line = next(iter(found.items()))
+    return [node], f"{node} lists the process holding the GPU's memory", [line]
+
+
+def _node_files(a: Analysis, v: Verdict) -> tuple[list[str], str, list[LogLine]] | None:
+    """Nodes whose own files show a node-scoped software fault the job's output does not."""
+    # A node's copy of the failure the job's output shows (slurmstepd's pyxis error in the
+    # node's journal) says nothing about which node differs.
+    in_job_log = {e.match.id for e in a.events if e.origin == "job"}
+    hit: dict[str, LogLine] = {}
+    for e in a.node_events:
+        if e.match.id in in_job_log:
+            continue
+        if not (e.root and e.serious and e.category == Category.SYSTEM_SOFTWARE):
+            continue
+        if e.node is None or not a.in_job(e.node):
+            continue
+        if e.match.id not in a.registry or a.registry.get(e.match.id).scope != "node":
+            continue
+        hit.setdefault(e.node, e.line)
+    if not hit:
+        return None
+    nodes = sorted(hit)
+    return (
+        nodes,
+        f"{', '.join(nodes)}'s own logs show {', '.join(nodes)} broken",
+        list(hit.values()),
+    )
