@@ -14,7 +14,7 @@ from resurgo.attribute.analysis import Analysis, Verdict, event_node
 from resurgo.attribute.events import Event
 from resurgo.attribute.stages_common import _rank
 from resurgo.attribute.topology import split_host_prefix
-from resurgo.contracts import AnomalyKind, Category
+from resurgo.contracts import AnomalyKind, Category, LogLine
 from resurgo.detect.lines import parse_nccl_prefix, strip_prefixes
 from resurgo.policy.decide import NO_RETRY_HELPS_KEY
 
@@ -171,7 +171,14 @@ SITE_IMAGE_FAULTS = frozenset(
         "nvidia_driver_unavailable",
         "cuda_system_not_ready",
         "container_gpu_runtime_missing",
+        "container_runtime_setup_failed",
         "nccl_ib_no_device",
+        # Settings the site makes on every node (task prolog environment, nccl.conf, the
+        # image's network names, MIG layout): unless the job's own script set them
+        # (`stages_common._set_by_job` asks first), they are the site's.
+        "nccl_no_socket_interface",
+        "torch_no_gpus_available",
+        "mig_enabled_no_instances",
     }
 )
 # EDQUOT (errno 122): a quota stays exhausted until someone frees space or raises it.
@@ -179,22 +186,97 @@ _QUOTA = re.compile(r"\bDisk quota exceeded\b|\bEDQUOT\b|\[Errno 122\]")
 
 
 def _no_retry_helps(
-    first: Event, primaries: list[Event], nodes: list[str], everywhere: bool, summary: str
+    a: Analysis,
+    first: Event,
+    primaries: list[Event],
+    nodes: list[str],
+    everywhere: bool,
+    summary: str,
 ) -> Verdict | None:
     """A system-software failure that no retry gets past (attribution-labels.md: "stop" until a
     human changes the site's software or the quota), or None."""
-    if any(_QUOTA.search(e.message) for e in primaries):
-        return Verdict(
-            Category.SYSTEM_SOFTWARE, NO_RETRY_HELPS_KEY,
-            f"{summary}: a disk quota is exhausted; a retry writes into the same quota", 0.85,
-        )  # fmt: skip
-    if everywhere and len(nodes) >= 2 and first.match.id in SITE_IMAGE_FAULTS:
+    if (quota := _over_quota(a, first, primaries, summary)) is not None:
+        return quota
+    site_nodes = {event_node(a, e) for e in [first, *primaries] if e.match.id in SITE_IMAGE_FAULTS}
+    if everywhere and len(nodes) >= 2 and set(nodes) | set(a.node_list) <= site_nodes:
+        if first.match.id in GPU_VISIBILITY and not _asked_for_gpus(a):
+            # No GPU visible anywhere, and nothing says the job asked for one: its script
+            # (no `--gres=gpu`, an emptied CUDA_VISIBLE_DEVICES) is the likelier owner.
+            return Verdict(
+                Category.APPLICATION, f"{first.match.id}|no_gpu_requested",
+                f"{summary}: on every node, and the job shows no GPU request", 0.85,
+            )  # fmt: skip
+        # The site's software fails on every node of the job (the first error, or the detail
+        # a wrapper prints below it: pyxis's enroot log): nothing is left to exclude.
         return Verdict(
             Category.SYSTEM_SOFTWARE, NO_RETRY_HELPS_KEY,
             f"{summary}: the site's software is broken on every node of the job", 0.85,
             culprits=nodes,
         )  # fmt: skip
     return None
+
+
+# Errors that say a process sees no GPU at all: the node's driver or cgroup, unless the job
+# never asked Slurm for one.
+GPU_VISIBILITY = frozenset({"torch_no_gpus_available"})
+# A GPU request in the job script, srun/sbatch options or Slurm's record of the job
+# (`--gres=gpu:8`, `--gpus-per-node=4`, `TRES=...,gres/gpu=16`).
+_GPU_REQUEST = re.compile(r"(?i)\bgres[=:/]\s*gpu\b|--gpus(?:-per-(?:node|task|socket))?[= ]\d|"
+                          r"\bgres/gpu(?::\w+)?=\d|\bGres=gpu\b")  # fmt: skip
+
+
+def _asked_for_gpus(a: Analysis) -> bool:
+    return any(_GPU_REQUEST.search(e.text) for e in (*a.header, *a.lines[:50], *a.facts.lines))
+
+
+# Writing the job's files: where a full quota shows (a short write is how torch.save reports
+# one: `unexpected pos 2881615424 vs 2881615312`).
+STORAGE_WRITE_IDS = frozenset(
+    {"fs_no_space", "checkpoint_write_failed", "checkpoint_save_failed", "fs_io_error"}
+)
+# `lfs quota` and `quota` print `Disk quotas for usr omensah (uid 60311):` (or grp, prj) and
+# mark a limit reached with `*` after the number used (lfs-quota(1), quota(1)).
+_QUOTA_OWNER = re.compile(r"\bDisk quotas for (?P<kind>usr|user|grp|group|prj|project) \S+")
+_OVER_LIMIT = re.compile(r"(?:^|\s)\d[\d.]*[kKMGTPE]?\*(?:\s|$)")
+# A quota-exceeded path in the user's own home is the user's quota.
+_HOME_PATH = re.compile(r"['\"\s](?:/[\w.-]+)?/(?:home|homes|users?)/[\w.-]+/")
+QUOTA_TABLE_LINES = 4
+
+
+def quota_reached(a: Analysis) -> str | None:
+    """Whose quota the bundle shows at its limit: "user", "group" (group or project), else
+    None. Read from `lfs quota`/`quota` output in any file (an operator's note, a node file)."""
+    files: list[list[LogLine]] = [a.header, a.lines, a.facts.lines, *a.node_logs.values()]
+    for lines in files:
+        for i, entry in enumerate(lines):
+            if "Disk quotas" not in entry.text or not (m := _QUOTA_OWNER.search(entry.text)):
+                continue
+            table = lines[i + 1 : i + 1 + QUOTA_TABLE_LINES]
+            if any(_OVER_LIMIT.search(row.text.lstrip("# ")) for row in table):
+                return "user" if m["kind"] in ("usr", "user") else "group"
+    return None
+
+
+def _over_quota(a: Analysis, first: Event, primaries: list[Event], summary: str) -> Verdict | None:
+    """A write that failed because a quota is full. The user's own quota is the job's own
+    storage use (its checkpoints, its retention): the application's; a project's or group's
+    quota, or one of unknown owner, is a limit the site sets. A retry writes into the same
+    quota either way: stop."""
+    said = [e for e in primaries if _QUOTA.search(e.message)]
+    owner = quota_reached(a)
+    if not said and not (owner and first.match.id in STORAGE_WRITE_IDS):
+        return None
+    if owner is None and any(_HOME_PATH.search(e.message) for e in said):
+        owner = "user"
+    if owner == "user":
+        return Verdict(
+            Category.APPLICATION, "quota|user", f"{summary}: the user's disk quota is full "
+            "(the job's own files); a retry writes into the same quota", 0.85,
+        )  # fmt: skip
+    return Verdict(
+        Category.SYSTEM_SOFTWARE, NO_RETRY_HELPS_KEY,
+        f"{summary}: a disk quota is exhausted; a retry writes into the same quota", 0.85,
+    )  # fmt: skip
 
 
 # faulthandler's dump after a native crash (`Current thread 0x... (most recent call first):`
@@ -224,3 +306,13 @@ def _transient(e: Event) -> bool:
     """An exception whose type is about reaching something shared (a hub, a tracker, a
     store, a file system) may pass on the next try, whatever rank raised it."""
     return bool(_TRANSIENT_EXCEPTION.search(e.message.split(":", 1)[0]))
+
+
+def _first_to_exit(a: Analysis, victims: set[str]) -> list[str]:
+    """The node of the task srun saw fail first, before Slurm began terminating the step: where
+    a rank whose node the log does not say (a rank prefix, no task label) ran."""
+    for x in a.scan.exit_order:
+        if x.actor in victims or x.after_termination or x.status == "terminated":
+            continue
+        return [x.node] if x.node and a.in_job(x.node) else []
+    return []

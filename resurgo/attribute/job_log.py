@@ -29,14 +29,7 @@ from resurgo.attribute.topology import (
     split_host_prefix,
     task_nodes,
 )
-from resurgo.attribute.tracebacks import (
-    _EXC_LINE,
-    _FRAME,
-    _SAVE_FUNC,
-    _TRACEBACK,
-    _generic_exception,
-    _users_code,
-)
+from resurgo.attribute.tracebacks import _EXC_LINE, TracebackTracker
 from resurgo.contracts import Category, LogLine
 from resurgo.detect.lines import parse_nccl_prefix, strip_prefixes
 from resurgo.detect.literals import gated
@@ -107,10 +100,7 @@ def scan_job(registry: Registry, lines: list[LogLine], topo: Topology) -> JobSca
     scan = JobScan()
     hosts = list(topo.hosts.nodes)
     progress = ProgressParser()
-    in_traceback: dict[str | None, bool] = {}
-    save_frames: dict[str | None, bool] = {}
-    code_next: dict[str | None, bool] = {}
-    innermost: dict[str | None, str] = {}
+    tracebacks = TracebackTracker()
     elastic_section: str | None = None
     elastic_fields: dict[str, str] = {}
     elastic_line: LogLine | None = None
@@ -173,20 +163,9 @@ def scan_job(registry: Registry, lines: list[LogLine], topo: Topology) -> JobSca
                     samples.append((iteration if iteration is not None else len(samples), ms, on))
         if iteration is None and _COMPLETED.search(body):
             scan.completed_line = entry
-        # tracebacks, per actor
-        if "Traceback" in body and _TRACEBACK.search(body):
-            in_traceback[actor] = True
-            save_frames[actor] = False
-            innermost[actor] = ""
-        elif in_traceback.get(actor) and (frame := _FRAME.match(body)):
-            if _SAVE_FUNC.search(frame.group("func")) or "/checkpoint" in frame.group("path"):
-                save_frames[actor] = True
-            innermost[actor] = frame.group("path")
-            code_next[actor] = True
+        # tracebacks, per actor (a frame and its source line are code, not messages)
+        if tracebacks.feed(actor, body):
             continue
-        elif code_next.get(actor) and body[:1].isspace():
-            continue  # the source line a traceback frame shows is code, not an error message
-        code_next[actor] = False
         # torchelastic blocks
         if "Root Cause (first observed failure)" in body:
             elastic_section, elastic_fields, elastic_line = "root", {}, entry
@@ -219,10 +198,10 @@ def scan_job(registry: Registry, lines: list[LogLine], topo: Topology) -> JobSca
             # catalogue's application entry, not also a CUDA error of unknown class.
             matches = [m for m in matches if m.role != "root" or m.category != Category.UNKNOWN]
         exception_line = bool(_EXC_LINE.match(body)) and not body.startswith(" ")
-        if not matches and not ended and exception_line and in_traceback.get(actor):
+        if not matches and not ended and exception_line and tracebacks.in_traceback(actor):
             # An exception no entry knows (a launcher's ChildFailedError reporting on its
-            # children is not a failure of its own).
-            matches = [_generic_exception(body, user_code=_users_code(innermost.get(actor)))]
+            # children is not a failure of its own): read by who raised it.
+            matches = [tracebacks.unknown_exception(actor, body)]
         if matches:
             node = _line_node(text, task, rank, topo)
             if node is None and prefix_host is not None:
@@ -242,11 +221,11 @@ def scan_job(registry: Registry, lines: list[LogLine], topo: Topology) -> JobSca
                         match=match,
                         message=body.strip()[:300],
                         key=f"{match.id}|{normalise(body, hosts)}",
-                        in_save=bool(save_frames.get(actor)) and bool(in_traceback.get(actor)),
+                        in_save=tracebacks.in_save(actor),
                     )
                 )
         if exception_line:
-            in_traceback[actor] = False
+            tracebacks.close(actor)
     if elastic_section is not None and elastic_fields and elastic_line is not None:
         _elastic_failure(scan, elastic_fields, elastic_section, elastic_line, len(lines), topo)
     return scan

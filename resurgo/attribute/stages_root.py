@@ -20,6 +20,7 @@ from resurgo.attribute.analysis import Analysis, Verdict, actor_node, event_node
 from resurgo.attribute.causes import (
     _collective_mismatch,
     _drifted_node,
+    _first_to_exit,
     _no_retry_helps,
     _node_software_fault,
     _specific_cause,
@@ -41,6 +42,7 @@ from resurgo.attribute.stages_common import (
     _watchdog_aborts,
     after_the_kill,
 )
+from resurgo.attribute.tracebacks import GENERIC_APPLICATION_IDS
 from resurgo.contracts import AnomalyKind, Category
 
 # Application errors that reproduce wherever the job runs (a retry cannot help).
@@ -342,13 +344,13 @@ def _from_primaries(
             # Rank 0 alone reads what the job configures first (its data index, its
             # tokenizer): a mount missing on a node fails every rank there, not rank 0 only.
             or (mid == "file_not_found" and ranks == [0] and len(same) >= 1)
-            or (mid == "python_user_exception" and not _transient(first))
+            or (mid in GENERIC_APPLICATION_IDS and not _transient(first))
         ) and not any(e.match.id in NONDETERMINISTIC_APP or "nan" in e.match.tags for e in on_line)
         # The job's code, data, configuration or environment: the same fault comes back on
         # any nodes, so it is stop-grade on its first occurrence (attribution-labels.md). OOM
         # and NaN are the model's or the batch's too; only an exception about reaching
         # something shared (a hub, a store) may pass on a retry.
-        job_scoped = mid == "python_user_exception" or (
+        job_scoped = mid in GENERIC_APPLICATION_IDS or (
             mid in a.registry and a.registry.get(mid).scope == "job"
         )
         if mid == "cuda_oom" and (held := _held_by_other(first.message)) is not None:
@@ -356,12 +358,12 @@ def _from_primaries(
             # node's state, not the job's batch size (attribution-labels tie-breaker 4).
             return Verdict(
                 Category.SYSTEM_SOFTWARE, f"oom|held_by_other|{held}", f"{summary}: another "
-                "process holds the GPU's memory", 0.75, culprits=nodes, ranks=ranks,
-                evidence=evidence,
+                "process holds the GPU's memory", 0.75,
+                culprits=nodes or _first_to_exit(a, victims), ranks=ranks, evidence=evidence,
             )  # fmt: skip
         if deterministic:
             confidence = 0.95 if everywhere else (0.85 if job_scoped else 0.7)
-        elif (mid == "python_user_exception" and _transient(first)) or mid == "file_not_found":
+        elif (mid in GENERIC_APPLICATION_IDS and _transient(first)) or mid == "file_not_found":
             # Reaching something shared, or a path missing on some nodes only (a mount):
             # a retry may pass.
             confidence = 0.6
@@ -371,7 +373,8 @@ def _from_primaries(
     if (owned := _set_by_job(a, first, summary, ranks, evidence)) is not None:
         return owned
     if category == Category.SYSTEM_SOFTWARE:
-        if (no_retry := _no_retry_helps(first, primaries, nodes, everywhere, summary)) is not None:
+        no_retry = _no_retry_helps(a, first, primaries, nodes, everywhere, summary)
+        if no_retry is not None:
             no_retry.ranks, no_retry.evidence = ranks, evidence
             return no_retry
         troubled = {
@@ -379,8 +382,9 @@ def _from_primaries(
             if e.root and e.category == Category.SYSTEM_SOFTWARE and e.node is not None
         }  # fmt: skip
         odd_node = False
-        if mid == "nccl_version_mismatch" and (odd := _version_drift(a)):
-            # Every rank reports the mismatch; the odd node out is the one to exclude.
+        if (mid.startswith("nccl_") or "NCCL" in first.message) and (odd := _version_drift(a)):
+            # Every rank reports the mismatch (NCCL's check, or a bootstrap between versions
+            # failing inside NCCL); the odd node out is the one to exclude.
             nodes, odd_node = odd, True
             summary = f"NCCL version differs on {', '.join(odd)} ({summary})"
         # (A checkpoint only the saving rank writes says nothing about whose disk is full.)

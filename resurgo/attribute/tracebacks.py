@@ -1,14 +1,23 @@
 """Python tracebacks in a job's output: frames, the exception line, and whose code raised it.
 
-`job_log.scan_job` follows tracebacks per actor with these patterns (a frame in a save
+`job_log.scan_job` follows tracebacks per actor with a `TracebackTracker` (a frame in a save
 function marks an error raised while saving a checkpoint), and classifies an exception no
-registry entry knows: the application's when the job's own code raised it, else of unknown
-cause. Kept apart because it is about Python's traceback format only, not Slurm's or NCCL's.
+registry entry knows by where it was raised and by whom:
+
+- raised in the job's own code (the innermost frame is not an installed library) → the
+  application's;
+- raised by an installed library while it checked what the job's code handed it (the raising
+  function validates or checks, or the exception's type names a configuration or usage error)
+  → the application's too: the same arguments are rejected on any node;
+- anything else → of unknown cause.
+
+Kept apart because it is about Python's traceback format only, not Slurm's or NCCL's.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 
 from resurgo.contracts import AnomalyKind, Category
 from resurgo.detect.registry import PatternMatch
@@ -20,6 +29,93 @@ _LIBRARY_PATH = re.compile(
 _TRACEBACK = re.compile(r"\bTraceback \(most recent call last\):")
 _EXC_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?(?P<name>[A-Za-z_]\w*(?:Error|Exception))(?::|$)")
 _SAVE_FUNC = re.compile(r"(?i)save|persist|serialize|dump_state")
+# A library function whose job is to check its caller's input (Lightning's
+# `_validate_srun_variables`, HF's `_check_and_enable_sdpa`, `verify_config`): what it raises
+# is a verdict on the arguments, settings or data the job passed.
+_VALIDATING_FUNC = re.compile(
+    r"(?i)^_*(?:validate|check|verify|ensure|assert|sanity)|_(?:validate|validation|check)"
+    r"(?:_|$)|^_*(?:parse_args|post_init|__post_init__)$"
+)
+# Exception types that name a configuration or usage error (Lightning's
+# `MisconfigurationException`, Hydra's `ConfigCompositionException`, pydantic's
+# `ValidationError`, HF's `HFValidationError`, `click.UsageError`).
+_USAGE_TYPE = re.compile(
+    r"(?i)(?:Config(?:uration)?|Misconfiguration|Validation|Usage|Argument|Option|Override|"
+    r"Schema|Interpolation|Missing(?:Mandatory)?Value|Unsupported|Incompatible)\w*"
+    r"(?:Error|Exception)$"
+)
+# Python's own environment errors, about reaching or reading something outside the program
+# (a file system, a peer, the network): raised by a library, they say nothing of the job's code.
+_ENVIRONMENT_TYPE = re.compile(
+    r"(?i)^(?:OSError|IOError|EOFError|BlockingIOError|ConnectionError|\w*Connection\w*Error|"
+    r"TimeoutError|\w*Timeout\w*|BrokenPipeError|InterruptedError|SystemError|MemoryError|"
+    r"\w*(?:Network|Socket|Store|Backend|Http|HTTP|SSL|Request)\w*(?:Error|Exception))$"
+)
+GENERIC_APPLICATION_IDS = frozenset({"python_user_exception", "python_library_rejected_input"})
+
+
+@dataclass
+class _Stack:
+    """One actor's traceback so far."""
+
+    open: bool = False
+    innermost: str = ""
+    innermost_func: str = ""
+    job_frames: int = 0
+    in_save: bool = False
+    code_next: bool = False
+
+
+@dataclass
+class TracebackTracker:
+    """Follows each actor's traceback, frame by frame, in one pass over the output."""
+
+    stacks: dict[str | None, _Stack] = field(default_factory=dict)
+
+    def feed(self, actor: str | None, body: str) -> bool:
+        """Take one line; True when it is a frame (or a frame's source line) and nothing else
+        should read it."""
+        stack = self.stacks.setdefault(actor, _Stack())
+        if "Traceback" in body and _TRACEBACK.search(body):
+            # (A chained traceback, "During handling of the above exception", starts afresh:
+            # its frames are the outer call.)
+            self.stacks[actor] = _Stack(open=True)
+            return False
+        if stack.open and (frame := _FRAME.match(body)) is not None:
+            path, func = frame.group("path"), frame.group("func")
+            if _SAVE_FUNC.search(func) or "/checkpoint" in path:
+                stack.in_save = True
+            stack.innermost, stack.innermost_func = path, func
+            stack.job_frames += _users_code(path)
+            stack.code_next = True
+            return True
+        if stack.code_next and body[:1].isspace():
+            return True  # the source line a traceback frame shows is code, not an error message
+        stack.code_next = False
+        return False
+
+    def in_traceback(self, actor: str | None) -> bool:
+        return self.stacks.get(actor, _Stack()).open
+
+    def in_save(self, actor: str | None) -> bool:
+        stack = self.stacks.get(actor)
+        return stack is not None and stack.open and stack.in_save
+
+    def close(self, actor: str | None) -> None:
+        """The exception line ended this actor's traceback."""
+        if (stack := self.stacks.get(actor)) is not None:
+            stack.open = False
+
+    def unknown_exception(self, actor: str | None, body: str) -> PatternMatch:
+        """The reading of an exception no registry entry knows that ends `actor`'s traceback."""
+        stack = self.stacks.get(actor, _Stack())
+        if _users_code(stack.innermost):
+            return _generic_exception(body, "python_user_exception")
+        name = m.group("name") if (m := _EXC_LINE.match(body)) else ""
+        rejected = stack.job_frames > 0 and not _ENVIRONMENT_TYPE.match(name) and (
+            bool(_VALIDATING_FUNC.search(stack.innermost_func)) or bool(_USAGE_TYPE.match(name))
+        )  # fmt: skip
+        return _generic_exception(body, "python_library_rejected_input" if rejected else None)
 
 
 def _users_code(path: str | None) -> bool:
@@ -27,13 +123,14 @@ def _users_code(path: str | None) -> bool:
     return bool(path) and not _LIBRARY_PATH.search(path or "")
 
 
-def _generic_exception(body: str, *, user_code: bool = False) -> PatternMatch:
+def _generic_exception(body: str, application_id: str | None = None) -> PatternMatch:
     """An exception no registry entry knows, ending a traceback: a weak root, the
-    application's when the job's own code raised it, else of unknown cause."""
+    application's when `application_id` says why (the job's code raised it, or a library
+    rejected the job's input), else of unknown cause."""
     return PatternMatch.model_construct(
-        id="python_user_exception" if user_code else "python_exception",
+        id=application_id or "python_exception",
         kind=AnomalyKind.CRASH,
-        category=Category.APPLICATION if user_code else Category.UNKNOWN,
+        category=Category.APPLICATION if application_id else Category.UNKNOWN,
         role="root",
         severity="error",
         span=(0, len(body)),

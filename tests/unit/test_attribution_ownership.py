@@ -1,0 +1,226 @@
+"""Who owns what failed: the job's code and settings (application) or the site's (system
+software), and whether a retry can help. Each rule with a real message format."""
+
+from __future__ import annotations
+
+from resurgo.attribute.offline import default_advice
+from resurgo.attribute.rules import attribute
+from resurgo.contracts import AdviceKind, Attribution, Category, LogLine
+from resurgo.detect.registry import Registry
+
+
+def _lines(text: str, source: str = "job.log") -> list[LogLine]:
+    return [LogLine(source=source, line_no=i + 1, text=t) for i, t in enumerate(text.splitlines())]
+
+
+def _run(job: str, nodes: list[str], node_logs: dict[str, str] | None = None) -> Attribution:
+    logs = {h: _lines(t, f"node_{h}.txt") for h, t in (node_logs or {}).items()}
+    return attribute(Registry.default(), None, _lines(job), None, [], nodes, node_logs=logs)
+
+
+# Lightning's `_validate_srun_variables` (Lightning-AI/pytorch-lightning#15011, #20391): a
+# library checking the arguments the job's own script passed it.
+LIBRARY_VALIDATION = """\
+Traceback (most recent call last):
+  File "/home/rb/lit/train_lit.py", line 77, in <module>
+    trainer = L.Trainer(devices=args.devices, num_nodes=args.num_nodes, strategy="ddp")
+  File "/opt/conda/lib/python3.11/site-packages/lightning/fabric/plugins/environments/slurm.py", \
+line 176, in _validate_srun_variables
+    raise RuntimeError(
+RuntimeError: You set `devices=4` in Lightning, but the number of tasks per node configured in \
+SLURM `--ntasks-per-node=1` does not match. HINT: Set `devices=1`.
+srun: error: gpu01: task 0: Exited with exit code 1
+srun: error: gpu02: task 1: Exited with exit code 1
+"""
+
+
+def test_a_library_rejecting_the_jobs_arguments_is_the_application() -> None:
+    a = _run(LIBRARY_VALIDATION, ["gpu01", "gpu02"])
+    assert (a.category, a.culprit_nodes) == (Category.APPLICATION, [])
+    assert default_advice(a).kind == AdviceKind.STOP
+
+
+def test_an_unknown_error_deep_in_a_library_is_not_called_the_jobs() -> None:
+    # The same shape, raised by the autograd engine rather than by a check: no verdict on
+    # the job's input, so no stop on its first occurrence.
+    job = LIBRARY_VALIDATION.replace(
+        'environments/slurm.py", line 176, in _validate_srun_variables',
+        'autograd/graph.py", line 825, in _engine_run_backward',
+    ).replace("RuntimeError: You set", "RuntimeError: something odd happened; You set")
+    a = _run(job, ["gpu01", "gpu02"])
+    assert a.category != Category.APPLICATION
+    assert default_advice(a).kind != AdviceKind.STOP
+
+
+def test_an_environment_error_from_a_check_is_not_called_the_jobs() -> None:
+    job = LIBRARY_VALIDATION.replace(
+        "RuntimeError: You set `devices=4`", "ConnectionError: could not reach `devices=4`"
+    )
+    assert _run(job, ["gpu01", "gpu02"]).category != Category.APPLICATION
+
+
+# Ray's memory monitor (ray-project/ray#30312): the job's own workers filled the node's memory.
+RAY_OOM = """\
+(raylet, ip=10.12.0.43) [2026-09-28 17:03:12,442 E 79811 79811] (raylet) node_manager.cc:3069: \
+1 Workers (tasks / actors) killed due to memory pressure (OOM), 0 Workers crashed due to other \
+reasons at node (ID: 6c1e1b0f4e2d, IP: 10.12.0.43) over the last time period.
+ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.
+"""
+
+
+def test_rays_memory_monitor_killing_a_worker_is_the_jobs_memory_use() -> None:
+    a = _run(RAY_OOM, ["cpu-a100-41", "cpu-a100-43"])
+    assert (a.category, a.culprit_nodes) == (Category.APPLICATION, [])
+    assert default_advice(a).kind == AdviceKind.STOP
+
+
+# torch.save's short write (pytorch/pytorch#40863) and `lfs quota` (lfs-quota(1)): `*` marks the
+# limit reached.
+SHORT_WRITE = """\
+[rank0]: Traceback (most recent call last):
+[rank0]:   File "/lustre/home/om/DiT/train_dit.py", line 236, in main
+[rank0]:     torch.save(checkpoint, checkpoint_path)
+[rank0]:   File "/opt/conda/lib/python3.11/site-packages/torch/serialization.py", line 850, in save
+[rank0]:     with _open_zipfile_writer(f) as opened_zipfile:
+[rank0]: RuntimeError: [enforce fail at inline_container.cc:603] . unexpected pos 2881615424 vs \
+2881615312
+srun: error: gpu-n41: task 0: Exited with exit code 1
+srun: error: gpu-n42: task 1: Exited with exit code 1
+"""
+QUOTA = """\
+$ lfs quota -h -u om /lustre
+Disk quotas for {kind} om (uid 60311):
+     Filesystem    used   quota   limit   grace   files   quota   limit   grace
+        /lustre   2.00T*     2T    2.2T  6d23h   81204       0       0       -
+"""
+
+
+def test_a_write_into_the_users_full_quota_is_the_jobs_storage_use() -> None:
+    nodes = ["gpu-n41", "gpu-n42"]
+    a = _run(SHORT_WRITE, nodes, {"gpu-n41": QUOTA.format(kind="usr")})
+    assert (a.category, a.culprit_nodes) == (Category.APPLICATION, [])
+    assert default_advice(a).kind == AdviceKind.STOP
+
+
+def test_a_write_into_a_full_project_quota_is_the_sites_limit_and_stops() -> None:
+    nodes = ["gpu-n41", "gpu-n42"]
+    a = _run(SHORT_WRITE, nodes, {"gpu-n41": QUOTA.format(kind="prj")})
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, [])
+    assert default_advice(a).kind == AdviceKind.STOP
+
+
+def test_a_quota_under_its_limit_says_nothing() -> None:
+    quota = QUOTA.format(kind="usr").replace("2.00T*", "1.20T ")
+    a = _run(SHORT_WRITE, ["gpu-n41", "gpu-n42"], {"gpu-n41": quota})
+    assert default_advice(a).kind != AdviceKind.STOP
+
+
+# NCCL's bootstrap (NVIDIA/nccl src/bootstrap.cc) with NCCL_SOCKET_IFNAME from the site's task
+# prolog, on every node of the job: nothing left to exclude, a retry meets the same setting.
+NO_INTERFACE = """\
+# site TaskProlog exports NCCL_SOCKET_IFNAME=ib0 (the job script sets no NCCL_* variables)
+0: a40-21:11022:11022 [0] NCCL INFO NCCL_SOCKET_IFNAME set by environment to ib0
+0: a40-21:11022:11022 [0] NCCL WARN Bootstrap : no socket interface found
+1: a40-22:9031:9031 [0] NCCL INFO NCCL_SOCKET_IFNAME set by environment to ib0
+1: a40-22:9031:9031 [0] NCCL WARN Bootstrap : no socket interface found
+srun: error: a40-21: task 0: Exited with exit code 1
+srun: error: a40-22: task 1: Exited with exit code 1
+"""
+
+
+def test_a_site_setting_broken_on_every_node_names_them_all_and_stops() -> None:
+    a = _run(NO_INTERFACE, ["a40-21", "a40-22"])
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["a40-21", "a40-22"])
+    assert default_advice(a).kind == AdviceKind.STOP
+
+
+def test_the_same_setting_exported_by_the_job_script_is_the_application() -> None:
+    job = "+ export NCCL_SOCKET_IFNAME=ib0\n" + NO_INTERFACE.split("\n", 1)[1]
+    a = _run(job, ["a40-21", "a40-22"])
+    assert (a.category, a.culprit_nodes) == (Category.APPLICATION, [])
+
+
+def test_a_site_setting_broken_on_some_nodes_excludes_them() -> None:
+    nodes = ["a40-19", "a40-20", "a40-21", "a40-22"]
+    job = (
+        "2: a40-19:7001:7001 [0] NCCL INFO Bootstrap : Using eno1:10.0.0.19<0>\n"
+        "3: a40-20:7001:7001 [0] NCCL INFO Bootstrap : Using eno1:10.0.0.20<0>\n" + NO_INTERFACE
+    )
+    a = _run(job, nodes)
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["a40-21", "a40-22"])
+    assert default_advice(a).kind == AdviceKind.REQUEUE_EXCLUDING
+
+
+# pyxis printing enroot's log (NVIDIA/pyxis#12): the site image's runtime path.
+ENROOT = """\
+{t}: slurmstepd: error: pyxis: child 4081{t} failed with error code: 1
+{t}: slurmstepd: error: pyxis: failed to import docker image
+{t}: slurmstepd: error: pyxis: printing enroot log file:
+{t}: slurmstepd: error: pyxis:     mkdir: cannot create directory '/run/enroot': Permission denied
+{t}: slurmstepd: error: pyxis: couldn't start container
+"""
+
+
+def test_a_container_runtime_broken_on_every_node_stops() -> None:
+    job = (
+        ENROOT.format(t=0)
+        + ENROOT.format(t=1)
+        + (
+            "srun: error: gpu310: task 0: Exited with exit code 1\n"
+            "srun: error: gpu311: task 1: Exited with exit code 1\n"
+        )
+    )
+    a = _run(job, ["gpu310", "gpu311"])
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["gpu310", "gpu311"])
+    assert default_advice(a).kind == AdviceKind.STOP
+
+
+def test_a_registry_outage_on_every_node_is_retried() -> None:
+    # The same pyxis wrapper over a registry's 503 (a shared service that comes back).
+    job = (ENROOT.format(t=0) + ENROOT.format(t=1)).replace(
+        "mkdir: cannot create directory '/run/enroot': Permission denied",
+        "[ERROR] URL https://registry.hpc.internal:5005/v2/ml/t/manifests/1 returned error "
+        "code: 503 Service Unavailable",
+    )
+    a = _run(job, ["gpu310", "gpu311"])
+    assert default_advice(a).kind == AdviceKind.REQUEUE
+
+
+# The CUDA caching allocator's OOM message names the other processes on the GPU
+# (pytorch/pytorch c10/cuda/CUDACachingAllocator.cpp); the rank's node comes from srun.
+HELD_BY_OTHER = """\
+[rank11]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.96 GiB. GPU 3 has a \
+total capacity of 79.11 GiB of which 1.21 GiB is free. Process 48812 has 36.02 GiB memory in use. \
+Process 3301917 has 41.86 GiB memory in use.
+srun: error: gpu-a31: task 1: Exited with exit code 1
+[rank0]:[E1110 07:23:31.889201003 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught collective \
+operation timeout: WorkNCCL(SeqNum=118, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, \
+Timeout(ms)=600000) ran for 600077 milliseconds before timing out.
+srun: error: gpu-a30: task 0: Exited with exit code 1
+"""
+
+
+def test_an_oom_from_another_process_names_the_node_srun_saw_fail_first() -> None:
+    a = _run(HELD_BY_OTHER, ["gpu-a30", "gpu-a31", "gpu-a32"])
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["gpu-a31"])
+
+
+# PyTorch's lazy CUDA init (torch/cuda/__init__.py) on every rank of every node.
+NO_GPUS = """\
+{header}0: [rank0]: RuntimeError: No CUDA GPUs are available
+1: [rank1]: RuntimeError: No CUDA GPUs are available
+srun: error: gpu-r08: task 0: Exited with exit code 1
+srun: error: gpu-r09: task 1: Exited with exit code 1
+"""
+
+
+def test_no_gpu_anywhere_for_a_job_that_asked_for_gpus_is_the_sites_and_stops() -> None:
+    a = _run(NO_GPUS.format(header="#SBATCH --nodes=2 --gres=gpu:4\n"), ["gpu-r08", "gpu-r09"])
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["gpu-r08", "gpu-r09"])
+    assert default_advice(a).kind == AdviceKind.STOP
+
+
+def test_no_gpu_anywhere_for_a_job_that_asked_for_none_is_the_applications() -> None:
+    a = _run(NO_GPUS.format(header="#SBATCH --nodes=2\n"), ["gpu-r08", "gpu-r09"])
+    assert (a.category, a.culprit_nodes) == (Category.APPLICATION, [])
+    assert default_advice(a).kind == AdviceKind.STOP
