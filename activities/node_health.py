@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from temporalio import activity
 
 from resurgo.activities.errors import permanent_failures
-from resurgo.contracts import ClusterGates
+from resurgo.contracts import ClusterGates, NodeObservation
 from resurgo.errors import TransientError
 from resurgo.nodes import health_check as hc
 from resurgo.nodes.models import (
@@ -44,7 +44,6 @@ from resurgo.slurm.errors import (
     PreconditionFailed,
     SchedulerError,
 )
-from resurgo.slurm.parsers import split_record
 from resurgo.slurm.runner import CommandResult, CommandRunner
 
 log = logging.getLogger("resurgo.node_health")
@@ -71,7 +70,8 @@ class NodeActivities:
     ) -> None:
         self.cluster = cluster
         self.runner = runner
-        self.slurm = SlurmClient(runner)
+        # The controller's client: node reads share its one decision on --json (client.py).
+        self.slurm: SlurmClient = actions.slurm
         self.gates = gates
         self.breaker = breaker_settings
         self.actions = actions
@@ -88,9 +88,12 @@ class NodeActivities:
             raise CommandFailed(f"{shlex.join(argv)} exited {result.returncode}: {text[:500]}")
         return result
 
-    async def _look(self, node: str) -> NodeLook:
+    async def _node(self, node: str) -> NodeObservation | None:
         found = await self.slurm.show_nodes([check_node_name(node)])
-        match = next((n for n in found if n.name == node), None)
+        return next((n for n in found if n.name == node), None)
+
+    async def _look(self, node: str) -> NodeLook:
+        match = await self._node(node)
         if match is None:
             return NodeLook(node=node, exists=False)
         return NodeLook(node=node, state=match.state, reason=match.reason)
@@ -146,11 +149,8 @@ class NodeActivities:
         """The partition allowlist: a node outside every allowed partition is not ours."""
         if not self.gates.partitions:
             return
-        shown = await self._run(["scontrol", "show", "-o", "node", node])
-        line = next(
-            (ln for ln in shown.stdout.split("\n") if ln.startswith(f"NodeName={node} ")), ""
-        )
-        partitions = [p for p in split_record(line).get("Partitions", "").split(",") if p]
+        found = await self._node(node)
+        partitions = found.partitions if found is not None else []
         if not set(partitions) & set(self.gates.partitions):
             raise ActionsNotAllowed(
                 f"node {node} is in partitions {partitions}, none of {self.gates.partitions}"

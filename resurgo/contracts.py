@@ -150,9 +150,13 @@ TERMINAL_STATES = frozenset(
 
 
 class NodeObservation(Frozen):
+    """A node as `scontrol show node` shows it: `state` is the base state and its flags joined
+    by `+` (`IDLE+DRAIN`), `reason` ends with Slurm's `[user@time]` when it has one."""
+
     name: str
     state: str
     reason: str = ""
+    partitions: list[str] = Field(default_factory=list)
 
 
 class LogLine(Frozen):

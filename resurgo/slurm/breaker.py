@@ -8,8 +8,9 @@ replicas. The facts (`Remediation`) are read from:
   Resurgo tag (`resurgo:hold`, `resurgo:released`, `resurgo:released-by-watchdog`) with a key of
   this cluster: every node of their ExcNodeList counts as excluded by Resurgo for that job, at
   the tag's `at=` time (older tags without it: the job's SubmitTime, which requeue resets);
-- nodes (`scontrol show -o node`) in a DRAIN state whose Reason starts with `resurgo`, at the
-  time Slurm appends to the reason (`[user@time]`).
+- nodes (`SlurmClient.show_nodes`: JSON where Slurm has it) in a DRAIN state whose Reason
+  starts with `resurgo`, at the time Slurm appends to the reason (`[user@time]`; from JSON it
+  is Slurm's `reason_changed_at`, so no text inside the reason can pose as it).
 
 The AdminComment is read from structured records (`squeue --json`, see `SlurmClient.all_jobs`):
 only root can write it, and no user text (a name, a work dir) can pose as one there.

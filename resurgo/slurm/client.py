@@ -2,15 +2,22 @@
 
 Jobs are read from `squeue --json` wherever this Slurm has it (21.08 on; decided at the first
 read and kept): there no user text can pose as another field or another job. Slurm without it
-is read from text output, with the defences of `parsers` and `snapshot`."""
+is read from text output, with the defences of `parsers` and `snapshot`.
+
+Nodes follow the same decision: with `squeue --json` they are read from `scontrol --json show
+node` (23.02 on, by the version that listing reports) or `sinfo --json` (21.08-22.05), the first
+of them this Slurm answers with a node list (decided at the first node read and kept); without
+it, and when neither answers, from `scontrol show -o node` text (`parsers.parse_node`)."""
 
 from __future__ import annotations
 
 import logging
 import re
 import shlex
+from typing import Literal
 
 from resurgo.contracts import JobObservation, NodeObservation
+from resurgo.slurm import node_records
 from resurgo.slurm.errors import (
     CommandFailed,
     JobGone,
@@ -22,8 +29,9 @@ from resurgo.slurm.parsers import (
     SQUEUE_DISCOVERY_FORMAT,
     SQUEUE_SEP,
     DiscoveredJob,
+    check_node_name,
     parse_job,
-    parse_node,
+    parse_nodes,
     parse_squeue_discovery,
 )
 from resurgo.slurm.runner import CommandResult, CommandRunner
@@ -41,14 +49,16 @@ _NO_JSON = re.compile(r"unrecognized option|invalid option|unknown option|serial
 # 22.05 ignores -t/-j with --json (every job is printed); later versions honour them.
 SQUEUE_JSON = ["squeue", "--json", "-t", "all"]
 LISTING_TIMEOUT = 60.0
-_NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+__all__ = ["SlurmClient", "check_node_name"]
 
-
-def check_node_name(name: str) -> str:
-    """Node names reach scontrol arguments; refuse anything that is not a plain hostname."""
-    if not _NODE_NAME.match(name):
-        raise ValueError(f"refusing suspicious node name {name!r}")
-    return name
+NodeSource = Literal["scontrol-json", "sinfo-json", "text"]
+# `scontrol --json` (23.02 on) takes node names; `sinfo --json` of 22.05 ignores -n (every
+# node is printed), so it lists all and the names are picked here.
+_NODE_ARGV: dict[NodeSource, list[str]] = {
+    "scontrol-json": ["scontrol", "--json", "show", "node"],
+    "sinfo-json": ["sinfo", "--json"],
+    "text": ["scontrol", "show", "-o", "node"],
+}
 
 
 class SlurmClient:
@@ -58,6 +68,8 @@ class SlurmClient:
         self.runner = runner
         self._kill_wait: float | None = None
         self._structured = structured
+        self._version = (0, 0)
+        self._node_source: NodeSource | None = None
 
     async def structured(self) -> bool:
         """Whether jobs are read from `squeue --json` (asks Slurm once if not yet known)."""
@@ -82,7 +94,9 @@ class SlurmClient:
             self._decide(shown.stdout.lstrip().startswith("{"), shown.stdout[:200])
             if not self._structured:
                 return None
-        return Listing(shown.stdout)
+        listing = Listing(shown.stdout)
+        self._version = listing.version
+        return listing
 
     def _decide(self, structured: bool, evidence: str) -> None:
         self._structured = structured
@@ -199,14 +213,63 @@ class SlurmClient:
                 log.error("job listing: skipping job %s: %s", job_id, exc)
         return jobs
 
+    async def node_source(self) -> NodeSource:
+        """Where nodes are read from (asks Slurm once if not yet known)."""
+        if self._node_source is None:
+            await self.show_nodes()
+        assert self._node_source is not None
+        return self._node_source
+
+    async def _node_sources(self) -> list[NodeSource]:
+        if self._node_source is not None:
+            return [self._node_source]
+        if not await self.structured():
+            return ["text"]
+        if (0, 0) < self._version < (23, 2):
+            return ["sinfo-json", "text"]
+        return ["scontrol-json", "sinfo-json", "text"]
+
     async def show_nodes(self, names: list[str] | None = None) -> list[NodeObservation]:
-        argv = ["scontrol", "show", "-o", "node"]
-        if names:
-            argv.append(",".join(check_node_name(n) for n in names))
-        shown = await self._run(argv)
-        # Only "\n" ends a record: a drain reason may hold text from a job (\x0b, \u2028, ...).
-        lines = shown.stdout.split("\n")
-        return [parse_node(ln) for ln in lines if ln.startswith("NodeName=")]
+        """These nodes (all without `names`) as slurmctld shows them; an unknown name is left
+        out. A node record that does not fit is logged and left out (`node_observation`)."""
+        wanted = [check_node_name(n) for n in names] if names else []
+        for source in await self._node_sources():
+            argv = list(_NODE_ARGV[source])
+            if wanted and source != "sinfo-json":
+                argv.append(",".join(wanted))
+            try:
+                shown = await self._run(argv)
+            except CommandFailed as exc:
+                if self._node_source is None and source != "text" and _NO_JSON.search(str(exc)):
+                    log.info("node read: %s has no --json here (%s)", argv[0], str(exc)[:200])
+                    continue
+                if not wanted:
+                    raise
+                # One unknown name fails the whole command (`Node x not found`, on stdout after
+                # the others' records): list all, pick the known ones.
+                shown = await self._run(_NODE_ARGV[source])
+            if source == "text":
+                nodes = parse_nodes(shown.stdout)
+            else:
+                records = node_records.node_list(shown.stdout)
+                if records is None:
+                    if self._node_source is None:
+                        log.info("node read: %s printed no node list", argv[0])
+                        continue
+                    raise ParseError(f"{shlex.join(argv)} printed no node list: "
+                                     f"{shown.stdout[:200]!r}")  # fmt: skip
+                nodes = node_records.observations(records)
+            self._decide_nodes(source)
+            return [n for n in nodes if n.name in wanted] if wanted else nodes
+        raise AssertionError("the text source always answers or raises")
+
+    def _decide_nodes(self, source: NodeSource) -> None:
+        if self._node_source is None:
+            self._node_source = source
+            if source == "text":
+                log.warning("reading nodes from scontrol show -o node text output")
+            else:
+                log.info("reading nodes from %s", shlex.join(_NODE_ARGV[source]))
 
     async def kill_wait(self) -> float:
         """slurm.conf KillWait in seconds (read once; Slurm's default 30 if unreadable)."""

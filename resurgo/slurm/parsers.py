@@ -188,16 +188,72 @@ def parse_job(line: str, comment: str | None = None, name: str | None = None) ->
     )
 
 
+_NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_NODE_STATE = re.compile(r"^\S{1,200}$")
+# Newer Slurm prints these after Reason; they follow Slurm's own `[user@time]` of the reason.
+_AFTER_REASON = re.compile(
+    r"^(.*\[[^\[\]@]*@\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\])"
+    r"(?: (?:Comment|Extra|InstanceId|InstanceType|ReservationName)=.*)?$",
+    re.DOTALL,
+)
+
+
+def check_node_name(name: str) -> str:
+    """Node names reach scontrol arguments; refuse anything that is not a plain hostname."""
+    if not _NODE_NAME.match(name):
+        raise ValueError(f"refusing suspicious node name {name!r}")
+    return name
+
+
+def node_observation(
+    name: str, state: str, reason: str, partitions: Iterable[str] = ()
+) -> NodeObservation:
+    """The one way a node record becomes a NodeObservation, whichever output it was read from
+    (`scontrol show -o node` here, `--json` in `node_records`). A name that could not be passed
+    back to scontrol, or an empty or blank-holding state, is a ParseError."""
+    try:
+        check_node_name(name)
+    except ValueError as exc:
+        raise ParseError(str(exc)) from None
+    if not _NODE_STATE.match(state):
+        raise ParseError(f"node {name}: unexpected state {state[:80]!r}")
+    reason = reason.strip()
+    return NodeObservation(
+        name=name,
+        state=state,
+        reason="" if reason in _NULLS else reason,
+        partitions=[p for p in partitions if p],
+    )
+
+
 def parse_node(line: str) -> NodeObservation:
-    fields = split_record(line.strip())
+    """One `scontrol show -o node` line. Reason comes after every field read here, and it is
+    the one field that may hold a job's text (Resurgo's own drain reasons quote job output):
+    fields are split only before it, and the reason runs to the end of the line (less the
+    fields newer Slurm prints after Slurm's `[user@time]`), so nothing in it poses as a field."""
+    record = line.strip()
+    head, found, reason = record.partition(" Reason=")
+    fields = split_record(head)
     if "NodeName" not in fields or "State" not in fields:
         raise ParseError(f"not a node record: {line[:200]!r}")
-    reason = fields.get("Reason", "")
-    return NodeObservation(
-        name=fields["NodeName"],
-        state=fields["State"],
-        reason="" if reason in _NULLS else reason,
+    if found and (tail := _AFTER_REASON.match(reason)) is not None:
+        reason = tail.group(1)
+    return node_observation(
+        fields["NodeName"], fields["State"], reason, fields.get("Partitions", "").split(",")
     )
+
+
+def parse_nodes(output: str) -> list[NodeObservation]:
+    """Every record of `scontrol show -o node`; one that does not fit is logged and left out.
+    Only "\n" ends a record: a reason may hold a job's \x0b, \u2028, ..."""
+    nodes: list[NodeObservation] = []
+    for line in output.split("\n"):
+        if line.startswith("NodeName="):
+            try:
+                nodes.append(parse_node(line))
+            except ParseError as exc:
+                log.error("node listing: skipping a record: %s", exc)
+    return nodes
 
 
 SQUEUE_SEP = "\x1f"

@@ -35,6 +35,8 @@ class ScriptedSlurm:
         self.changes: list[list[str]] = []
 
     async def run(self, argv: list[str], *, timeout: float = 30.0) -> CommandResult:
+        if "--json" in argv:  # a Slurm without --json: nodes are read from text
+            return CommandResult(tuple(argv), 1, "", f"{argv[0]}: unrecognized option '--json'")
         if argv[:4] == ["scontrol", "show", "-o", "node"]:
             names = argv[4].split(",") if len(argv) > 4 else sorted(self.nodes)
             lines = [

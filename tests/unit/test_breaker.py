@@ -294,6 +294,8 @@ class FakeSlurm:
             )
         if argv[:4] == ["scontrol", "show", "-o", "node"]:
             return CommandResult(tuple(argv), 0, "".join(n + "\n" for n in self.nodes.values()), "")
+        if argv[0] in ("scontrol", "sinfo") and "--json" in argv:  # nodes as text, like Slurm 21
+            return CommandResult(tuple(argv), 1, "", f"{argv[0]}: unrecognized option '--json'")
         if argv[:2] == ["squeue", "--json"]:  # 22.05 prints every job whatever -j says
             records = [squeue_record(parse_job(line)) for line in self.jobs.values()]
             return CommandResult(tuple(argv), 0, json.dumps({"meta": {}, "jobs": records}), "")
