@@ -31,6 +31,7 @@ import json
 import math
 import os
 import random
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -96,6 +97,16 @@ def purge_cluster() -> None:
                    capture_output=True, check=False)  # fmt: skip
 
 
+class ProfiledStack(LocalStack):
+    """The worker and controller under cProfile (bench/profiled.py), profiles in the work dir."""
+
+    def command(self, component: str, cluster: str | None = None) -> list[str]:
+        argv = super().command(component, cluster)
+        at = argv.index("-m") + 1
+        prefix = str(self.logdir.parent / f"profile-{component}")
+        return [*argv[:at], "bench.profiled", prefix, *argv[at:]]
+
+
 @dataclass
 class Proc:
     name: str
@@ -148,7 +159,8 @@ class Bench:
             audit_url=f"sqlite:///{self.db}", cluster=self.env_name, slurm_conf=self.conf,
             acknowledge=False, environment=self.env_name, discovery_interval=2.0,
         )  # fmt: skip
-        self.stack = LocalStack(config=config, logdir=self.work / "logs", cluster=self.env_name)
+        stack = ProfiledStack if self.args.profile else LocalStack
+        self.stack = stack(config=config, logdir=self.work / "logs", cluster=self.env_name)
         self.stack.start_all()
         ctld_pid = Path(f"/var/lib/resurgo-slurm/{CLUSTER}/run/slurmctld.pid")
         self.procs = [
@@ -158,6 +170,12 @@ class Bench:
             Proc("slurmctld", int(ctld_pid.read_text().strip())),
         ]
         wait_for(self.db.exists, 60, what="the audit store")
+
+    def profile_window(self) -> None:
+        """With --profile: end the worker's and controller's current profile window."""
+        if self.args.profile:
+            for name in ("worker", "controller"):
+                os.kill(self.stack.procs[name].pid, signal.SIGUSR1)
 
     def stop(self) -> None:
         if hasattr(self, "stack"):
@@ -300,6 +318,9 @@ def main() -> int:
     parser.add_argument("--faults", type=int, default=20)
     parser.add_argument("--window", type=float, default=60.0)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--profile", action="store_true",
+                        help="run worker and controller under cProfile: one profile per steady "
+                             "window in the work dir (adds its own CPU)")  # fmt: skip
     parser.add_argument("--array", type=int, default=0, metavar="N",
                         help="instead: an N-task array against N single jobs "
                              "(bench/scale_arrays.py)")  # fmt: skip

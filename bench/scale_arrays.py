@@ -6,7 +6,11 @@ one controller, observe mode, the same sleeper job). In order:
 1. N single jobs: once every one has a workflow that has seen its progress, a steady window
    (`--window` s) measures CPU of each process, worker + controller RSS above idle, and
    Temporal history events per job (startup and per job-hour, 20 sampled jobs);
-2. they are cancelled and their workflows left to end;
+2. they are cancelled and their workflows left to end, and slurmctld is made to forget them
+   (MinJobAge lowered on this throw-away cluster, then waited out): every watch and discovery
+   round reads slurmctld's whole listing, so N finished records left in it would make each read
+   of the array's run twice the single jobs' (measured: that alone was the array's 1.26-1.29x
+   controller CPU and 1.4-1.6x slurmctld CPU at N = 200);
 3. one N-task array of the same job: the same measurements (the coordinator's events are
    counted too, spread over the tasks);
 4. a second N-task array submitted held (every task pending): the workflows discovery starts
@@ -14,6 +18,7 @@ one controller, observe mode, the same sleeper job). In order:
 
 The array runs second, after N workflows have come and gone in the same processes: RSS is the
 array's cost plus whatever the single jobs left behind, so the comparison leans against it.
+Both rows show the records slurmctld held during the window (`jobs listed`), which must match.
 Prints both rows and the array/single ratio; exits 1 when the array costs more than 1.25x the
 single jobs per task (CPU of worker + controller, history events per job-hour) or any workflow
 is started per pending task.
@@ -24,8 +29,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sqlite3
 import time
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -49,6 +56,20 @@ class ArrayBench(Bench):
             "--job-name=sleeper-array", *(["--hold"] if held else []), str(self.script),
         )  # fmt: skip
         return int(out.strip().split(";")[0])
+
+    def listed(self) -> int:
+        """Job records slurmctld holds (any state; an array's unstarted tasks are one)."""
+        return len(self.slurm("squeue", "-h", "-t", "all", "-o", "%i").split())
+
+    def forget_finished(self, timeout: float) -> None:
+        """Make slurmctld purge the finished jobs now (MinJobAge is an hour on these clusters):
+        lower MinJobAge in this throw-away cluster's slurm.conf, reconfigure, and wait until
+        no record is left (slurmctld purges about once a minute)."""
+        conf = Path(self.conf)
+        conf.write_text(re.sub(r"(?m)^MinJobAge=\d+$", "MinJobAge=2", conf.read_text()))
+        self.slurm("scontrol", "reconfigure")
+        wait_for(lambda: self.listed() == 0, timeout, interval=2.0,
+                 what="slurmctld to purge the cancelled jobs")  # fmt: skip
 
     def tasks_monitored(self, array_id: int) -> int:
         with sqlite3.connect(self.db) as conn:
@@ -88,17 +109,21 @@ async def window(
     sampled = bench.rng.sample(refs, min(20, len(refs)))
     events0 = await bench.history_of(client, sampled)
     shared0 = await bench.history_of(client, extra or [])
+    bench.profile_window()  # start-up and the history reads above: not the window's
     cpu_a, _ = bench.sample()
     t0 = time.monotonic()
     time.sleep(bench.args.window)
     cpu_b, rss = bench.sample()
+    bench.profile_window()
     elapsed = time.monotonic() - t0
+    listed = bench.listed()
     events1 = await bench.history_of(client, sampled)
     shared1 = await bench.history_of(client, extra or [])
     per_job0 = events0 / len(sampled) + shared0 / size
     per_job1 = events1 / len(sampled) + shared1 / size
     return {
         "jobs": size,
+        "listed": listed,
         **{f"cpu_{k}": (cpu_b[k] - cpu_a[k]) / elapsed * 100 for k in cpu_a},
         "rss_worker": rss["worker"], "rss_controller": rss["controller"],
         "kb_per_job": (rss["worker"] + rss["controller"] - idle_rss["worker"]
@@ -130,6 +155,8 @@ async def compare(args: argparse.Namespace) -> tuple[dict[str, float], dict[str,
         bench.slurm("scancel", *[str(j) for j in bench.jobs])
         bench.jobs = []
         await _until(lambda: bench.running(client, "JobRecoveryWorkflow"), 0, 120 + n * 0.3)
+        bench.forget_finished(timeout=240)
+        console.log("the cancelled jobs are purged from slurmctld")
 
         array_id = bench.submit_array(n)
         started = time.monotonic()
@@ -168,18 +195,23 @@ def report(single: dict[str, float], array: dict[str, float], per_pending: int) 
 
     n = int(single["jobs"])
     table = Table(title=f"{n}-task array vs {n} single jobs (CPU in % of one core)")
-    columns = ["run", "running workflows", "worker CPU", "controller CPU", "Temporal CPU",
-               "slurmctld CPU", "worker RSS MB", "ctl RSS MB", "RSS KB/job",
+    columns = ["run", "jobs listed", "running workflows", "worker CPU", "controller CPU",
+               "Temporal CPU", "slurmctld CPU", "worker RSS MB", "ctl RSS MB", "RSS KB/job",
                "events/job startup", "events/job-hour"]  # fmt: skip
     for name in columns:
         table.add_column(name, justify="right")
     keys = ["cpu_worker", "cpu_controller", "cpu_temporal", "cpu_slurmctld", "rss_worker",
             "rss_controller", "kb_per_job", "events_startup", "events_per_job_hour"]  # fmt: skip
     for label, row in ((f"{n} single jobs", single), (f"{n}-task array", array)):
-        table.add_row(label, f"{row['workflows']:.0f}", *(f"{row[k]:.1f}" for k in keys))
+        table.add_row(label, f"{row['listed']:.0f}", f"{row['workflows']:.0f}",
+                      *(f"{row[k]:.1f}" for k in keys))  # fmt: skip
     ratio = [f"{array[k] / single[k]:.2f}x" if single[k] else "-" for k in keys]
-    table.add_row("array / single", f"{array['workflows'] / single['workflows']:.2f}x", *ratio)
-    Console(width=220).print(table)
+    table.add_row("array / single", "", f"{array['workflows'] / single['workflows']:.2f}x",
+                  *ratio)  # fmt: skip
+    Console(width=240).print(table)
+    print(f"worker + controller CPU per task (% of a core): single jobs "
+          f"{per_job_cpu(single):.4f}, array {per_job_cpu(array):.4f}, "
+          f"array / single {per_job_cpu(array) / per_job_cpu(single):.2f}x")  # fmt: skip
     print(f"workflows started for a held {n}-task array (all tasks pending): {per_pending}")
     failed = []
     if per_job_cpu(array) > TOLERANCE * per_job_cpu(single):
@@ -187,6 +219,8 @@ def report(single: dict[str, float], array: dict[str, float], per_pending: int) 
                       f"{TOLERANCE}x per single job {per_job_cpu(single):.3f}")  # fmt: skip
     if array["events_per_job_hour"] > TOLERANCE * single["events_per_job_hour"]:
         failed.append("history events per task-hour above the single jobs'")
+    if array["listed"] != single["listed"]:
+        failed.append(f"unequal listings: {single['listed']:.0f} vs {array['listed']:.0f} records")
     if per_pending > 1:  # its coordinator at most
         failed.append(f"{per_pending} workflows started for pending tasks")
     for line in failed:
