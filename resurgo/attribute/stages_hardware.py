@@ -18,6 +18,7 @@ import re
 from resurgo.attribute.analysis import Analysis, Verdict, event_node
 from resurgo.attribute.events import Event
 from resurgo.attribute.metrics import Finding
+from resurgo.attribute.peer_ends import common_end, numbered_owners
 from resurgo.attribute.scheduler import node_failed
 from resurgo.attribute.stages_common import (
     _exit_lines,
@@ -304,6 +305,8 @@ def _blamed_peers(a: Analysis, events: list[Event]) -> dict[int, str]:
             continue
         named.setdefault(peer, set()).add(reporter)
         naming[id(e)] = peer
+    if (end := _common_end(a, events)) is not None:
+        return end
     if not named:
         return {}
     self_reported = {
@@ -313,6 +316,50 @@ def _blamed_peers(a: Analysis, events: list[Event]) -> dict[int, str]:
     }
     blamed = {p for p, reporters in named.items() if len(reporters) >= 2 or p in self_reported}
     return {i: peer for i, peer in naming.items() if peer in blamed}
+
+
+_ADDRESS = re.compile(r"[<\]].*$")
+
+
+def _common_end(a: Analysis, events: list[Event]) -> dict[int, str] | None:
+    """Every network error blamed on the one node at the common end of the failing pairs
+    (`peer_ends`), or None when there is no such node."""
+    raw: list[tuple[Event, str, str]] = []  # (event, reporter, peer as named)
+    for e in events:
+        if e.category != Category.HARDWARE_NETWORK or e.origin != "job":
+            continue
+        reporter = event_node(a, e)
+        address = _ADDRESS.sub("", e.match.groups.get("peer", "")).strip("[")
+        if reporter is not None and address:
+            raw.append((e, reporter, address))
+    if len(raw) < 2:
+        return None
+    known = {addr: n for _e, _r, addr in raw if (n := _known_node(a, addr)) is not None}
+    unknown = {addr for _e, _r, addr in raw if addr not in known}
+    if unknown:
+        reporters: dict[str, set[str]] = {}
+        for _e, reporter, addr in raw:
+            reporters.setdefault(addr, set()).add(reporter)
+        hosts = set(a.node_list) or (
+            set(a.topo.task_node.values()) | {x.node for x in a.scan.exit_order if x.node}
+        )
+        numbered = numbered_owners(unknown, hosts, reporters)
+        if not numbered:
+            return None
+        known.update(numbered)
+    end = common_end([(reporter, known[addr]) for _e, reporter, addr in raw])
+    if end is None:
+        return None
+    return {id(e): end for e, _r, _a in raw}
+
+
+def _known_node(a: Analysis, address: str) -> str | None:
+    """The job's node an address names, where the output or Slurm says so (not a bare IP
+    accepted as itself for want of a node list)."""
+    node = a.topo.hosts.canonical(address)
+    if node is None or (node == address and re.fullmatch(r"[\d.]+", address)):
+        return None
+    return node if a.in_job(node) else None
 
 
 def _bus_id(pci: str) -> str:

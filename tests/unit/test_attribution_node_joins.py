@@ -10,6 +10,7 @@ still tells the job's state.
 from __future__ import annotations
 
 from resurgo.attribute.offline import default_advice
+from resurgo.attribute.peer_ends import common_end, numbered_owners
 from resurgo.attribute.rules import attribute
 from resurgo.contracts import AdviceKind, AnomalyKind, Attribution, Category, LogLine
 from resurgo.detect.registry import Registry
@@ -233,3 +234,45 @@ def test_a_missing_kernel_module_in_one_nodes_files_names_it() -> None:
     )
     a = _run(job)
     assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["gpu-c02"])
+
+
+# NCCL's completion error (src/transport/net_ib/p2p.cc, v2.29 format), as in NVIDIA/nccl#1710.
+RETRY = (
+    "{task}: gpu-c-{me}:70165:70605 [3] transport/net_ib/p2p.cc:550 NCCL WARN NET/IB: Got "
+    "completion from peer 10.60.1.{peer}<44120> with status=IBV_WC_RETRY_EXC_ERR(12) "
+    "opcode=IBV_WC_SEND(0) vendor_err=129  hca mlx5_3\n"
+)
+C_NODES = ["gpu-c-111", "gpu-c-112", "gpu-c-113", "gpu-c-114"]
+
+
+def _retries(pairs: list[tuple[int, int]]) -> str:
+    out = "".join(RETRY.format(task=me - 111, me=me, peer=peer) for me, peer in pairs)
+    return out + "".join(
+        f"srun: error: gpu-c-{n}: task {n - 111}: Exited with exit code 1\n"
+        for n in range(111, 115)
+    )
+
+
+def test_the_node_at_the_common_end_of_failing_pairs_is_the_culprit() -> None:
+    # gpu-c-113 fails to reach three peers, and gpu-c-111 fails to reach gpu-c-113.
+    a = _run(_retries([(113, 111), (113, 114), (113, 112), (111, 113)]), nodes=[])
+    assert (a.category, a.culprit_nodes) == (Category.HARDWARE_NETWORK, ["gpu-c-113"])
+
+
+def test_failing_pairs_without_a_common_end_blame_no_single_node() -> None:
+    a = _run(_retries([(113, 111), (112, 114)]), nodes=[])
+    assert a.culprit_nodes != ["gpu-c-113"]
+
+
+def test_common_end_needs_two_distinct_far_ends() -> None:
+    assert common_end([("a", "b"), ("b", "a")]) is None
+    assert common_end([("a", "b"), ("a", "c")]) == "a"
+    assert common_end([("a", "b"), ("c", "d")]) is None
+
+
+def test_addresses_map_to_hosts_only_by_a_one_to_one_numbering() -> None:
+    hosts = ["gpu-c-111", "gpu-c-112"]
+    assert numbered_owners(["10.0.0.111"], hosts, {}) == {"10.0.0.111": "gpu-c-111"}
+    # Nobody reports failing to reach itself: such a mapping is not the convention.
+    assert numbered_owners(["10.0.0.111"], hosts, {"10.0.0.111": {"gpu-c-111"}}) == {}
+    assert numbered_owners(["10.0.0.7"], hosts, {}) == {}
