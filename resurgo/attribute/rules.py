@@ -39,6 +39,7 @@ from resurgo.attribute.liveness import noted_running, running_fine, still_progre
 from resurgo.attribute.log_header import nodes_in_log
 from resurgo.attribute.node_local import name_node_local
 from resurgo.attribute.scheduler import job_id_in_log, parse_scheduler
+from resurgo.attribute.site_notes import noted_fabric_outage
 from resurgo.attribute.stages_hardware import (
     _hardware,
     _node_failure,
@@ -159,7 +160,7 @@ def analyse(
         or (stragglers(a) if a.running else None)
         or _nothing(a)
     )
-    verdict = name_node_local(a, verdict)
+    verdict = noted_fabric_outage(a, name_node_local(a, verdict))
     if (
         anomaly is not None
         and anomaly.suspects

@@ -276,3 +276,26 @@ def test_addresses_map_to_hosts_only_by_a_one_to_one_numbering() -> None:
     # Nobody reports failing to reach itself: such a mapping is not the convention.
     assert numbered_owners(["10.0.0.111"], hosts, {"10.0.0.111": {"gpu-c-111"}}) == {}
     assert numbered_owners(["10.0.0.7"], hosts, {}) == {}
+
+
+UNIFORM_HANG = "".join(
+    f"{t}: [rank{t * 8}]:[E330 02:24:33.118000808 ProcessGroupNCCL.cpp:632] [Rank {t * 8}] "
+    "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1204511, OpType=ALLREDUCE, "
+    "NumelIn=134217728, NumelOut=134217728, Timeout(ms)=600000) ran for 600031 milliseconds "
+    "before timing out.\n"
+    for t in range(3)
+)
+
+
+def test_a_noted_spine_outage_behind_a_uniform_hang_is_the_shared_network() -> None:
+    note = "# network on-call: spine ib-sp-03 lost power 02:14:20-02:31:05 (PSU pair failure)\n"
+    a = _run(note + UNIFORM_HANG)
+    assert (a.kind, a.category, a.culprit_nodes) == (
+        AnomalyKind.HANG, Category.HARDWARE_NETWORK, [],
+    )  # fmt: skip
+    assert default_advice(a).kind == AdviceKind.REQUEUE
+
+
+def test_a_note_about_an_old_switch_change_is_no_outage() -> None:
+    note = "# leaf switch ib-leaf-r07 was replaced last week\n"
+    assert _run(note + UNIFORM_HANG).category == Category.UNKNOWN
