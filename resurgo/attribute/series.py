@@ -59,6 +59,7 @@ _METRICS: list[tuple[str, re.Pattern[str], float, bool]] = [
     ("tflops", re.compile(r"\(TFLOP/s/GPU\):\s*" + _NUM), 1.0, False),
     ("it_per_s", re.compile(r"(?<![\w.])" + _NUM + r"it/s\b"), 1.0, False),
 ]  # fmt: skip
+_SEPARATED_UNIT = ("s |", "s\t", ")\t", "s,", "s (")
 _TIME_GATE = gated(re.compile(r"time|\bt_|\bdt\b|ms\b"))
 _GATE = gated(re.compile(
     r"(?i)/s|s/(?:it|iter|step)\b|per[ _]?sec|persec|per iteration|timing|step_time|tps"
@@ -188,9 +189,13 @@ def read_series(a: Analysis) -> dict[str, list[Sample]]:
                 if literal in hay:
                     break
             else:
-                continue
-        if not _TIME_GATE.pattern.search(text):
-            continue
+                # Separated fields with a unit (`| data 0.011s | log_samples 0.44s |`,
+                # AverageMeter's `Time  0.781 ( 0.70)\t`) name no time key.
+                for literal in _SEPARATED_UNIT:
+                    if literal in text:
+                        break
+                else:
+                    continue
         prefix = strip_prefixes(text)
         actor = prefix.task if prefix.task is not None else prefix.rank
         for key, ms in timing_fields(prefix.body).items():
@@ -198,12 +203,21 @@ def read_series(a: Analysis) -> dict[str, list[Sample]]:
             fields.setdefault(metric, {}).setdefault(actor, []).append(
                 Sample(order, metric, ms, True)
             )
+    a._actor_fields = fields  # type: ignore[attr-defined]
     for metric, by_actor in fields.items():
         taken = max(by_actor.values(), key=len)
         if len(taken) >= 2:
             out.setdefault(metric, taken)
     a._series = out  # type: ignore[attr-defined]
     return out
+
+
+def actor_fields(a: Analysis) -> dict[str, dict[object, list[Sample]]]:
+    """`field:<key>` → actor (srun task, else rank, else None) → that actor's samples: the
+    per-rank time fields whatever the topology knows of the actors' nodes."""
+    read_series(a)
+    fields: dict[str, dict[object, list[Sample]]] = a._actor_fields  # type: ignore[attr-defined]
+    return fields
 
 
 def last_sample_order(a: Analysis) -> int | None:

@@ -13,7 +13,7 @@ import statistics
 from resurgo.attribute.analysis import Analysis, Verdict
 from resurgo.attribute.node_diagnostics import degraded_nodes, diagnose_slow_nodes
 from resurgo.attribute.rank_tables import read_rank_reports
-from resurgo.attribute.series import jobwide_slowdown
+from resurgo.attribute.series import actor_fields, jobwide_slowdown
 from resurgo.contracts import AnomalyKind, Category, LogLine
 from resurgo.detect.lines import strip_prefixes
 
@@ -29,6 +29,22 @@ _APPLICATION_SLOWNESS = re.compile(
     r"\bgc: done, .*\b\d+\.\d+s elapsed"
 )
 
+
+# Step phases that are the job's own extra work rather than training: rank 0 logging,
+# uploading metrics, writing samples, dumping profiler traces for the whole job while the other
+# ranks wait in the next collective (NVRx usage guide: rank 0's extra work; torchtitan
+# docs/debugging.md: a trace per `profile_freq` steps). A phase taking EXTRA_WORK_SHARE of
+# the step, step after step, is the code's straggler.
+_EXTRA_WORK_KEY = re.compile(r"(?i)log|upload|wandb|sample|profil|trace|dump|print|tensorboard")
+# Input-pipeline phases: waiting for the next batch (pytorch/examples AverageMeter `Data`,
+# `data_time`, `dataloader_ms`). Every rank waiting most of its step for data is the job's own
+# input pipeline (workers, CPUs requested, preprocessing), not a node: no single rank is slow.
+_DATA_KEY = re.compile(r"(?i)^(?:data|data_?(?:time|wait|load\w*)|dataloader\w*|batch_?load\w*)$")
+_STEP_KEYS = ("step", "time", "step_time", "step_time_s", "step_time_ms", "iter_time",
+              "iteration_time", "batch_time", "it_time", "dt", "t_step", "time_ms")  # fmt: skip
+EXTRA_WORK_SHARE = 0.25
+DATA_SHARE = 0.5
+MIN_PHASE_SAMPLES = 3
 
 Samples = dict[int, list[tuple[int, float, str]]]
 
@@ -62,9 +78,23 @@ def stragglers(a: Analysis, *, timings_only: bool = False) -> Verdict | None:
     # forward...) singles ranks out the most: in a synchronous job every rank's whole step
     # takes as long as the slowest one's, so only a part of it can show who is slow.
     slow, node_of, _ = _slow_ranks(a.scan.timings)
+    slow_key = ""
     if not a.scan.timings:
-        found = [_slow_ranks(by_rank) for by_rank in a.scan.field_times.values()]
-        slow, node_of, _ = max(found, key=lambda f: (bool(f[0]), f[2]), default=([], {}, 0.0))
+        by_key = a.scan.field_times
+        if not by_key:
+            # Per-rank fields of ranks whose nodes the topology cannot place (no node list):
+            # who is slow still shows; which node does not.
+            by_key = {
+                key.removeprefix("field:"): {
+                    actor: [(s.order, s.value, "") for s in samples]
+                    for actor, samples in by_actor.items() if isinstance(actor, int)
+                }
+                for key, by_actor in actor_fields(a).items()
+            }  # fmt: skip
+        found = [(_slow_ranks(by_rank), key) for key, by_rank in by_key.items()]
+        (slow, node_of, _), slow_key = max(
+            found, key=lambda f: (bool(f[0][0]), f[0][2]), default=(([], {}, 0.0), "")
+        )
     summary_nodes, summary_lines = _slow_in_summaries(a)
     reports = read_rank_reports(a)
     for rank, node in reports.ranks.items():
@@ -80,7 +110,12 @@ def stragglers(a: Analysis, *, timings_only: bool = False) -> Verdict | None:
         return None
     summary_ranks = {int(r) for e in summary_lines for r in _SUMMARY_RANK.findall(e.text)}
     code = _application_straggler(
-        a, sorted(set(slow) | summary_ranks), reports.rotating, reports.ranks, reports.known
+        a,
+        sorted(set(slow) | summary_ranks),
+        reports.rotating,
+        reports.ranks,
+        reports.known,
+        extra_work=bool(_EXTRA_WORK_KEY.search(slow_key)),
     )
     if code is not None:
         return code
@@ -95,7 +130,7 @@ def stragglers(a: Analysis, *, timings_only: bool = False) -> Verdict | None:
     # are the straggler's only trace.
     outliers = degraded_nodes(a) if a.running else []
     if not (slow or report or degraded or warn or summary_nodes or outliers):
-        return _jobwide(a)
+        return _own_work(a) or _jobwide(a)
     nodes = {node_of[r] for r in slow if node_of.get(r)} | summary_nodes
     for e in report:
         named = {n for n in a.node_list if re.search(rf"\b{re.escape(n)}\b", e.line.text)}
@@ -203,6 +238,8 @@ def _application_straggler(
     rotating: bool,
     reported: dict[int, str | None],
     known: dict[int, str],
+    *,
+    extra_work: bool = False,
 ) -> Verdict | None:
     """Slowness that is the code's: only rank 0 (it does the job's extra work: logging,
     evaluation, checkpoint I/O, as the NVRx usage guide notes), a slowest rank that moves
@@ -216,7 +253,7 @@ def _application_straggler(
     why = ""
     if slow and own:
         why = "the slow ranks' own output shows the code's recompilation or garbage collection"
-    elif slow == [0] and _shares_node_with_peers(a, 0, reported, known):
+    elif slow == [0] and (extra_work or _shares_node_with_peers(a, 0, reported, known)):
         why = "only rank 0 is slow: it does extra work for the whole job"
     elif rotating and not slow:
         why = "the slowest rank changes from report to report"
@@ -227,6 +264,57 @@ def _application_straggler(
         Category.APPLICATION if (own or slow == [0]) else Category.UNKNOWN,
         "straggler|application", f"straggler in the application ({why})", 0.6,
         ranks=slow, evidence=own[-3:], kind=AnomalyKind.STRAGGLER,
+    )  # fmt: skip
+
+
+def _own_work(a: Analysis) -> Verdict | None:
+    """No rank or node singled out, but the step's own phases say where its time goes: rank
+    0's extra work (logging, uploads, profiler traces) or every rank waiting for its input."""
+    extra: list[tuple[object, str, float]] = []
+    data: list[tuple[object, str, float]] = []
+    actors: set[object] = set()
+    by_actor: dict[object, dict[str, list[float]]] = {}
+    for key, per_actor in actor_fields(a).items():
+        for actor, samples in per_actor.items():
+            by_actor.setdefault(actor, {})[key.removeprefix("field:")] = [
+                s.value for s in samples[-STRAGGLER_WINDOW:]
+            ]
+    for actor, fields in by_actor.items():
+        step_key = next(
+            (k for k in _STEP_KEYS if len(fields.get(k, ())) >= MIN_PHASE_SAMPLES), None
+        )
+        if step_key is None:
+            continue
+        actors.add(actor)
+        step = statistics.median(fields[step_key])
+        if step <= 0:
+            continue
+        for key, values in fields.items():
+            if key == step_key or len(values) < MIN_PHASE_SAMPLES:
+                continue
+            share = statistics.median(values) / step
+            if _EXTRA_WORK_KEY.search(key) and share >= EXTRA_WORK_SHARE and share < 1:
+                extra.append((actor, key, share))
+            elif _DATA_KEY.match(key) and DATA_SHARE <= share < 1:
+                data.append((actor, key, share))
+    why = ""
+    ranks: list[int] = []
+    doing = {x for x, _, _ in extra}
+    # A minority of the ranks (rank 0 for the whole job), or rank 0 alone printing its phases.
+    if extra and (len(doing) * 2 < len(actors) or doing <= {0, None}):
+        actor, key, share = max(extra, key=lambda x: x[2])
+        why = f"{key} takes {share:.0%} of each step on one rank while the others wait"
+        ranks = [actor] if isinstance(actor, int) else []
+    elif data and {x for x, _, _ in data} == actors:
+        _, key, share = max(data, key=lambda x: x[2])
+        why = f"every rank waits for its input ({key} {share:.0%} of each step)"
+    if not why:
+        return None
+    key = extra[0][1] if ranks or extra else data[0][1]
+    evidence = [e for e in a.lines if key in e.text.lower()][-2:]
+    return Verdict(
+        Category.APPLICATION, "straggler|application", f"straggler in the application ({why})",
+        0.6, ranks=ranks, evidence=evidence, kind=AnomalyKind.STRAGGLER,
     )  # fmt: skip
 
 

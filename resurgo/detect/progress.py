@@ -55,6 +55,9 @@ _MEGATRON = re.compile(r"\biteration\s+(\d{1,15})\s*/\s*\d{1,15}\s*\|", _FLAGS)
 _LIGHTNING = re.compile(
     r"\bEpoch (\d{1,9}):[^|]{0,16}\|[^|]{0,200}\|\s*(\d{1,15})/(\d{1,15}|\?)\s*\[", _FLAGS
 )
+# pytorch/examples imagenet/main.py ProgressMeter (copied by many vision trainers):
+# `Epoch: [4][ 200/2502]\tTime  0.781 ( 0.70)\tData  0.372 ( 0.30)\tLoss ...`.
+_EPOCH_BATCH = re.compile(r"\bEpoch: \[(\d{1,9})\]\[\s*(\d{1,15})/(\d{1,15})\]", _FLAGS)
 _TQDM = re.compile(r"(?:^|\s)\d{1,3}%\|[^|]{0,200}\|\s*(\d{1,15})/(?:\d{1,15}|\?)\s*\[", _FLAGS)
 _TQDM_UNKNOWN_TOTAL = re.compile(r"(?:^|\s)(\d{1,15})it \[\d", _FLAGS)
 _KEYED = re.compile(
@@ -85,6 +88,14 @@ _TIME_FIELD = re.compile(
     r"(?i)(?<![\w])\"?(?P<key>dt|t_[a-z][a-z0-9_]*|[a-z][a-z0-9_]*_?time(?:_(?:s|ms|sec))?|"
     r"time_[a-z0-9_]+|[a-z][a-z0-9]*_ms)\"?"
     r"\s*[=:]\s*(?P<value>\d{1,9}(?:\.\d{1,9})?)(?:\s*(?P<unit>ms|s)\b)?(?![\d:.])"
+)
+# A field of a `|`-, `,`- or tab-separated step line whose value carries its unit:
+# `| data 0.011s | fwd+bwd 0.98s | log_samples 0.44s |`, `| log+upload 2.17 s`, and
+# pytorch/examples' AverageMeter `Time  0.781 ( 0.70)` / `Data  0.372 ( 0.30)` (seconds: the
+# current value, then the running average in parentheses).
+_SEPARATED_FIELD = re.compile(
+    r"(?i)(?:[|,\t])\s*(?P<key>[a-z][a-z0-9_+/-]{0,30}?)\s+"
+    r"(?P<value>\d{1,9}(?:\.\d{1,9})?)(?:\s?(?P<unit>ms|s)\b(?!/)|(?=\s+\(\s*\d+\.\d+\)))"
 )
 _KEY_VALUE = re.compile(r"\b([A-Za-z_]\w{0,40})=([^\s,;|]{1,256})", _FLAGS)
 _NODE = re.compile(r"[A-Za-z0-9][\w.-]{0,252}", _FLAGS)
@@ -241,6 +252,11 @@ def _parse_builtin(line: str, body: str | None = None) -> int | None:
         size = _to_iteration(total)
         total_steps = n if size is None else epoch * size + n
         return total_steps if total_steps <= MAX_ITERATION else None
+    if "Epoch: [" in text and (m := _EPOCH_BATCH.search(text)) is not None:
+        epoch, n, size = (_to_iteration(m.group(i)) for i in (1, 2, 3))
+        if epoch is None or n is None or size is None:
+            return None
+        return epoch * size + n if epoch * size + n <= MAX_ITERATION else None
     last = _last(_TQDM, text) if "%|" in text else None
     if last is not None:
         return _to_iteration(last.group(1))
@@ -312,6 +328,17 @@ def timing_fields(text: str) -> dict[str, float]:
         ms = value if unit == "ms" else value * 1000.0
         if math.isfinite(ms) and ms >= 0:
             out.setdefault(key, ms)
+    if "|" in text or "\t" in text or "," in text:
+        for m in _SEPARATED_FIELD.finditer(text):
+            key = m.group("key").lower()
+            unit = (m.group("unit") or "s").lower()
+            try:
+                value = float(m.group("value"))
+            except ValueError:
+                continue
+            ms = value if unit == "ms" else value * 1000.0
+            if math.isfinite(ms) and ms >= 0:
+                out.setdefault(key, ms)
     if not out and (spelled := parse_step_duration(text)) is not None:
         out["step"] = spelled
     return out

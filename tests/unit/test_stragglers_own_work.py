@@ -1,0 +1,101 @@
+"""Stragglers the job causes itself, read from the phases of its own step lines.
+
+Line formats (public sources):
+- pytorch/examples imagenet/main.py `ProgressMeter`/`AverageMeter`: `Epoch: [4][ 200/2502]` then
+  `Time  0.781 ( 0.70)` and `Data  0.372 ( 0.30)` (seconds, running average in parentheses).
+- `|`-separated per-phase step lines with units (`| data 0.011s | fwd+bwd 0.98s |`), the shape of
+  custom trainers' step summaries.
+- PyTorch's DataLoader warning (torch/utils/data/dataloader.py `_check_worker_number_rationality`).
+
+Knowledge: rank 0 does the job's extra work (logging, uploads, profiler traces) while the other
+ranks wait in the next collective (NVRx usage guide); every rank waiting most of its step for
+data is the job's input pipeline, not a node (attribution-labels.md: application stragglers).
+"""
+# ruff: noqa: E501  (real log lines are long)
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from resurgo.attribute.offline import analyse_bundle
+from resurgo.detect.progress import ProgressParser, timing_fields
+
+RUNNING_NOTE = "# job still running at 2026-09-30 10:09\n"
+
+
+def verdict(tmp_path: Path, job_log: str) -> tuple[str, str, list[str], str]:
+    (tmp_path / "job.log").write_text(job_log)
+    v = analyse_bundle(tmp_path).as_json()
+    return v["kind"], v["category"], v["culprit_nodes"], v["action"]
+
+
+def test_imagenet_progress_meter_is_progress_with_step_and_data_times() -> None:
+    line = "Epoch: [4][ 200/2502]\tTime  0.781 ( 0.70)\tData  0.372 ( 0.30)\tLoss 2.111e+00\tAcc@1  51.2\tAcc@5  76.1"
+    assert ProgressParser().parse(line) == 4 * 2502 + 200
+    assert timing_fields(line) == {"time": 781.0, "data": 372.0}
+
+
+def test_separated_phase_fields_with_units() -> None:
+    line = "rank 0 step 1000 | step 1.63s | data 0.011s | fwd+bwd 0.98s | allreduce 0.19s | log_samples 0.44s | loss 1.4267"
+    assert timing_fields(line) == {
+        "step": 1630.0, "data": 11.0, "fwd+bwd": 980.0, "allreduce": 190.0, "log_samples": 440.0
+    }  # fmt: skip
+    assert timing_fields("took 3 s, done") == {}  # prose, not a separated field
+
+
+def _per_rank(log_samples_rank0: float) -> str:
+    out = []
+    for step in range(1000, 3001, 500):
+        for rank in range(8):
+            extra = log_samples_rank0 if rank == 0 else 0.0
+            out.append(
+                f"{rank}: [09:13:35] rank {rank} step {step} | step 1.63s | data 0.010s | "
+                f"fwd+bwd 0.98s | allreduce {0.19 if rank == 0 else 0.62}s | "
+                f"log_samples {extra:.2f}s\n"
+            )
+    return "".join(out)
+
+
+def test_rank0_alone_slow_in_a_logging_phase_is_the_application(tmp_path: Path) -> None:
+    assert verdict(tmp_path, _per_rank(0.44) + RUNNING_NOTE) == (
+        "straggler", "application", [], "none"
+    )  # fmt: skip
+
+
+def test_the_same_ranks_without_the_extra_phase_are_healthy(tmp_path: Path) -> None:
+    assert verdict(tmp_path, _per_rank(0.0) + RUNNING_NOTE)[0] == "none"
+
+
+def test_rank0_printing_a_logging_phase_most_of_its_step_is_the_application(
+    tmp_path: Path,
+) -> None:
+    log = "".join(
+        f"[ap-01] [rank0] 2025-12-20 0{8 + i // 6}:{(i * 5) % 60:02d}:31 step {100 * (i + 1)}  | "
+        f"step 2.95 s | fwd/bwd 0.71 s | log+upload 2.1{i % 10} s (rank 0 only)\n"
+        for i in range(7)
+    )
+    assert verdict(tmp_path, log + RUNNING_NOTE) == ("straggler", "application", [], "none")
+
+
+def test_every_rank_waiting_for_data_is_the_input_pipeline(tmp_path: Path) -> None:
+    log = [
+        "0: /opt/conda/lib/python3.11/site-packages/torch/utils/data/dataloader.py:617: UserWarning: This DataLoader will create 6 worker processes in total. Our suggested max number of worker in current system is 2, which is smaller than what this DataLoader is going to create.\n"
+    ]
+    for it in range(100, 1700, 100):
+        for rank in (0, 5, 11):
+            log.append(
+                f"{rank}: 2026-11-02 09:04:54 rank{rank} iter {it} | time 2.9{rank % 7}s | "
+                f"data 2.3{rank % 9}s | loss 1.887 | max mem 21.4G\n"
+            )
+    assert verdict(tmp_path, "".join(log) + RUNNING_NOTE) == (
+        "straggler", "application", [], "none"
+    )  # fmt: skip
+
+
+def test_data_a_small_share_of_the_step_is_healthy(tmp_path: Path) -> None:
+    log = "".join(
+        f"{rank}: rank{rank} iter {it} | time 2.9{rank}s | data 0.3{rank}s | loss 1.887\n"
+        for it in range(100, 1700, 100)
+        for rank in (0, 5)
+    )
+    assert verdict(tmp_path, log + RUNNING_NOTE)[0] == "none"
