@@ -29,6 +29,12 @@ from resurgo.detect.progress import timing_fields
 SLOWDOWN_RATIO = 1.2
 RECENT_SAMPLES = 3
 MIN_BASELINE_SAMPLES = 5
+# A steady run (its samples within TIGHT_SPREAD of their median, as synchronous training's
+# per-iteration times are) shows a smaller sustained change just as surely, from fewer samples:
+# a few percent lost for good is a slowdown an operator wants to hear about.
+TIGHT_SPREAD = 0.005
+TIGHT_SLOWDOWN_RATIO = 1.03
+MIN_TIGHT_BASELINE_SAMPLES = 3
 MIN_SLOWDOWN_MS = 50.0  # below this, a slower step is the noise of very short steps
 WARMUP_SAMPLES = 2  # the first intervals include compilation and data-loader start-up
 
@@ -232,6 +238,13 @@ def _slowness(sample: Sample, baseline: float) -> float:
     return baseline / sample.value if sample.value > 0 else math.inf
 
 
+def _tight(values: list[float]) -> bool:
+    """The values' median absolute deviation is within TIGHT_SPREAD of their median."""
+    centre = statistics.median(values)
+    spread = statistics.median(abs(v - centre) for v in values)
+    return centre > 0 and spread <= TIGHT_SPREAD * centre
+
+
 def jobwide_slowdown(a: Analysis) -> Slowdown | None:
     """The strongest sustained slowdown at the end of any job-wide series."""
     best: Slowdown | None = None
@@ -242,7 +255,7 @@ def jobwide_slowdown(a: Analysis) -> Slowdown | None:
         warm = sum(
             1 for s in samples[:WARMUP_SAMPLES] if steady > 0 and _slowness(s, steady) >= 1.1
         )
-        if len(samples) < warm + MIN_BASELINE_SAMPLES + RECENT_SAMPLES:
+        if len(samples) < warm + MIN_TIGHT_BASELINE_SAMPLES + RECENT_SAMPLES:
             continue
         body = samples[warm:]
         # The slow run at the end: walk back while samples stay slow against the early part.
@@ -251,25 +264,32 @@ def jobwide_slowdown(a: Analysis) -> Slowdown | None:
         )
         if early <= 0:
             continue
-        run = 0
-        while run < len(body) and _slowness(body[-1 - run], early) >= SLOWDOWN_RATIO:
-            run += 1
-        if run < RECENT_SAMPLES or len(body) - run < MIN_BASELINE_SAMPLES:
-            continue
-        baseline = statistics.median(s.value for s in body[: len(body) - run])
-        recent = statistics.median(s.value for s in body[len(body) - run :])
-        ratio = _slowness(Sample(0, metric, recent, samples[0].lower_is_better), baseline)
-        if ratio < SLOWDOWN_RATIO:
-            continue
-        if (metric == "iteration_ms" or metric.startswith("field:")) and (
-            recent - baseline < MIN_SLOWDOWN_MS
-        ):
-            continue  # timer noise of very short steps
-        onset = body[len(body) - run].order
-        found = Slowdown(
-            metric, baseline, recent, ratio, onset,
-            [a.lines[body[len(body) - run - 1].order], a.lines[onset], a.lines[body[-1].order]],
-        )  # fmt: skip
-        if best is None or found.ratio > best.ratio:
-            best = found
+        for threshold in (SLOWDOWN_RATIO, TIGHT_SLOWDOWN_RATIO):
+            run = 0
+            while run < len(body) and _slowness(body[-1 - run], early) >= threshold:
+                run += 1
+            before = [s.value for s in body[: len(body) - run]]
+            tight = len(before) >= MIN_TIGHT_BASELINE_SAMPLES and _tight(before)
+            if run < RECENT_SAMPLES or (len(before) < MIN_BASELINE_SAMPLES and not tight):
+                continue
+            if threshold < SLOWDOWN_RATIO and not tight:
+                continue
+            baseline = statistics.median(before)
+            recent = statistics.median(s.value for s in body[len(body) - run :])
+            ratio = _slowness(Sample(0, metric, recent, samples[0].lower_is_better), baseline)
+            if ratio < threshold:
+                continue
+            if (metric == "iteration_ms" or metric.startswith("field:")) and (
+                recent - baseline < MIN_SLOWDOWN_MS
+            ):
+                continue  # timer noise of very short steps
+            onset = body[len(body) - run].order
+            found = Slowdown(
+                metric, baseline, recent, ratio, onset,
+                [a.lines[body[len(body) - run - 1].order], a.lines[onset],
+                 a.lines[body[-1].order]],
+            )  # fmt: skip
+            if best is None or found.ratio > best.ratio:
+                best = found
+            break
     return best

@@ -94,3 +94,33 @@ class TestJobwideSlowdown:
     def test_warm_up_steps_slower_than_the_rest_are_not_a_slowdown(self, tmp_path: Path) -> None:
         rates = [8.0, 30.0] + [64.0 + i % 3 for i in range(15)]
         assert verdict(tmp_path, deepspeed(rates))["kind"] == "none"
+
+    def test_a_few_percent_lost_for_good_on_a_steady_run_is_a_slowdown(
+        self, tmp_path: Path
+    ) -> None:
+        # A Megatron-style run steady to a tenth of a percent, then ~5% slower for good.
+        times = [1.411, 1.412, 1.411, 1.412, 1.412, 1.412, 1.431, 1.474, 1.478, 1.481]
+        log = "".join(
+            f"[uw-01] 2025-12-28 0{i}:00:14 iteration {30000 + 1000 * i} | {t:.3f} s/it | "
+            "149.0 TFLOPs\n"
+            for i, t in enumerate(times)
+        )
+        v = verdict(tmp_path, log)
+        assert (v["kind"], v["category"], v["action"]) == ("straggler", "unknown", "none")
+
+    def test_a_few_percent_on_a_noisy_run_is_not_a_slowdown(self, tmp_path: Path) -> None:
+        times = [1.41, 1.46, 1.39, 1.45, 1.40, 1.47, 1.42, 1.47, 1.48, 1.48]
+        log = "".join(
+            f"2025-12-28 0{i}:00:14 iteration {30000 + 1000 * i} | {t:.3f} s/it\n"
+            for i, t in enumerate(times)
+        )
+        assert verdict(tmp_path, log)["kind"] == "none"
+
+    def test_four_steady_samples_are_baseline_enough_for_a_big_rise(self, tmp_path: Path) -> None:
+        log = "".join(
+            f"0:  [2026-10-25 0{i}:00:10] iteration {30000 + 100 * i:8d}/  200000 | consumed "
+            f"samples: 15360000 | elapsed time per iteration (ms): {ms} | throughput per GPU "
+            "(TFLOP/s/GPU): 398.1 | learning rate: 2.51E-04 |\n"
+            for i, ms in enumerate([2205.4] * 4 + [2890.4, 2904.4, 2890.4, 2904.4])
+        )
+        assert verdict(tmp_path, log)["kind"] == "straggler"
