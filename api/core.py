@@ -129,7 +129,9 @@ def parse_job_ref(text: str | int | SlurmRef) -> SlurmRef:
     ref = slurm_ref(text)
     if ref is None:
         raise ApiProblem(
-            422, "a job is named by its Slurm id: digits, or <array id>_<task id> for an array task"
+            422,
+            "a job is named by its Slurm id: digits, <array id>_<task id> for an array task, or "
+            "<hetjob id>+<component> (squeue's form; names the whole heterogeneous job)",
         )
     return ref
 

@@ -59,7 +59,11 @@ JobArg = Annotated[int, typer.Argument(help="Slurm job id")]
 # an array task `<array>_<task>`, a hetjob component `<leader>+<n>`.
 JOB_REF = re.compile(r"[0-9]{1,19}(?:[_+][0-9]{1,10})?")
 JobRefArg = Annotated[
-    str, typer.Argument(help="Slurm job id, or <array id>_<task id> for an array task")
+    str,
+    typer.Argument(
+        help="Slurm job id; <array id>_<task id> for an array task; a heterogeneous job's id "
+        "(<id>+<n>, one component as squeue prints it, names the whole job)"
+    ),
 ]
 
 

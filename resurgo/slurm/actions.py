@@ -31,7 +31,7 @@ from resurgo.slurm.errors import (
     PreconditionFailed,
     SchedulerError,
 )
-from resurgo.slurm.hetjobs import exclusions_by_component
+from resurgo.slurm.hetjobs import component_ref, exclusions_by_component
 from resurgo.slurm.json_records import observation
 
 # KillWait (5 s here, 30 s by default) plus SIGKILL delivery bounds how long COMPLETING lasts.
@@ -233,26 +233,30 @@ class SlurmActions:
         await self._check_capacity(obs, set(merged))
         async with self._remediating:
             await self._check_breaker(req, wanted)
+            detail = f"ExcNodeList={','.join(merged)}"
             if len(obs.het_nodes) > 1:
-                await self._exclude_on_components(req, wanted)
+                detail = await self._exclude_on_components(req, wanted)
             else:
                 await self.slurm.update_job(job_id, ExcNodeList=",".join(merged))
             after = await self.observe(job_id)
         if not wanted <= set(after.exc_node_list):
             raise PreconditionFailed(f"ExcNodeList of job {job_id} is {after.exc_node_list}")
         advice = await self._cross_job(req, wanted)
-        return self._result(req, "applied", after, f"ExcNodeList={','.join(merged)}{advice}")
+        return self._result(req, "applied", after, f"{detail}{advice}")
 
-    async def _exclude_on_components(self, req: ActionRequest, wanted: set[str]) -> None:
-        """A heterogeneous job: each culprit is excluded on the component that ran it."""
+    async def _exclude_on_components(self, req: ActionRequest, wanted: set[str]) -> str:
+        """A heterogeneous job: each culprit is excluded on the component that ran it. Returns
+        the step's detail, naming each component as Slurm does (`85+1 ExcNodeList=node3`)."""
         listing = await self.slurm.squeue_json()
         parts = listing.components(req.job.job_id) if listing is not None else []
         plan = exclusions_by_component(sorted(wanted), req.component_nodes, max(len(parts), 1))
+        done = []
         for offset, nodes in sorted(plan.items()):
             had = set(observation(parts[offset]).exc_node_list) if parts else set()
-            await self.slurm.update_tasks(
-                f"{req.job.job_id}+{offset}", ExcNodeList=",".join(sorted(had | nodes))
-            )
+            target, now = component_ref(req.job.job_id, offset), ",".join(sorted(had | nodes))
+            await self.slurm.update_tasks(target, ExcNodeList=now)
+            done.append(f"{target} ExcNodeList={now}")
+        return "; ".join(done)
 
     async def remediations(self) -> tuple[list[Remediation], list[NodeObservation]]:
         """What Resurgo excluded/drained on this cluster (from Slurm), and the cluster's nodes."""

@@ -6,6 +6,12 @@ every component; `scontrol update JobId=<leader id>+<offset> ExcNodeList=..` cha
 component alone. Resurgo follows the job through its leader (component 0), whose observation is
 made to speak for the whole job: every component's nodes and exclusions, each component's
 nodes kept apart (`het_nodes`) so that a culprit is excluded on the component that ran it.
+
+Names, as Slurm prints them: the whole job is its leader's id (`85`: `HetJobId=85`, what
+`scancel`, `scontrol requeue` and `sacct -j` take for every component, and what Resurgo shows
+for the job in the CLI, API and console); one component is `85+1` (the JOBID column of `squeue`
+and `sacct`), shown wherever a single component is meant (an exclusion). `85+1` given to the
+API or CLI names the whole job. The component's own job id (`86`) is Slurm-internal.
 """
 
 from __future__ import annotations
@@ -13,6 +19,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from resurgo.contracts import JobObservation
+
+
+def component_ref(leader: int, offset: int) -> str:
+    """One component as Slurm prints it (`squeue`, `sacct`) and `scontrol` takes it: `85+1`."""
+    return f"{leader}+{offset}"
 
 
 def whole_job(leader: JobObservation, components: Sequence[JobObservation]) -> JobObservation:

@@ -13,8 +13,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from resurgo.api.job_refs import SlurmRef, slurm_ref
 from resurgo.array_models import ArrayActionRequest, ArrayKey, ArrayStep
-from resurgo.contracts import JobObservation
+from resurgo.contracts import ActionRequest, ActionStep, JobKey, JobObservation
 from resurgo.slurm.actions import SlurmActions
 from resurgo.slurm.arrays import (
     ArraySteps,
@@ -24,7 +25,7 @@ from resurgo.slurm.arrays import (
     task_expression,
 )
 from resurgo.slurm.errors import CommandFailed, ParseError
-from resurgo.slurm.hetjobs import exclusions_by_component, whole_job
+from resurgo.slurm.hetjobs import component_ref, exclusions_by_component, whole_job
 from resurgo.slurm.json_records import Listing
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "slurm" / "squeue_json_array.json"
@@ -103,6 +104,45 @@ def test_a_culprit_is_excluded_on_the_component_that_ran_it() -> None:
     assert exclusions_by_component(["node1", "node3"], ran, 2) == {0: {"node1"}, 1: {"node3"}}
     # A node no component ran: every component keeps off it.
     assert exclusions_by_component(["node9"], ran, 2) == {0: {"node9"}, 1: {"node9"}}
+
+
+class HetSlurm:
+    """A heterogeneous job 85 (components 85+0 on node1, 85+1 on node3 keeping off node2) in
+    `squeue --json`; scontrol updates recorded."""
+
+    def __init__(self) -> None:
+        doc = json.loads(FIXTURE.read_text())
+        base = {**doc["jobs"][0], "array_job_id": 0, "array_task_id": None,
+                "array_task_string": "", "het_job_id": 85}  # fmt: skip
+        doc["jobs"] = [
+            {**base, "job_id": 85, "het_job_offset": 0, "nodes": "node1", "excluded_nodes": ""},
+            {**base, "job_id": 86, "het_job_offset": 1, "nodes": "node3",
+             "excluded_nodes": "node2"},
+        ]  # fmt: skip
+        self.text = json.dumps(doc)
+        self.calls: list[tuple[str, dict[str, str]]] = []
+
+    async def squeue_json(self, job_id: int | None = None) -> Listing:
+        return Listing(self.text)
+
+    async def update_tasks(self, target: str, **fields: str) -> None:
+        self.calls.append((target, fields))
+
+
+async def test_a_hetjob_exclusion_names_the_component_as_slurm_prints_it() -> None:
+    """The whole job is `85` (its leader); the exclusion lands on, and its detail (audit, CLI,
+    API, console) names, component `85+1`: squeue's and sacct's name for it, not `85` or `86`."""
+    slurm = HetSlurm()
+    assert Listing(slurm.text).observation(85).node_list == ["node1", "node3"]  # type: ignore[union-attr]
+    req = ActionRequest(
+        job=JobKey(cluster="c", job_id=85, submit_time=datetime(2026, 12, 5, tzinfo=UTC)),
+        step=ActionStep.EXCLUDE_NODES, idempotency_key="k", attempt=1, nodes=["node3"],
+        component_nodes=[["node1"], ["node3"]],
+    )  # fmt: skip
+    detail = await SlurmActions(slurm)._exclude_on_components(req, {"node3"})  # type: ignore[arg-type]
+    assert slurm.calls == [("85+1", {"ExcNodeList": "node2,node3"})]
+    assert detail == "85+1 ExcNodeList=node2,node3"
+    assert component_ref(85, 1) == "85+1" and slurm_ref("85+1") == SlurmRef(85)
 
 
 @given(
