@@ -42,6 +42,13 @@ _EXTRA_WORK_KEY = re.compile(r"(?i)log|upload|wandb|sample|profil|trace|dump|pri
 _DATA_KEY = re.compile(r"(?i)^(?:data|data_?(?:time|wait|load\w*)|dataloader\w*|batch_?load\w*)$")
 _STEP_KEYS = ("step", "time", "step_time", "step_time_s", "step_time_ms", "iter_time",
               "iteration_time", "batch_time", "it_time", "dt", "t_step", "time_ms")  # fmt: skip
+# A profiler trace written out (torchtitan `Dumping profiler traces at step 200`, PyTorch's
+# `export_chrome_trace`): one every few hundred steps is a measurement; one at (nearly) every
+# logged step is a job slowed down by its own profiling (torchtitan `profiling.profile_freq`).
+_TRACE_DUMP = re.compile(
+    r"(?i)\bdumping profiler traces? at step|(?<!finished )\b(?:export|dump|sav|writ)\w* (?:the )?"
+    r"(?:profiler|chrome|kineto) traces?\b"
+)
 EXTRA_WORK_SHARE = 0.25
 DATA_SHARE = 0.5
 MIN_PHASE_SAMPLES = 3
@@ -309,12 +316,35 @@ def _own_work(a: Analysis) -> Verdict | None:
         _, key, share = max(data, key=lambda x: x[2])
         why = f"every rank waits for its input ({key} {share:.0%} of each step)"
     if not why:
-        return None
+        return _profiling_every_step(a)
     key = extra[0][1] if ranks or extra else data[0][1]
     evidence = [e for e in a.lines if key in e.text.lower()][-2:]
     return Verdict(
         Category.APPLICATION, "straggler|application", f"straggler in the application ({why})",
         0.6, ranks=ranks, evidence=evidence, kind=AnomalyKind.STRAGGLER,
+    )  # fmt: skip
+
+
+def _profiling_every_step(a: Analysis) -> Verdict | None:
+    """Profiler traces written at half or more of the logged steps, three times at least."""
+    dumps = [e for e in a.lines if "trace" in e.text and _TRACE_DUMP.search(e.text)]
+    advances = a.scan.advances
+    if len(dumps) < MIN_PHASE_SAMPLES or not advances:
+        return None
+    # The logged steps from the one the first trace belongs to (printed before it).
+    first = dumps[0].line_no
+    before = [o for o in advances if a.lines[o].line_no < first]
+    start = before[-1] if before else advances[0]
+    logged = sum(1 for o in advances if o >= start)
+    if len(dumps) * 2 < logged:
+        return None
+    said = {strip_prefixes(e.text).rank for e in dumps}
+    ranks = [r for r in said if r is not None] if len(said) == 1 else []
+    return Verdict(
+        Category.APPLICATION, "straggler|application",
+        f"straggler in the application (a profiler trace is written at {len(dumps)} of "
+        f"{logged} logged steps)", 0.6,
+        ranks=ranks, evidence=dumps[-2:], kind=AnomalyKind.STRAGGLER,
     )  # fmt: skip
 
 

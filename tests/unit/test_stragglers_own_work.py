@@ -99,3 +99,31 @@ def test_data_a_small_share_of_the_step_is_healthy(tmp_path: Path) -> None:
         for rank in (0, 5)
     )
     assert verdict(tmp_path, log + RUNNING_NOTE)[0] == "none"
+
+
+def _titan(steps: range, every: int) -> str:
+    # torchtitan (torchtitan/tools/profiling.py, components/metrics.py) log lines.
+    out = []
+    for step in steps:
+        out.append(
+            f"0: [rank0]:[titan] 2026-09-02 10:{step % 60:02d}:44,120 - root - INFO - step: {step}  "
+            "loss:  5.7600  memory: 58.02GiB(73.25%)  tps: 2,901  tflops: 168.02  mfu: 16.99%\n"
+        )
+        if step % every == 0:
+            out.append(
+                f"0: [rank0]:[titan] 2026-09-02 10:{step % 60:02d}:45,002 - root - INFO - "
+                f"Dumping profiler traces at step {step}\n"
+                f"0: [rank0]:[titan] 2026-09-02 10:{step % 60:02d}:52,310 - root - INFO - "
+                "Finished dumping profiler traces in 7.31 seconds\n"
+            )
+    return "".join(out)
+
+
+def test_a_profiler_trace_at_every_step_is_the_application(tmp_path: Path) -> None:
+    assert verdict(tmp_path, _titan(range(200, 206), 1) + RUNNING_NOTE) == (
+        "straggler", "application", [], "none"
+    )  # fmt: skip
+
+
+def test_a_profiler_trace_every_tenth_step_is_healthy(tmp_path: Path) -> None:
+    assert verdict(tmp_path, _titan(range(200, 241), 10) + RUNNING_NOTE)[0] == "none"
