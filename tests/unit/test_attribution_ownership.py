@@ -3,6 +3,8 @@ software), and whether a retry can help. Each rule with a real message format.""
 
 from __future__ import annotations
 
+import pytest
+
 from resurgo.attribute.offline import default_advice
 from resurgo.attribute.rules import attribute
 from resurgo.contracts import AdviceKind, Attribution, Category, LogLine
@@ -224,3 +226,58 @@ def test_no_gpu_anywhere_for_a_job_that_asked_for_none_is_the_applications() -> 
     a = _run(NO_GPUS.format(header="#SBATCH --nodes=2\n"), ["gpu-r08", "gpu-r09"])
     assert (a.category, a.culprit_nodes) == (Category.APPLICATION, [])
     assert default_advice(a).kind == AdviceKind.STOP
+
+
+# Real lines from public issue threads (cited in each catalogue entry's source), raised deep
+# in an installed library: the message says the job's code, data or environment is at fault.
+LIBRARY_RAISED = [
+    "RuntimeError: Expected all tensors to be on the same device, but found at least two "
+    "devices, cuda:0 and cpu!",
+    "RuntimeError: No backend type associated with device type cpu",
+    "RuntimeError: expected scalar type Float but found Half",
+    "RuntimeError: Trying to backward through the graph a second time (or directly access saved "
+    "tensors after they have already been freed).",
+    "RuntimeError: Expected to mark a variable ready only once. This error is caused by one of "
+    "the following reasons: 1) Use of a module parameter outside the `forward` function.",
+    "RuntimeError: FlashAttention only supports Ampere GPUs or newer.",
+    "OSError: meta-llama/Llama-2-70b-chat-hf is not a local folder and is not a valid model "
+    "identifier listed on 'https://huggingface.co/models'",
+    "_pickle.UnpicklingError: Weights only load failed. This file can still be loaded, to do so "
+    "you have two options, do those steps only if you trust the source of the checkpoint.",
+    "RuntimeError: Detected that PyTorch and torchvision were compiled with different CUDA major "
+    "versions. PyTorch has CUDA Version=11.8 and torchvision has CUDA Version=12.1.",
+    "RuntimeError: stack expects each tensor to be equal size, but got [3, 224, 224] at entry 0 "
+    "and [3, 256, 256] at entry 3",
+    "RuntimeError: Function 'LogSoftmaxBackward0' returned nan values in its 0th output.",
+    "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to "
+    "allocate 17179869184 bytes.",
+]
+
+
+@pytest.mark.parametrize("line", LIBRARY_RAISED)
+def test_a_library_error_about_the_jobs_own_use_is_the_application(line: str) -> None:
+    job = (
+        "Traceback (most recent call last):\n"
+        '  File "/home/u/proj/train.py", line 88, in <module>\n'
+        "    out = step(model, batch)\n"
+        '  File "/opt/conda/lib/python3.10/site-packages/torch/nn/modules/module.py", line 1501, '
+        "in _call_impl\n"
+        "    return forward_call(*args, **kwargs)\n"
+        f"{line}\n"
+    )
+    a = _run(job, ["gpu01"])
+    assert (a.category, a.culprit_nodes) == (Category.APPLICATION, [])
+    assert default_advice(a).kind == AdviceKind.STOP
+
+
+def test_a_compiler_wrapper_is_judged_by_the_error_it_wraps() -> None:
+    # torch/_dynamo/output_graph.py raises BackendCompilerFailed with the backend's own error
+    # on the next line: a full local /tmp is the node's, not the job's code.
+    job = (
+        "5: [rank40]: torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:\n"
+        "5: [rank40]: OSError: [Errno 28] No space left on device: "
+        "'/tmp/torchinductor_fm/fx_graph_cache/k7/tmp3q1xv_z0'\n"
+        "srun: error: gpu-m07: task 5: Exited with exit code 1\n"
+    )
+    a = _run(job, [f"gpu-m0{i}" for i in range(2, 10)])
+    assert a.category == Category.SYSTEM_SOFTWARE
