@@ -258,6 +258,50 @@ def _per_host_fields(a: Analysis, bodies: list[tuple[int, str]], out: RankReport
             return
 
 
+# One line summing up a phase per node over many steps: `per-rank data wait (s, last 200
+# iters): ranks 0-3 (rtx-51) 0.004 | ranks 4-7 (rtx-52) 0.003 | ranks 8-11 (rtx-53) 0.371`,
+# `step time per node: gpu01=410ms gpu02=405ms gpu03=980ms`.
+_HOST_VALUE = re.compile(
+    r"\((?P<paren>[A-Za-z][\w.-]{0,62})\)\s*[:=]?\s*(?P<pv>\d+(?:\.\d+)?)"
+    r"|(?<![\w.-])(?P<host>[A-Za-z][\w.-]{0,62}\d)\s*[:=]\s*(?P<hv>\d+(?:\.\d+)?)"
+)
+_SUMMARY_DURATION = re.compile(r"(?i)\b(?:wait|time|latency|duration|stall)\b|\(m?s\b|\bm?s\)")
+_SUMMARY_RATE = re.compile(r"(?i)\b(?:bandwidth|busbw|algbw|throughput|tflops?)\b|/s\b")
+MIN_SUMMARY_HOSTS = 3
+# Per-rank or per-device keys that name no host (where no node list says what a host is).
+_NOT_A_HOST = re.compile(r"(?i)^(?:rank|r|gpu|cuda|dev(?:ice)?|worker|proc|local_rank)_?\d+$")
+
+
+def _per_host_summary(a: Analysis, bodies: list[tuple[int, str]], out: RankReports) -> None:
+    """A summary line whose per-node values put one node HOST_FIELD_RATIO behind the others'
+    median (a summary over many steps: one line is a consistent report)."""
+    for order, body in reversed(bodies):
+        if body.count("(") + body.count("=") + body.count(":") < MIN_SUMMARY_HOSTS:
+            continue
+        pairs = [
+            (m["paren"] or m["host"], float(m["pv"] or m["hv"])) for m in _HOST_VALUE.finditer(body)
+        ]
+        hosts = {
+            h for h, _ in pairs
+            if (a.topo.hosts.canonical(h) or h in a.node_logs)
+            and (a.node_list or not _NOT_A_HOST.match(h))
+        }  # fmt: skip
+        values = {h: v for h, v in pairs if h in hosts}
+        if len(values) < MIN_SUMMARY_HOSTS or len(values) != len(pairs):
+            continue
+        head = body[: body.find(next(iter(values)))]
+        lower = bool(_SUMMARY_DURATION.search(head))
+        if not lower and not _SUMMARY_RATE.search(head):
+            continue
+        host = max(values, key=values.__getitem__) if lower else min(values, key=values.__getitem__)
+        rest = statistics.median(v for h, v in values.items() if h != host)
+        ratio = values[host] / max(rest, 1e-9) if lower else rest / max(values[host], 1e-9)
+        if ratio >= HOST_FIELD_RATIO:
+            out.nodes.add(a.topo.hosts.canonical(host) or host)
+            out.lines.append(a.lines[order])
+        return  # the latest summary decides
+
+
 def read_rank_reports(a: Analysis) -> RankReports:
     cached: RankReports | None = getattr(a, "_rank_reports", None)
     if cached is not None:
@@ -269,6 +313,8 @@ def read_rank_reports(a: Analysis) -> RankReports:
     _megatron_timers(a, bodies, out)
     _pairwise(a, bodies, out)
     _per_host_fields(a, bodies, out)
+    if not out.nodes:
+        _per_host_summary(a, bodies, out)
     if out.ranks or out.nodes:
         out.rotating = False
     a._rank_reports = out  # type: ignore[attr-defined]

@@ -273,3 +273,34 @@ def test_slow_clocks_with_a_thermal_reason_are_the_gpu() -> None:
         metrics=_clock_metrics(0x20),
     )  # fmt: skip
     assert (a.category, a.culprit_nodes) == (Category.HARDWARE_GPU, ["gpu02"])
+
+
+# pytorch/examples imagenet/main.py ProgressMeter lines, then the job's own per-node summary.
+IMAGENET = "\n".join(
+    f"0: [rank0] Epoch: [4][{200 * i:>4}/2502]\tTime  0.781 ( 0.70)\tData  0.372 ( 0.30)\t"
+    "Loss 2.111e+00\tAcc@1  51.2\tAcc@5  76.1"
+    for i in range(5)
+)
+SUMMARY = (
+    "0: [rank0] per-rank data wait (s, last 200 iters): ranks 0-3 (rtx-51) 0.004 | ranks 4-7 "
+    "(rtx-52) 0.003 | ranks 8-11 (rtx-53) 0.371 | ranks 12-15 (rtx-54) 0.004"
+)
+# cpupower(1) frequency-info on the slow node (kernel admin-guide pm/cpufreq).
+POWERSAVE = (
+    "$ cpupower frequency-info | grep -E 'governor|current CPU'\n"
+    '  The governor "powersave" may decide which speed to use\n'
+    "  current CPU frequency: 800 MHz (asserted by call to kernel)\n"
+)
+
+
+def test_a_per_node_summary_names_the_slow_node_and_its_diagnostics_the_cause() -> None:
+    v = _run(f"{IMAGENET}\n{SUMMARY}\n# job still running", {"rtx-53": POWERSAVE}, nodes=[])
+    assert (v.kind, v.category, v.culprit_nodes) == (
+        "straggler", Category.SYSTEM_SOFTWARE, ["rtx-53"]
+    )  # fmt: skip
+
+
+def test_a_per_node_summary_with_even_values_names_no_node() -> None:
+    even = SUMMARY.replace("0.371", "0.004")
+    v = _run(f"{IMAGENET}\n{even}\n# job still running", {}, nodes=[])
+    assert v.culprit_nodes == []
