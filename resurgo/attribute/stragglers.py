@@ -49,6 +49,10 @@ _TRACE_DUMP = re.compile(
     r"(?i)\bdumping profiler traces? at step|(?<!finished )\b(?:export|dump|sav|writ)\w* (?:the )?"
     r"(?:profiler|chrome|kineto) traces?\b"
 )
+_UNEVEN_PIPELINE = re.compile(
+    r"--(?:decoder-(?:first|last)-pipeline-num-layers|num-layers-in-(?:first|last)-pipeline-stage"
+    r"|pipeline-model-parallel-layout)\b"
+)
 EXTRA_WORK_SHARE = 0.25
 DATA_SHARE = 0.5
 MIN_PHASE_SAMPLES = 3
@@ -265,6 +269,12 @@ def _application_straggler(
     elif rotating and not slow:
         why = "the slowest rank changes from report to report"
         own = signs
+        # The job's launch gives some pipeline stages more layers than others (Megatron-LM
+        # arguments.py): their ranks are slower by construction, whichever of them is last.
+        split = [e for e in (*a.header, *a.lines[:200]) if _UNEVEN_PIPELINE.search(e.text)]
+        if split and not own:
+            why += "; the launch splits layers unevenly across pipeline stages"
+            own = split[:1]
     if not why:
         return None
     return Verdict(

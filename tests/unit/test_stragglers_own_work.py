@@ -127,3 +127,33 @@ def test_a_profiler_trace_at_every_step_is_the_application(tmp_path: Path) -> No
 
 def test_a_profiler_trace_every_tenth_step_is_healthy(tmp_path: Path) -> None:
     assert verdict(tmp_path, _titan(range(200, 241), 10) + RUNNING_NOTE)[0] == "none"
+
+
+def _megatron_detector(launch_extra: str) -> str:
+    # Megatron-LM StragglerDetector report (megatron/core/utils.py), slowest rank moving
+    # around the last pipeline stage's ranks.
+    out = [
+        "SLURM_JOB_ID=6678210 SLURM_JOB_NODELIST=mg-[11-14] SLURM_NNODES=4 SLURM_GPUS_ON_NODE=8\n",
+        "+ srun -l torchrun --nnodes 4 --nproc_per_node 8 pretrain_gpt.py --num-layers 72 "
+        f"--pipeline-model-parallel-size 4 {launch_extra}--log-straggler\n",
+    ]
+    for i, rank in enumerate([27, 24, 25, 30, 26, 29]):
+        it = 3000 + 20 * i
+        out.append(
+            f"0:  [2025-10-09 14:{i * 3:02d}:16] iteration {it:8d}/  200000 | elapsed time per "
+            "iteration (ms): 9809.7 | learning rate: 1.500E-04 | lm loss: 2.596300E+00 |\n"
+            f"0: INFO:megatron.core.utils:[2025-10-09 14:{i * 3:02d}:16] | MnRtt/Rnk: "
+            f"5125.08ms/11 | MxRtt/Rnk: 7696.14ms/{rank} | MnTmp/Rnk: 51C/9 | MxTmp/Rnk: 66C/{rank}\n"
+        )
+    return "".join(out) + "# job still running at collection time\n"
+
+
+def test_an_uneven_pipeline_split_makes_its_slow_stage_the_application(tmp_path: Path) -> None:
+    log = _megatron_detector(
+        "--decoder-first-pipeline-num-layers 16 --decoder-last-pipeline-num-layers 24 "
+    )
+    assert verdict(tmp_path, log)[:2] == ("straggler", "application")
+
+
+def test_a_rotating_slowest_rank_without_a_cause_is_unknown(tmp_path: Path) -> None:
+    assert verdict(tmp_path, _megatron_detector(""))[:2] == ("straggler", "unknown")
