@@ -30,20 +30,24 @@ SITE_OWNED_IN_NODE_LOGS = frozenset(
     }
 )
 
-STALE_AFTER = timedelta(hours=6)
-
 # PCIe AER reports name the device that failed: the root port's `AER: Uncorrected (Fatal) error
 # received: 0000:03:00.0`, then the device's own driver prefix (`nvidia 0000:03:00.0: PCIe Bus
-# Error: ...`). When that device is a GPU it is the GPU's fault, not the host's (attribution
-# labels: hardware_gpu covers the GPU's PCIe link). Linux drivers/pci/pcie/aer.c prints both.
+# Error: ...`). When that device is a GPU it is the GPU's fault, a NIC/HCA's the network's, not
+# the host's (attribution labels: hardware_gpu covers the GPU's PCIe link, hardware_network the
+# NICs/HCAs). Linux drivers/pci/pcie/aer.c prints both lines.
 AER_IDS = frozenset({"pcie_aer_fatal"})
-_BDF = r"(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]"
-_AER_DEVICE = re.compile(rf"\berror received: (?P<bdf>{_BDF})|^\S+ (?P<dev>{_BDF}): PCIe Bus Error")
-# A PCI function that is an NVIDIA GPU, as node-side files name it: bound to the nvidia driver
-# (`nvidia 0000:03:00.0:`), NVIDIA's PCI vendor id 10de on a device line, NVRM/NVML naming it.
-_GPU_FUNCTION = re.compile(
-    rf"\bnvidia (?P<a>{_BDF}):|(?P<b>{_BDF})\b[^\n]{{0,60}}\[10de:|\bPCI:(?P<c>{_BDF})|"
-    rf"\bGPU ?(?P<d>{_BDF})\b"
+_BDF = r"(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]"
+_AER_DEVICE = re.compile(
+    rf"\berror received: (?P<bdf>{_BDF})|\b[\w-]+ (?P<dev>{_BDF}): PCIe Bus Error"
+)
+# What a PCI function is, from a host's files: its driver prefix (`nvidia 0000:03:00.0:`,
+# `mlx5_core 0000:41:00.0:`), its vendor id on a device line (`[10de:26b9]` NVIDIA, `[15b3:1021]`
+# Mellanox/NVIDIA networking), NVRM/NVML naming a GPU's bus.
+_DRIVER_FUNCTION = re.compile(rf"\b(?P<drv>[\w-]+) (?P<bdf>{_BDF}):")
+_VENDOR_FUNCTION = re.compile(rf"\b(?P<bdf>{_BDF})\b[^\n]{{0,60}}\[(?P<vendor>10de|15b3):")
+_GPU_NAMED = re.compile(rf"\bPCI:(?P<a>{_BDF})|\bGPU ?(?P<b>{_BDF})\b")
+_NIC_DRIVERS = frozenset(
+    {"mlx4_core", "mlx5_core", "ice", "i40e", "ixgbe", "bnxt_en", "irdma", "hfi1", "ionic", "qede"}
 )
 
 
@@ -52,21 +56,31 @@ def _bus(bdf: str) -> str:
     return bdf.lower()[-7:]
 
 
-def gpu_functions(lines: list[LogLine]) -> set[str]:
-    """PCI functions (bus:device.function) a host's files show to be NVIDIA GPUs."""
-    out: set[str] = set()
+def device_kinds(lines: list[LogLine]) -> dict[str, Category]:
+    """PCI functions (bus:device.function) a host's files show to be GPUs or NICs/HCAs."""
+    out: dict[str, Category] = {}
     for entry in lines:
         text = entry.text
-        if "nvidia" not in text and "10de" not in text and "PCI:" not in text and "GPU" not in text:
-            continue
-        for m in _GPU_FUNCTION.finditer(text):
-            out.add(_bus(next(g for g in m.groups() if g)))
+        for m in _DRIVER_FUNCTION.finditer(text):
+            if m["drv"] == "nvidia":
+                out[_bus(m["bdf"])] = Category.HARDWARE_GPU
+            elif m["drv"] in _NIC_DRIVERS:
+                out[_bus(m["bdf"])] = Category.HARDWARE_NETWORK
+        for m in _VENDOR_FUNCTION.finditer(text):
+            vendor = Category.HARDWARE_GPU if m["vendor"] == "10de" else Category.HARDWARE_NETWORK
+            out.setdefault(_bus(m["bdf"]), vendor)
+        if "PCI:" in text or "GPU" in text:
+            for g in _GPU_NAMED.finditer(text):
+                out.setdefault(_bus(g["a"] or g["b"]), Category.HARDWARE_GPU)
     return out
 
 
-def _aer_on_gpu(body: str, gpus: set[str]) -> bool:
+def _aer_device(body: str, kinds: dict[str, Category]) -> Category | None:
     m = _AER_DEVICE.search(body)
-    return m is not None and _bus(m["bdf"] or m["dev"]) in gpus
+    return kinds.get(_bus(m["bdf"] or m["dev"])) if m is not None else None
+
+
+STALE_AFTER = timedelta(hours=6)
 
 
 def scan_node_logs(
@@ -90,7 +104,7 @@ def scan_node_logs(
         if node is None:
             continue
         year = start.year if start else None
-        gpus = gpu_functions(lines)
+        kinds = device_kinds(lines)
         for entry in lines:
             found = registry.scan(entry.text)
             if not any(m.role == "root" for m in found):
@@ -111,8 +125,8 @@ def scan_node_logs(
                     # A node's own daemons logging a broken library or config: the site's
                     # software on that node (who owns the setting decides), not the job's.
                     match = match.model_copy(update={"category": Category.SYSTEM_SOFTWARE})
-                if match.id in AER_IDS and _aer_on_gpu(body, gpus):
-                    match = match.model_copy(update={"category": Category.HARDWARE_GPU})
+                if match.id in AER_IDS and (device := _aer_device(body, kinds)) is not None:
+                    match = match.model_copy(update={"category": device})
                 out.append(
                     Event(
                         line=entry,

@@ -83,6 +83,37 @@ _ENTRIES: list[dict[str, Any]] = [
         "near_misses": ["mlx5_core 0000:4b:00.0 mlx5_2: Port: 1 Link ACTIVE"],
     },
     {
+        "id": "port_state_down",
+        # Diagnostics pasted from the node: ibstat's port block (`State: Down`, `Physical
+        # state: Polling`) and ethtool's `Link detected: no`.
+        "regex": (
+            r"^\s*(?:State:\s*Down|Physical state:\s*(?:Polling|Disabled)"
+            r"|Link detected:\s*no)\s*$"
+        ),
+        "kind": "crash",
+        "category": "hardware_network",
+        "role": "root",
+        "severity": "error",
+        "description": "a network port of the node is down (ibstat / ethtool on the node)",
+        "examples": ["\t\tState: Down", "\t\tPhysical state: Polling", "\tLink detected: no"],
+        "near_misses": ["\t\tState: Active", "\t\tPhysical state: LinkUp", "\tLink detected: yes"],
+    },
+    {
+        "id": "edac_corrected_storm",
+        "regex": r"\bEDAC MC\d+: \d{3,} CE\b|\bCMCI storm detected\b",
+        "kind": "crash",
+        "category": "hardware_host",
+        "role": "root",
+        "severity": "error",
+        "description": "a storm of corrected host memory errors (hundreds in one EDAC report, "
+        "or the kernel's CMCI storm): a failing DIMM",
+        "examples": [
+            "EDAC MC0: 4562 CE memory read error on CPU_SrcID#0_MC#0_Chan#0_DIMM#0 (channel:0)",
+            "mce: CMCI storm detected: switching to poll mode",
+        ],
+        "near_misses": ["EDAC MC0: 1 CE memory read error on CPU_SrcID#0_Ha#0_Chan#1_DIMM#0"],
+    },
+    {
         "id": "gpu_lost",
         "regex": r"(?i)\bGPU is lost\b|\bGPU requires reset\b|\bfallen off the bus\b",
         "kind": "crash",

@@ -299,3 +299,34 @@ def test_a_noted_spine_outage_behind_a_uniform_hang_is_the_shared_network() -> N
 def test_a_note_about_an_old_switch_change_is_no_outage() -> None:
     note = "# leaf switch ib-leaf-r07 was replaced last week\n"
     assert _run(note + UNIFORM_HANG).category == Category.UNKNOWN
+
+
+def test_fatal_aer_on_a_nic_function_is_the_network() -> None:
+    dmesg = AER_ON.format(bdf="41:00.0", driver="mlx5_core", vendor="15b3:1021")
+    a = _run(STALLED, {"gpu-c03": _lines(dmesg, "dmesg_gpu-c03.txt")})
+    assert (a.category, a.culprit_nodes) == (Category.HARDWARE_NETWORK, ["gpu-c03"])
+
+
+def test_hca_firmware_command_timeouts_are_the_nodes_network() -> None:
+    # openucx/ucx#7738 (drivers/net/ethernet/mellanox/mlx5/core/cmd.c).
+    journal = (
+        "Jun  2 18:47:47 gpu-c03 kernel: mlx5_core 0000:61:00.0: wait_func:1132:(pid 141181): "
+        "CREATE_DCT(0x710) timeout. Will cause a leak of a command resource\n"
+    )
+    a = _run(STALLED, {"gpu-c03": _lines(journal, "journal_gpu-c03.txt")})
+    assert (a.category, a.culprit_nodes) == (Category.HARDWARE_NETWORK, ["gpu-c03"])
+
+
+def test_a_port_down_in_the_nodes_ibstat_is_the_network() -> None:
+    ibstat = "CA 'mlx5_0'\n\tPort 1:\n\t\tState: Down\n\t\tPhysical state: Polling\n"
+    a = _run(STALLED, {"gpu-c03": _lines(ibstat, "node_gpu-c03.txt")})
+    assert (a.category, a.culprit_nodes) == (Category.HARDWARE_NETWORK, ["gpu-c03"])
+
+
+def test_a_corrected_memory_error_storm_is_the_host() -> None:
+    journal = (
+        "Jun  2 18:47:47 gpu-c03 kernel: EDAC MC0: 4562 CE memory read error on "
+        "CPU_SrcID#0_MC#0_Chan#0_DIMM#0 (channel:0 slot:0 page:0x2ab5c offset:0x0 grain:32)\n"
+    )
+    a = _run(STALLED, {"gpu-c03": _lines(journal, "journal_gpu-c03.txt")})
+    assert (a.category, a.culprit_nodes) == (Category.HARDWARE_HOST, ["gpu-c03"])
