@@ -164,10 +164,24 @@ _STAT_MTIME = re.compile(
 OUTPUT_SILENCE_SECONDS = 3600.0
 
 
+# An operator's note of the same fact: `# last progress line written 2026-07-04 10:41 (job
+# log mtime)`, `# job.out last modified 2026-07-04T10:41:07`.
+_NOTED_WRITTEN = re.compile(
+    r"^#.*?\b(?:last (?:\w+ )?(?:line )?(?:written|modified)|mtime)\b\D{0,40}?"
+    r"(\d{4}-\d\d-\d\d)[T ](\d\d:\d\d(?::\d\d)?)\b"
+)
+
+
 def _output_written(a: Analysis) -> datetime | None:
     for entry in reversed(a.facts.lines):
         if (m := _STAT_MTIME.match(entry.text.strip())) is not None:
             return datetime.fromisoformat(m.group(1))
+    for entry in [*reversed(a.facts.lines), *reversed(a.lines[-20:])]:
+        if entry.text.startswith("#") and (n := _NOTED_WRITTEN.search(entry.text)) is not None:
+            try:
+                return datetime.fromisoformat(f"{n.group(1)} {n.group(2)}")
+            except ValueError:
+                continue
     return None
 
 

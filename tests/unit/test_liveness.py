@@ -128,3 +128,31 @@ class TestHangNeedsASilence:
         )
         log = "\n".join(bars) + "\n"
         assert verdict(tmp_path, log, scontrol("09:41:07"))["kind"] == "hang"
+
+
+def _time_limited_bars(tmp_path: Path, note: str) -> str:
+    # Lightning's progress bar (no clock time), then slurmstepd's time-limit kill line.
+    bars = "".join(
+        f"Epoch 7:  {10 + 8 * i}%|█         | {220 + 176 * i}/2200 [00:{9 * i:02d}:12<1:09:20, "
+        "v_num=3, train_loss=0.440]\n"
+        for i in range(7)
+    )
+    (tmp_path / "job.log").write_text(
+        bars + "slurmstepd: error: *** JOB 781003 ON node201 CANCELLED AT 2026-07-04T18:00:22 "
+        "DUE TO TIME LIMIT ***\n"
+    )
+    (tmp_path / "scheduler.txt").write_text(
+        "JobID           JobName      State ExitCode    Elapsed  Timelimit\n"
+        "781003          seg-lit    TIMEOUT      0:0   12:00:22   12:00:00\n" + note
+    )
+    return str(analyse_bundle(tmp_path).as_json()["kind"])
+
+
+def test_a_noted_last_write_hours_before_the_time_limit_is_a_hang(tmp_path: Path) -> None:
+    note = "# last progress line written 2026-07-04 10:41 (job log mtime)\n"
+    assert _time_limited_bars(tmp_path, note) == "hang"
+
+
+def test_a_noted_last_write_just_before_the_time_limit_is_the_time_limit(tmp_path: Path) -> None:
+    note = "# last progress line written 2026-07-04 17:59 (job log mtime)\n"
+    assert _time_limited_bars(tmp_path, note) == "crash"
