@@ -316,3 +316,51 @@ def _first_to_exit(a: Analysis, victims: set[str]) -> list[str]:
             continue
         return [x.node] if x.node and a.in_job(x.node) else []
     return []
+
+
+# The path an error names: `No such file or directory: 'data/x.json'`, `Unable to find '/a/b'`.
+_NAMED_PATH = re.compile(r"['\"](?P<path>\.{0,2}/?[\w.+@=-][^'\"]{0,400})['\"]")
+# A traceback frame of the job's own code: `File "/home/u/proj/train.py", line 12, in main`.
+_JOB_FRAME = re.compile(r'File "(?P<path>/[^"]{1,500})", line \d+')
+# Shared roots (`/lustre`, `/home`, `/scratch/project`) are not the job's tree by themselves.
+OWN_TREE_DEPTH = 3
+
+
+def job_owned_path(a: Analysis, message: str) -> bool:
+    """A missing or forbidden path that belongs to the job: relative to its working directory,
+    or inside the directory tree its own code runs from (`/home/u/proj/data/x.json` next to
+    `/home/u/proj/src/train.py`). The job's configuration, on any node; a path elsewhere may
+    be a mount missing on one node."""
+    m = _NAMED_PATH.search(message.split(":", 1)[-1])
+    if m is None:
+        return False
+    path = m["path"]
+    if not path.startswith("/"):
+        return "/" in path or "." in path  # (a bare word is no path)
+    parts = path.split("/")[1 : OWN_TREE_DEPTH + 1]
+    if len(parts) < OWN_TREE_DEPTH:
+        return False
+    for entry in a.lines:
+        if 'File "/' not in entry.text or (f := _JOB_FRAME.search(entry.text)) is None:
+            continue
+        code = f["path"]
+        if _INSTALLED.search(code):
+            continue
+        if code.split("/")[1 : OWN_TREE_DEPTH + 1] == parts:
+            return True
+    return False
+
+
+# The kernel's or Slurm's OOM killer ending a process of the job (its memory use).
+OOM_KILLS = frozenset({"host_oom_kill", "slurm_oom_kill", "dataloader_worker_killed"})
+
+
+def _explain_by_node(a: Analysis, node: str | None, node_app: list[Event]) -> Verdict | None:
+    """A rank that died without a word: did its node's kernel kill it (OOM)?"""
+    for e in node_app:
+        if e.node == node and e.category == Category.APPLICATION and e.match.id in OOM_KILLS:
+            return Verdict(
+                Category.APPLICATION, e.key, f"{e.match.id} on {node}: the job ran out of "
+                "host memory", 0.8, evidence=[e.line],
+            )  # fmt: skip
+    return None

@@ -20,6 +20,7 @@ from resurgo.attribute.analysis import Analysis, Verdict, actor_node, event_node
 from resurgo.attribute.causes import (
     _collective_mismatch,
     _drifted_node,
+    _explain_by_node,
     _first_to_exit,
     _no_retry_helps,
     _node_software_fault,
@@ -27,6 +28,7 @@ from resurgo.attribute.causes import (
     _transient,
     _version_drift,
     crashed_in_job_code,
+    job_owned_path,
 )
 from resurgo.attribute.events import Event, TaskExit, normalise
 from resurgo.attribute.stages_common import (
@@ -96,8 +98,6 @@ NATIVE_CRASH = frozenset(
 NONDETERMINISTIC_APP = frozenset(
     {"loss_nan", "nonfinite_values", "cuda_oom", "host_oom_kill", "slurm_oom_kill"}
 )
-# The kernel's or Slurm's OOM killer ending a process of the job (its memory use).
-OOM_KILLS = frozenset({"host_oom_kill", "slurm_oom_kill", "dataloader_worker_killed"})
 # A path the job names that is missing or forbidden: on one node a mount (retry elsewhere), on
 # every rank of every node the job's own data or configuration (failure taxonomy B.8).
 CONFIGURED_PATHS = frozenset({"file_not_found", "permission_denied"})
@@ -204,17 +204,6 @@ def _root_failure(a: Analysis) -> Verdict | None:
             culprits=[e.node] if e.match.id in NODE_LOCAL_SYSTEM and e.node else [],
             evidence=[e.line],
         )  # fmt: skip
-    return None
-
-
-def _explain_by_node(a: Analysis, node: str | None, node_app: list[Event]) -> Verdict | None:
-    """A rank that died without a word: did its node's kernel kill it (OOM)?"""
-    for e in node_app:
-        if e.node == node and e.category == Category.APPLICATION and e.match.id in OOM_KILLS:
-            return Verdict(
-                Category.APPLICATION, e.key, f"{e.match.id} on {node}: the job ran out of "
-                "host memory", 0.8, evidence=[e.line],
-            )  # fmt: skip
     return None
 
 
@@ -340,6 +329,8 @@ def _from_primaries(
             # A checkpoint path only the saving rank writes: the job's configured directory;
             # and permissions do not change on a retry (a missing file may be a mount).
             or (mid in CONFIGURED_PATHS and any(e.checkpoint_save for e in same))
+            # A path relative to the job's directory, or inside the job's own code tree.
+            or (mid in CONFIGURED_PATHS and job_owned_path(a, first.message))
             or mid == "permission_denied"
             # Rank 0 alone reads what the job configures first (its data index, its
             # tokenizer): a mount missing on a node fails every rank there, not rank 0 only.

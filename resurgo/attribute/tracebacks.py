@@ -38,10 +38,12 @@ _VALIDATING_FUNC = re.compile(
 )
 # Exception types that name a configuration or usage error (Lightning's
 # `MisconfigurationException`, Hydra's `ConfigCompositionException`, pydantic's
-# `ValidationError`, HF's `HFValidationError`, `click.UsageError`).
+# `ValidationError`, HF's `HFValidationError`, `click.UsageError`, datasets'
+# `DatasetGenerationError`/`DataFilesNotFoundError`: the job's own data).
 _USAGE_TYPE = re.compile(
     r"(?i)(?:Config(?:uration)?|Misconfiguration|Validation|Usage|Argument|Option|Override|"
-    r"Schema|Interpolation|Missing(?:Mandatory)?Value|Unsupported|Incompatible)\w*"
+    r"Schema|Interpolation|Missing(?:Mandatory)?Value|Unsupported|Incompatible|Dataset|"
+    r"DataFiles|Tokeniz\w*|Vocab)\w*"
     r"(?:Error|Exception)$"
 )
 # Python's own environment errors, about reaching or reading something outside the program

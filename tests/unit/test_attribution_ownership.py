@@ -281,3 +281,45 @@ def test_a_compiler_wrapper_is_judged_by_the_error_it_wraps() -> None:
     )
     a = _run(job, [f"gpu-m0{i}" for i in range(2, 10)])
     assert a.category == Category.SYSTEM_SOFTWARE
+
+
+# CPython's FileNotFoundError and datasets' `Unable to find` (huggingface/datasets load.py).
+def _missing(path: str, script: str = "/home/zhang/LLaMA-Factory/src/train.py") -> str:
+    return (
+        "Traceback (most recent call last):\n"
+        f'  File "{script}", line 14, in <module>\n'
+        "    main()\n"
+        f"FileNotFoundError: [Errno 2] No such file or directory: '{path}'\n"
+    )
+
+
+def test_a_missing_file_relative_to_the_job_is_its_configuration() -> None:
+    a = _run(_missing("data/alpaca_data.json"), ["gpu01"])
+    assert (a.category, default_advice(a).kind) == (Category.APPLICATION, AdviceKind.STOP)
+
+
+def test_a_missing_file_inside_the_jobs_code_tree_is_its_configuration() -> None:
+    a = _run(_missing("/home/zhang/LLaMA-Factory/data/my_sft.json"), ["gpu01"])
+    assert (a.category, default_advice(a).kind) == (Category.APPLICATION, AdviceKind.STOP)
+
+
+def test_a_missing_file_on_a_shared_mount_is_not_stopped_on_one_rank() -> None:
+    # Elsewhere than the job's tree: a mount missing on this node may be back elsewhere.
+    a = _run(_missing("/lustre/data/pile/shard-00017.tar"), ["gpu01", "gpu02"])
+    assert default_advice(a).kind != AdviceKind.STOP
+
+
+def test_a_dataset_library_rejecting_the_jobs_data_is_the_application() -> None:
+    job = (
+        "Traceback (most recent call last):\n"
+        '  File "/root/sft/train.py", line 66, in <module>\n'
+        '    ds = load_dataset("json", data_files=args.data)\n'
+        '  File "/usr/local/lib/python3.10/dist-packages/datasets/builder.py", line 1905, in '
+        "_prepare_split_single\n"
+        '    raise DatasetGenerationError("An error occurred while generating the dataset") '
+        "from e\n"
+        "datasets.exceptions.DatasetGenerationError: An error occurred while generating the "
+        "dataset\n"
+    )
+    a = _run(job, ["gpu01"])
+    assert (a.category, default_advice(a).kind) == (Category.APPLICATION, AdviceKind.STOP)
