@@ -50,6 +50,10 @@ def nodes_in_log(lines: list[LogLine]) -> list[str]:
     if not found:
         for entry in lines[:HEADER_LINES]:
             text = entry.text[:500]
+            if text.startswith(("+ ", "$ ")) and "  # " in text:
+                # A note trailing the launch command the shell traced (`+ srun ... train.py
+                # # nodes gpu-q[05-08], --time=02:00:00`).
+                text = text[text.index("  # ") + 2 :]
             if not text.startswith("#"):
                 continue
             m = _NODES_WORD.search(text)

@@ -33,13 +33,26 @@ def _spoke(a: Analysis) -> set[int]:
     return tasks
 
 
+# torch.distributed.elastic dynamic_rendezvous.py: `The node '<id>' attempts to join the next
+# round of the rendezvous '<run id>'.`
+_JOINING = re.compile(r"attempts to join the next round of the rendezvous")
+
+
 def agent_never_started(a: Analysis) -> Verdict | None:
     roots = [e for e in a.events if e.root and e.serious and e.origin == "job"]
     waiting = [
         e for e in roots
         if e.match.id in _WAITING and ("Timeout" in e.message or "imed out" in e.message)
     ]  # fmt: skip
-    if not waiting or len(waiting) != len(roots):
+    waited = [(e.line, e.message) for e in waiting]
+    how = "timed out waiting for it"
+    if not roots and a.scan.max_iteration is None and (a.scheduler_outcome() or "") == "timeout":
+        # No timeout raised (a rendezvous timeout longer than the time limit): the agents
+        # that started announce joining and wait until Slurm kills the job.
+        joined = [e for e in a.lines if "rendezvous" in e.text and _JOINING.search(e.text)]
+        waited = [(e, strip_prefixes(e.text).body) for e in joined]
+        how = "waited for it until the time limit"
+    if not waited or (waiting and len(waiting) != len(roots)):
         return None
     spoke = _spoke(a)
     # One task per node: the node list's order, else srun's own lines (`srun: error: gx-d04:
@@ -54,9 +67,9 @@ def agent_never_started(a: Analysis) -> Verdict | None:
     names = ", ".join(silent)
     return Verdict(
         Category.UNKNOWN, AGENT_NEVER_STARTED_KEY,
-        f"the launcher on {names} never printed a line nor joined; the other nodes timed out "
-        f"waiting for it ({waiting[0].message[:120]})", 0.6,
-        culprits=silent, evidence=[e.line for e in waiting[:4]], kind=AnomalyKind.HANG,
+        f"the launcher on {names} never printed a line nor joined; the other nodes {how} "
+        f"({waited[0][1][:120]})", 0.6,
+        culprits=silent, evidence=[line for line, _ in waited[:4]], kind=AnomalyKind.HANG,
     )  # fmt: skip
 
 
