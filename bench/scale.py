@@ -81,6 +81,15 @@ done
 """
 
 
+def use_instance(k: int) -> None:
+    """Cluster `scale<k>` and every port moved by 100*k: two benches on one host must not share
+    a cluster (each purges its own at the end) or a Temporal server."""
+    global CLUSTER, CTLD_PORT, BASE_PORT, TEMPORAL_PORT, UI_PORT
+    CLUSTER = f"scale{k}"
+    CTLD_PORT, BASE_PORT = CTLD_PORT + 100 * k, BASE_PORT + 100 * k
+    TEMPORAL_PORT, UI_PORT = TEMPORAL_PORT + 100 * k, UI_PORT + 100 * k
+
+
 def start_cluster(cpus: int) -> str:
     env = dict(os.environ, CLUSTER=CLUSTER, NODES=str(NODES), CPUS=str(cpus),
                CTLD_PORT=str(CTLD_PORT), BASE_PORT=str(BASE_PORT))  # fmt: skip
@@ -318,6 +327,9 @@ def main() -> int:
     parser.add_argument("--faults", type=int, default=20)
     parser.add_argument("--window", type=float, default=60.0)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--instance", type=int, default=0, metavar="K",
+                        help="run as cluster scale<K> on ports +100*K (another bench on this "
+                             "host uses the defaults)")  # fmt: skip
     parser.add_argument("--profile", action="store_true",
                         help="run worker and controller under cProfile: one profile per steady "
                              "window in the work dir (adds its own CPU)")  # fmt: skip
@@ -325,6 +337,8 @@ def main() -> int:
                         help="instead: an N-task array against N single jobs "
                              "(bench/scale_arrays.py)")  # fmt: skip
     args = parser.parse_args()
+    if args.instance:
+        use_instance(args.instance)
     if args.array:
         from bench.scale_arrays import compare, report
 

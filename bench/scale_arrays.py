@@ -39,7 +39,8 @@ from rich.console import Console
 from rich.table import Table
 from temporalio.client import Client
 
-from bench.scale import TEMPORAL_PORT, Bench
+from bench import scale
+from bench.scale import Bench
 from resurgo.devstack.localstack import wait_for
 
 # Over this, "no more than N single jobs" is missed (measurement noise on a shared machine).
@@ -136,11 +137,13 @@ async def window(
 async def compare(args: argparse.Namespace) -> tuple[dict[str, float], dict[str, float], int]:
     n = args.array
     args.sizes, args.faults = [n], 0
+    if args.instance:  # bench.scale as imported here, not the __main__ that parsed the args
+        scale.use_instance(args.instance)
     bench = ArrayBench(args)
     console = Console(stderr=True)
     try:
         bench.start()
-        client = await Client.connect(f"127.0.0.1:{TEMPORAL_PORT}")
+        client = await Client.connect(f"127.0.0.1:{scale.TEMPORAL_PORT}")
         time.sleep(5)
         _, idle_rss = bench.sample()
         console.log(f"idle rss {idle_rss}")
