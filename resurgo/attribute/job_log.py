@@ -197,6 +197,9 @@ def scan_job(registry: Registry, lines: list[LogLine], topo: Topology) -> JobSca
             # One line, its most specific reading: `CUDA error: no kernel image ...` is the
             # catalogue's application entry, not also a CUDA error of unknown class.
             matches = [m for m in matches if m.role != "root" or m.category != Category.UNKNOWN]
+            # Nor a generic cascade besides (`NCCL WARN Cuda failure 'out of memory'` is NCCL's
+            # allocation failing, not a reaction to an earlier CUDA error).
+            matches = [m for m in matches if m.role == "root"]
         exception_line = bool(_EXC_LINE.match(body)) and not body.startswith(" ")
         if not matches and not ended and exception_line and tracebacks.in_traceback(actor):
             # An exception no entry knows (a launcher's ChildFailedError reporting on its

@@ -330,3 +330,43 @@ def test_a_corrected_memory_error_storm_is_the_host() -> None:
     )
     a = _run(STALLED, {"gpu-c03": _lines(journal, "journal_gpu-c03.txt")})
     assert (a.category, a.culprit_nodes) == (Category.HARDWARE_HOST, ["gpu-c03"])
+
+
+def _one_node_fails(lines: str) -> str:
+    return (
+        "0: [rank0] 2025-06-02 18:46:25 | step 18300 | loss 0.8232\n" + lines + "".join(
+            f"srun: error: gpu-c0{t + 1}: task {t}: Exited with exit code 1\n" for t in (1, 0, 2)
+        )
+    )  # fmt: skip
+
+
+def test_nccl_failing_to_allocate_its_buffers_is_the_gpus_memory() -> None:
+    # NVIDIA/nccl#1235: NCCL's own allocation fails with the GPU full.
+    job = _one_node_fails(
+        "1: gpu-c02:3063028:3066152 [3] include/alloc.h:178 NCCL WARN Cuda failure 'out of "
+        "memory'\n"
+        "1: [rank8]: ncclUnhandledCudaError: Call to CUDA function failed.\n"
+    )
+    a = _run(job)
+    assert a.category == Category.APPLICATION
+    assert a.culprit_nodes == []
+
+
+def test_nccl_unable_to_size_dev_shm_is_that_nodes_state() -> None:
+    # NVIDIA/nccl-tests#166 (misc/shmutils.cc).
+    job = _one_node_fails(
+        "1: gpu-c02:9621:9691 [6] misc/shmutils.cc:71 NCCL WARN Error: failed to extend "
+        "/dev/shm/nccl-fjwOOB to 5967876 bytes\n"
+    )
+    a = _run(job)
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["gpu-c02"])
+
+
+def test_the_container_gpu_hook_without_a_driver_is_the_nodes_driver() -> None:
+    # NVIDIA/nvidia-docker#1393.
+    job = _one_node_fails(
+        "1: stderr: nvidia-container-cli: initialization error: nvml error: driver not loaded: "
+        "unknown.\n"
+    )
+    a = _run(job)
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["gpu-c02"])
