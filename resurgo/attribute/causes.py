@@ -90,16 +90,23 @@ def _specific_cause(first: Event, primaries: list[Event]) -> Event:
     Wrappers print first and carry the real error below them: a DataLoader worker's `Caught
     OSError ... Original Traceback`, a DCP `CheckpointException` listing each rank's failure.
     """
-    if first.category != Category.UNKNOWN or first.actor is None:
+    wrapper = bool(_REPORTS_ANOTHER.search(first.message))
+    if first.category != Category.UNKNOWN or (first.actor is None and not wrapper):
         return first
     for e in sorted(primaries, key=lambda e: e.order):
         if e.order <= first.order or e.actor != first.actor:
             continue
         if e.order - first.order > WRAPPED_CAUSE_LINES:
             break
-        if e.category != Category.UNKNOWN:
+        if e.category != Category.UNKNOWN or wrapper:
             return e
     return first
+
+
+# PyTorch's re-raise of an error from another process or thread (torch/_utils.py
+# ExceptionWrapper: `Caught KeyError in DataLoader worker process 0.`, `Caught RuntimeError in
+# replica 0 on device 0.`): the error it wraps, printed below it, is the one to read.
+_REPORTS_ANOTHER = re.compile(r"\bCaught \w+ in (?:DataLoader worker process|replica) \d+")
 
 
 # ProcessGroupNCCL's watchdog names the work that timed out: `WorkNCCL(SeqNum=73312,

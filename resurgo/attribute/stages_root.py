@@ -408,6 +408,10 @@ def _from_primaries(
             culprits=nodes if local else [], ranks=ranks, evidence=evidence,
         )  # fmt: skip
     # unknown root (segfault, abort, CUDA error of no known class, exception of no known type)
+    if mid == "python_exception" and job_owned_path(a, first.message):
+        # An error about a file in the job's own tree (its data, its config): the job's.
+        return Verdict(Category.APPLICATION, first.key, summary, 0.85, ranks=ranks,
+                       evidence=evidence)  # fmt: skip
     if everywhere and mid == "python_exception":
         # The same exception, same message, from every rank: the job's code, data or config
         # (stop-grade), unless its type is about reaching something shared (a hub, a

@@ -26,7 +26,10 @@ _FRAME = re.compile(r'^\s*File "(?P<path>[^"]{1,500})", line \d+, in (?P<func>[\
 _LIBRARY_PATH = re.compile(
     r"/(?:site|dist)-packages/|/lib/python\d[\d.]*/|^<frozen |^<string>$|/usr/lib/"
 )
-_TRACEBACK = re.compile(r"\bTraceback \(most recent call last\):")
+# (rich's boxed tracebacks, printed by accelerate and many trainers, drop the colon:
+# `╭──── Traceback (most recent call last) ────╮`, frames `│ /home/u/train.py:88 in main │`.)
+_TRACEBACK = re.compile(r"\bTraceback \(most recent call last\)(?::|\s*─)")
+_RICH_FRAME = re.compile(r"^│ (?P<path>[^\s│]{1,500}\.py):\d+ in (?P<func>[\w<>.]+)\s*│?\s*$")
 _EXC_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?(?P<name>[A-Za-z_]\w*(?:Error|Exception))(?::|$)")
 _SAVE_FUNC = re.compile(r"(?i)save|persist|serialize|dump_state")
 # A library function whose job is to check its caller's input (Lightning's
@@ -83,7 +86,7 @@ class TracebackTracker:
             # its frames are the outer call.)
             self.stacks[actor] = _Stack(open=True)
             return False
-        if stack.open and (frame := _FRAME.match(body)) is not None:
+        if stack.open and (frame := _FRAME.match(body) or _RICH_FRAME.match(body)) is not None:
             path, func = frame.group("path"), frame.group("func")
             if _SAVE_FUNC.search(func) or "/checkpoint" in path:
                 stack.in_save = True
@@ -91,7 +94,7 @@ class TracebackTracker:
             stack.job_frames += _users_code(path)
             stack.code_next = True
             return True
-        if stack.code_next and body[:1].isspace():
+        if (stack.code_next and body[:1].isspace()) or (stack.open and body.startswith("│")):
             return True  # the source line a traceback frame shows is code, not an error message
         stack.code_next = False
         return False

@@ -323,3 +323,39 @@ def test_a_dataset_library_rejecting_the_jobs_data_is_the_application() -> None:
     )
     a = _run(job, ["gpu01"])
     assert (a.category, default_advice(a).kind) == (Category.APPLICATION, AdviceKind.STOP)
+
+
+def test_a_boxed_rich_traceback_is_read_like_pythons_own() -> None:
+    # rich's traceback (accelerate, kohya sd-scripts): frames `│ path:line in func │`.
+    job = (
+        "╭───────────── Traceback (most recent call last) ─────────────╮\n"
+        "│ /home/u/kohya_ss/sd-scripts/train_network.py:240 in train   │\n"
+        "│                                                             │\n"
+        '│ ❱  240 │   │   raise RuntimeError("max_token_length")       │\n'
+        "╰─────────────────────────────────────────────────────────────╯\n"
+        "RuntimeError: max_token_length must be 150 or 225\n"
+    )
+    a = _run(job, ["gpu01"])
+    assert (a.category, default_advice(a).kind) == (Category.APPLICATION, AdviceKind.STOP)
+
+
+def test_a_dataloader_workers_error_is_read_below_its_wrapper() -> None:
+    # torch/_utils.py ExceptionWrapper re-raises a worker's error with `Caught ... Original
+    # Traceback`; PIL's error names an image in the job's own data tree.
+    job = (
+        "Traceback (most recent call last):\n"
+        '  File "/home/u/cls/train.py", line 77, in <module>\n'
+        "    for batch in loader:\n"
+        '  File "/opt/conda/lib/python3.10/site-packages/torch/_utils.py", line 722, in reraise\n'
+        "    raise exception\n"
+        "RuntimeError: Caught RuntimeError in DataLoader worker process 0.\n"
+        "Original Traceback (most recent call last):\n"
+        '  File "/home/u/cls/dataset.py", line 41, in __getitem__\n'
+        "    img = self.transform(Image.open(self.paths[i]))\n"
+        '  File "/opt/conda/lib/python3.10/site-packages/PIL/Image.py", line 3298, in open\n'
+        "    raise UnidentifiedImageError(msg)\n"
+        "PIL.UnidentifiedImageError: cannot identify image file "
+        "'/home/u/cls/data/train/img_0412.jpg'\n"
+    )
+    a = _run(job, ["gpu01"])
+    assert (a.category, default_advice(a).kind) == (Category.APPLICATION, AdviceKind.STOP)
