@@ -268,6 +268,7 @@ _HOST_VALUE = re.compile(
 _SUMMARY_DURATION = re.compile(r"(?i)\b(?:wait|time|latency|duration|stall)\b|\(m?s\b|\bm?s\)")
 _SUMMARY_RATE = re.compile(r"(?i)\b(?:bandwidth|busbw|algbw|throughput|tflops?)\b|/s\b")
 MIN_SUMMARY_HOSTS = 3
+SUMMARY_LINES = 2000  # where the latest summary is looked for (the output's end)
 # Per-rank or per-device keys that name no host (where no node list says what a host is).
 _NOT_A_HOST = re.compile(r"(?i)^(?:rank|r|gpu|cuda|dev(?:ice)?|worker|proc|local_rank)_?\d+$")
 
@@ -275,7 +276,7 @@ _NOT_A_HOST = re.compile(r"(?i)^(?:rank|r|gpu|cuda|dev(?:ice)?|worker|proc|local
 def _per_host_summary(a: Analysis, bodies: list[tuple[int, str]], out: RankReports) -> None:
     """A summary line whose per-node values put one node HOST_FIELD_RATIO behind the others'
     median (a summary over many steps: one line is a consistent report)."""
-    for order, body in reversed(bodies):
+    for order, body in reversed(bodies[-SUMMARY_LINES:]):
         if body.count("(") + body.count("=") + body.count(":") < MIN_SUMMARY_HOSTS:
             continue
         pairs = [

@@ -102,22 +102,31 @@ def _number(text: str) -> float | None:
     return value if math.isfinite(value) and value >= 0 else None
 
 
-def _plan() -> list[tuple[str, re.Pattern[str], tuple[str, ...], bool, float, bool]]:
-    """Per metric regex: its gate literals and whether they are lower case (folded), so
-    `samples_of` tests them inline on one lower-cased copy of the line (no call per regex)."""
+_Plan = list[tuple[str, tuple[str, ...], bool, list[tuple[re.Pattern[str], float, bool]]]]
+
+
+def _plan() -> _Plan:
+    """Per metric: every literal of its regexes' gates and whether they are lower case
+    (folded), then its regexes in order; `_samples` tests a metric's literals inline on one
+    lower-cased copy of the line (no call per regex) and skips all its regexes at once."""
     global _PLAN
     if _PLAN is None:
-        plan = []
+        plan: _Plan = []
         for (metric, regex, factor, lower), (_, gate, _, _) in zip(
             _METRICS, _GATED_METRICS, strict=True
         ):
             literals = gate._gate()  # the gate's own literals (found from the regex)
-            plan.append((metric, regex, literals, gate._lower, factor, lower))
+            if not plan or plan[-1][0] != metric or plan[-1][2] != gate._lower:
+                plan.append((metric, (), gate._lower, []))
+            name, known, folded, regexes = plan[-1]
+            # A regex without literals can match any line: its metric is never skipped.
+            every = () if not literals or (regexes and not known) else known + literals
+            plan[-1] = (name, every, folded, [*regexes, (regex, factor, lower)])
         _PLAN = plan
     return _PLAN
 
 
-_PLAN: list[tuple[str, re.Pattern[str], tuple[str, ...], bool, float, bool]] | None = None
+_PLAN: _Plan | None = None
 
 
 def samples_of(order: int, text: str) -> list[Sample]:
@@ -139,7 +148,7 @@ def _samples(order: int, text: str, low: str | None) -> list[Sample]:
     body = strip_prefixes(text).body
     out: list[Sample] = []
     seen: set[str] = set()
-    for metric, regex, literals, folded, factor, lower in _plan():
+    for metric, literals, folded, regexes in _plan():
         if metric in seen:
             continue
         if literals:
@@ -150,11 +159,13 @@ def _samples(order: int, text: str, low: str | None) -> list[Sample]:
                         break
                 else:
                     continue
-        m = regex.search(body)
-        if m is None or (value := _number(m.group(1))) is None:
-            continue
-        seen.add(metric)
-        out.append(Sample(order, metric, value * factor, lower))
+        for regex, factor, lower in regexes:
+            m = regex.search(body)
+            if m is None or (value := _number(m.group(1))) is None:
+                continue
+            seen.add(metric)
+            out.append(Sample(order, metric, value * factor, lower))
+            break
     return out
 
 

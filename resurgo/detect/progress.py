@@ -114,6 +114,8 @@ class RankTiming(NamedTuple):
 def _to_iteration(text: str | None) -> int | None:
     if text is None:
         return None
+    if len(text) < 16 and text.isdigit() and text.isascii():
+        return int(text)  # the common case: plain digits, below MAX_ITERATION
     cleaned = text.strip().replace(",", "").replace("_", "")
     if not cleaned or len(cleaned) > 16 or not (cleaned.isascii() and cleaned.isdigit()):
         return None
@@ -230,7 +232,9 @@ def _parse_custom(line: str, custom: CustomPattern) -> int | None:
 
 
 def _parse_builtin(line: str, body: str | None = None) -> int | None:
-    if _GATE.search(line) is None:
+    # The gate's literals only (its regex adds one `\b`, and every format below is searched
+    # anyway): a line without any of them cannot be a built-in progress line.
+    if not _GATE.may_match(line):
         return None
     text = strip_prefixes(line).body if body is None else body
     # Literal gates: each regex below needs the literal tested before it, so a line without
