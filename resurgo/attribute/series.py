@@ -260,6 +260,8 @@ def jobwide_slowdown(a: Analysis) -> Slowdown | None:
     """The strongest sustained slowdown at the end of any job-wide series."""
     best: Slowdown | None = None
     for metric, samples in read_series(a).items():
+        if len(samples) <= WARMUP_SAMPLES:
+            continue  # too short to hold a warm-up and a steady part (median of nothing)
         # The first intervals are skipped only where they show the warm-up (slower than what
         # follows): a log that starts mid-run has none, and every steady sample counts.
         steady = statistics.median(s.value for s in samples[WARMUP_SAMPLES : WARMUP_SAMPLES + 5])

@@ -124,3 +124,13 @@ class TestJobwideSlowdown:
             for i, ms in enumerate([2205.4] * 4 + [2890.4, 2904.4, 2890.4, 2904.4])
         )
         assert verdict(tmp_path, log)["kind"] == "straggler"
+
+
+@pytest.mark.parametrize("count", [1, 2])
+def test_a_series_too_short_for_a_warm_up_is_no_slowdown_and_no_crash(
+    tmp_path: Path, count: int
+) -> None:
+    # Two progress lines of a job that just started: the warm-up window holds every sample and
+    # the steady part is empty (statistics.median raised on it and the whole verdict was lost).
+    v = verdict(tmp_path, deepspeed([40.0, 52.0][:count]))
+    assert v["kind"] != "straggler"
