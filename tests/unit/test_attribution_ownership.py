@@ -359,3 +359,22 @@ def test_a_dataloader_workers_error_is_read_below_its_wrapper() -> None:
     )
     a = _run(job, ["gpu01"])
     assert (a.category, default_advice(a).kind) == (Category.APPLICATION, AdviceKind.STOP)
+
+
+@pytest.mark.parametrize(
+    "job",
+    [
+        # Slurm refusing the job's own request (slurm_errno.c strings as srun prints them).
+        "srun: error: Unable to create step for job 4412201: More processors requested than "
+        "permitted\n",
+        # torch's dlopen of a CUDA library the job's environment lacks.
+        "Traceback (most recent call last):\n"
+        '  File "/home/u/venv/lib/python3.10/site-packages/torch/__init__.py", line 235, in '
+        "_load_global_deps\n"
+        "    raise err\n"
+        "OSError: libcudnn.so.8: cannot open shared object file: No such file or directory\n",
+    ],
+)
+def test_the_jobs_request_or_environment_refused_everywhere_stops(job: str) -> None:
+    a = _run(job, ["gpu01"])
+    assert (a.category, default_advice(a).kind) == (Category.APPLICATION, AdviceKind.STOP)
