@@ -35,9 +35,10 @@ from typing import NamedTuple
 
 from resurgo.attribute.analysis import Analysis, Kind, Verdict, fingerprint
 from resurgo.attribute.bundle import Bundle
+from resurgo.attribute.engine_fault import survives_engine_faults
 from resurgo.attribute.liveness import noted_running, running_fine, still_progressing
 from resurgo.attribute.log_header import nodes_in_log
-from resurgo.attribute.node_local import name_node_local
+from resurgo.attribute.node_local import explain_unknown, name_node_local
 from resurgo.attribute.scheduler import job_id_in_log, parse_scheduler
 from resurgo.attribute.site_notes import noted_fabric_outage
 from resurgo.attribute.stages_hardware import (
@@ -108,6 +109,7 @@ def attribute(
     )[0]  # fmt: skip
 
 
+@survives_engine_faults(lambda verdict: (verdict, Progress(None, None)))
 @memoised_prefixes()  # every pass over the lines peels each line's prefixes once
 def analyse(
     registry: Registry,
@@ -160,7 +162,7 @@ def analyse(
         or (stragglers(a) if a.running else None)
         or _nothing(a)
     )
-    verdict = noted_fabric_outage(a, name_node_local(a, verdict))
+    verdict = explain_unknown(a, noted_fabric_outage(a, name_node_local(a, verdict)))
     if (
         anomaly is not None
         and anomaly.suspects
