@@ -26,8 +26,9 @@ from collections.abc import Callable
 
 from resurgo.attribute.analysis import Analysis, Verdict, event_node
 from resurgo.attribute.causes import _version_drift
+from resurgo.attribute.events import _CORRECTED
 from resurgo.attribute.topology import split_host_prefix
-from resurgo.contracts import Category, LogLine
+from resurgo.contracts import HARDWARE_CATEGORIES, Category, LogLine
 from resurgo.detect.lines import parse_nccl_prefix
 from resurgo.policy.decide import NO_RETRY_HELPS_KEY
 
@@ -45,6 +46,7 @@ _MAPPED_V4 = re.compile(r"^::ffff:(?P<ip>\d{1,3}(?:\.\d{1,3}){3})$", re.IGNORECA
 _PEER = re.compile(r"\b(?:from|by remote|by) peer (?P<peer>[\w.:-]+?)<\d+>")
 _OOM_HOLDER = re.compile(r"\bProcess (?P<pid>\d+) has (?P<gib>\d+(?:\.\d+)?) GiB memory in use")
 MIN_HELD_GIB = 1.0
+HARDWARE = frozenset(HARDWARE_CATEGORIES)
 _NCCL_EVENT = re.compile(r"(?i)\bnccl")
 
 
@@ -194,3 +196,50 @@ def _node_files(a: Analysis, v: Verdict) -> tuple[list[str], str, list[LogLine]]
         f"{', '.join(nodes)}'s own logs show {', '.join(nodes)} broken",
         list(hit.values()),
     )
+
+
+# A drain reason about the node's software (NHC's non-hardware checks, a mount, a daemon).
+_SOFTWARE_DRAIN = re.compile(
+    r"(?i)\bcheck_(?!hw_)\w+|\bnot mounted\b|\bmount\b|\bdaemon\b|\bnot running\b|"
+    r"\bhostengine\b|\bslurmd\b|\bmunge\b|\bfilesystem\b|\bfile system\b"
+)
+
+
+def explain_unknown(a: Analysis, v: Verdict) -> Verdict:
+    """An `unknown` verdict that names a node (the first to die, the silent one) made specific
+    by that node's own state: a hardware Xid in its files that is no failure by itself (Xid 63
+    row-remap pending, Xid 92 single-bit error rate; attribution-labels.md lists 63 under
+    hardware_gpu), or a drain for a software reason (NHC's non-hardware checks)."""
+    if v.category != Category.UNKNOWN or len(v.culprits) != 1:
+        return v
+    node = v.culprits[0]
+    for host, lines in a.node_logs.items():
+        if a.topo.hosts.canonical(host) != node:
+            continue
+        for entry in lines:
+            for m in a.registry.scan(entry.text):
+                # (An Xid the catalogue files under hardware but not as a failure by itself;
+                # NVRM's `GPU at PCI:` banner and corrected errors say nothing.)
+                if (
+                    m.category in HARDWARE
+                    and m.groups.get("xid")
+                    and not _CORRECTED.search(entry.text)
+                ):
+                    v.category = m.category
+                    v.summary = f"{v.summary}; {node}'s own logs show {m.id}"
+                    v.evidence = [entry, *v.evidence]
+                    return v
+    for name, record in a.facts.nodes.items():
+        if a.topo.hosts.canonical(name) == node and _SOFTWARE_DRAIN.search(record.reason or ""):
+            return _software(v, node, record.reason)
+    for r in a.facts.reasons:
+        if a.topo.hosts.canonical(r.node) == node and _SOFTWARE_DRAIN.search(r.reason):
+            return _software(v, node, r.reason)
+    return v
+
+
+def _software(v: Verdict, node: str, reason: str) -> Verdict:
+    v.category = Category.SYSTEM_SOFTWARE
+    v.summary = f"{v.summary}; {node} was drained: {reason[:120]}"
+    v.confidence = max(v.confidence, 0.7)
+    return v

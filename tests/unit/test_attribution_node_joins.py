@@ -370,3 +370,22 @@ def test_the_container_gpu_hook_without_a_driver_is_the_nodes_driver() -> None:
     )
     a = _run(job)
     assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["gpu-c02"])
+
+
+def test_a_row_remap_pending_on_the_node_that_died_first_is_its_gpu() -> None:
+    # The Xid 63 line as quoted in stas00/ml-engineering (compute/accelerator/nvidia/debug.md).
+    dmesg = (
+        "[Mon Jun  2 18:47:40 2025] NVRM: Xid (PCI:0000:10:1c): 63, pid=1896, Row Remapper: New "
+        "row marked for remapping, reset gpu to activate.\n"
+    )
+    a = _run(STALLED, {"gpu-c03": _lines(dmesg, "dmesg_gpu-c03.txt")})
+    assert (a.category, a.culprit_nodes) == (Category.HARDWARE_GPU, ["gpu-c03"])
+
+
+def test_a_node_drained_for_a_lost_mount_is_its_software() -> None:
+    sinfo = (
+        "REASON               USER      TIMESTAMP           NODELIST\n"
+        "NHC: check_fs_mount:  /lustre not mounted  root 2025-06-02T18:48:01 gpu-c03\n"
+    )
+    a = _run(STALLED, scheduler=sinfo)
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["gpu-c03"])
