@@ -14,6 +14,7 @@ from resurgo.attribute.analysis import Analysis, Verdict, event_node
 from resurgo.attribute.events import Event
 from resurgo.attribute.stages_common import _rank
 from resurgo.attribute.topology import split_host_prefix
+from resurgo.attribute.tracebacks import REPORTS_ANOTHER
 from resurgo.contracts import AnomalyKind, Category, LogLine
 from resurgo.detect.lines import parse_nccl_prefix, strip_prefixes
 from resurgo.policy.decide import NO_RETRY_HELPS_KEY
@@ -90,7 +91,7 @@ def _specific_cause(first: Event, primaries: list[Event]) -> Event:
     Wrappers print first and carry the real error below them: a DataLoader worker's `Caught
     OSError ... Original Traceback`, a DCP `CheckpointException` listing each rank's failure.
     """
-    wrapper = bool(_REPORTS_ANOTHER.search(first.message))
+    wrapper = bool(REPORTS_ANOTHER.search(first.message))
     if first.category != Category.UNKNOWN or (first.actor is None and not wrapper):
         return first
     for e in sorted(primaries, key=lambda e: e.order):
@@ -101,12 +102,6 @@ def _specific_cause(first: Event, primaries: list[Event]) -> Event:
         if e.category != Category.UNKNOWN or wrapper:
             return e
     return first
-
-
-# PyTorch's re-raise of an error from another process or thread (torch/_utils.py
-# ExceptionWrapper: `Caught KeyError in DataLoader worker process 0.`, `Caught RuntimeError in
-# replica 0 on device 0.`): the error it wraps, printed below it, is the one to read.
-_REPORTS_ANOTHER = re.compile(r"\bCaught \w+ in (?:DataLoader worker process|replica) \d+")
 
 
 # ProcessGroupNCCL's watchdog names the work that timed out: `WorkNCCL(SeqNum=73312,

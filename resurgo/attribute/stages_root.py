@@ -44,7 +44,7 @@ from resurgo.attribute.stages_common import (
     _watchdog_aborts,
     after_the_kill,
 )
-from resurgo.attribute.tracebacks import GENERIC_APPLICATION_IDS
+from resurgo.attribute.tracebacks import GENERIC_APPLICATION_IDS, LIBRARY_CALL_FAILED
 from resurgo.contracts import AnomalyKind, Category
 
 # Application errors that reproduce wherever the job runs (a retry cannot help).
@@ -354,6 +354,10 @@ def _from_primaries(
             )  # fmt: skip
         if deterministic:
             confidence = 0.95 if everywhere else (0.85 if job_scoped else 0.7)
+        elif mid == LIBRARY_CALL_FAILED and not everywhere:
+            # Likely the job's use of the library, but one rank's error of no known class:
+            # retried once (unless it names a file of the job's own tree: its data).
+            confidence = 0.8 if job_owned_path(a, first.message) else 0.65
         elif (mid in GENERIC_APPLICATION_IDS and _transient(first)) or mid == "file_not_found":
             # Reaching something shared, or a path missing on some nodes only (a mount):
             # a retry may pass.
@@ -408,8 +412,7 @@ def _from_primaries(
             culprits=nodes if local else [], ranks=ranks, evidence=evidence,
         )  # fmt: skip
     # unknown root (segfault, abort, CUDA error of no known class, exception of no known type)
-    if mid == "python_exception" and job_owned_path(a, first.message):
-        # An error about a file in the job's own tree (its data, its config): the job's.
+    if mid == "python_exception" and job_owned_path(a, first.message):  # its data, config
         return Verdict(Category.APPLICATION, first.key, summary, 0.85, ranks=ranks,
                        evidence=evidence)  # fmt: skip
     if everywhere and mid == "python_exception":

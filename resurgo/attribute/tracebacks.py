@@ -56,7 +56,19 @@ _ENVIRONMENT_TYPE = re.compile(
     r"TimeoutError|\w*Timeout\w*|BrokenPipeError|InterruptedError|SystemError|MemoryError|"
     r"\w*(?:Network|Socket|Store|Backend|Http|HTTP|SSL|Request)\w*(?:Error|Exception))$"
 )
+# PyTorch's re-raise of an error from another process or thread (torch/_utils.py
+# ExceptionWrapper: `Caught KeyError in DataLoader worker process 0.`, `Caught RuntimeError in
+# replica 0 on device 0.`): the error it wraps, printed below it, is the one to read.
+REPORTS_ANOTHER = re.compile(r"\bCaught \w+ in (?:DataLoader worker process|replica) \d+")
+# A message about the GPU, its driver or the fabric (`Error 803: system has unsupported display
+# driver / cuda driver combination`, `CUDNN_STATUS_INTERNAL_ERROR`, an NCCL failure).
+_DEVICE_OR_DRIVER = re.compile(
+    r"(?i)\b(?:cuda\w*|cudnn\w*|cublas\w*|nccl\w*|nvml\w*|hip|rocm|driver|device|gpu|ecc|xid)\b|"
+    r"\bError \d{3}\b|unknown error"
+)
 GENERIC_APPLICATION_IDS = frozenset({"python_user_exception", "python_library_rejected_input"})
+# An exception a library raised under the job's own call, not known to be about its input.
+LIBRARY_CALL_FAILED = "python_library_call_failed"
 
 
 @dataclass
@@ -117,10 +129,15 @@ class TracebackTracker:
         if _users_code(stack.innermost):
             return _generic_exception(body, "python_user_exception")
         name = m.group("name") if (m := _EXC_LINE.match(body)) else ""
-        rejected = stack.job_frames > 0 and not _ENVIRONMENT_TYPE.match(name) and (
-            bool(_VALIDATING_FUNC.search(stack.innermost_func)) or bool(_USAGE_TYPE.match(name))
-        )  # fmt: skip
-        return _generic_exception(body, "python_library_rejected_input" if rejected else None)
+        if stack.job_frames == 0 or _ENVIRONMENT_TYPE.match(name) or REPORTS_ANOTHER.search(body):
+            return _generic_exception(body)
+        if _VALIDATING_FUNC.search(stack.innermost_func) or _USAGE_TYPE.match(name):
+            return _generic_exception(body, "python_library_rejected_input")
+        if _DEVICE_OR_DRIVER.search(body):
+            return _generic_exception(body)  # (the node's GPU, driver or fabric may be why)
+        # Raised in a library the job's own code called, of no environment type: most likely
+        # how the job uses it (or the library versions it installed); weakly the job's.
+        return _generic_exception(body, LIBRARY_CALL_FAILED)
 
 
 def _users_code(path: str | None) -> bool:
