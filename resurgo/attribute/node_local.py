@@ -210,6 +210,14 @@ def explain_unknown(a: Analysis, v: Verdict) -> Verdict:
     by that node's own state: a hardware Xid in its files that is no failure by itself (Xid 63
     row-remap pending, Xid 92 single-bit error rate; attribution-labels.md lists 63 under
     hardware_gpu), or a drain for a software reason (NHC's non-hardware checks)."""
+    if v.category == Category.UNKNOWN and a.state == "OUT_OF_MEMORY":
+        # Slurm's own verdict: a step exceeded its memory cgroup (sacct OUT_OF_MEMORY, shown
+        # truncated as OUT_OF_ME+), the job's memory use like the oom_kill event it stands for.
+        return Verdict(
+            Category.APPLICATION, "oom|slurm_state", f"{v.summary}: Slurm ended the job "
+            "OUT_OF_MEMORY (a step exceeded its memory limit)", 0.85,
+            ranks=v.ranks, evidence=v.evidence, kind=v.kind, outcome=v.outcome,
+        )  # fmt: skip
     if v.category != Category.UNKNOWN or len(v.culprits) != 1:
         return v
     node = v.culprits[0]

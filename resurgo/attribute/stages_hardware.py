@@ -56,6 +56,7 @@ def _node_failure(a: Analysis, outcome: str | None) -> Verdict | None:
                 if canonical and a.in_job(canonical):
                     failed.setdefault(canonical, e.line)
     node_fail = outcome == "node_fail"
+    said_by_srun = any(e.match.id == "srun_node_failure" for e in a.events)
     if not failed and not node_fail:
         return None
     if not failed and len(a.node_list) <= 1:
@@ -94,7 +95,9 @@ def _node_failure(a: Analysis, outcome: str | None) -> Verdict | None:
     return Verdict(
         category, "node_failure", f"node failure: {where} failed or stopped responding",
         0.9 if culprits else 0.7, culprits=culprits, evidence=evidence,
-        kind=AnomalyKind.CRASH, outcome="node_fail" if node_fail or not a.running else None,
+        kind=AnomalyKind.CRASH,
+        # (srun's `Node failure on` ends the step whatever else the output shows.)
+        outcome="node_fail" if node_fail or not a.running or said_by_srun else None,
     )  # fmt: skip
 
 

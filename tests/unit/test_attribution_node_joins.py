@@ -389,3 +389,28 @@ def test_a_node_drained_for_a_lost_mount_is_its_software() -> None:
     )
     a = _run(STALLED, scheduler=sinfo)
     assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["gpu-c03"])
+
+
+PROGRESS = "0: [rank0] 2025-06-02 18:46:25 | step 18300 | loss 0.8232\n"
+SACCT = "JobID           JobName  Partition      State ExitCode\n" + (
+    "------------ ---------- ---------- ---------- --------\n"
+)
+
+
+def test_slurms_out_of_memory_state_is_the_jobs_memory_use() -> None:
+    # sacct truncates the state to ten characters by default (`OUT_OF_ME+`).
+    a = _run(
+        PROGRESS, scheduler=SACCT + "4242            train        gpu  OUT_OF_ME+      0:125\n"
+    )
+    assert (a.category, a.culprit_nodes) == (Category.APPLICATION, [])
+    assert default_advice(a).kind == AdviceKind.STOP
+
+
+def test_srun_reporting_a_node_failure_excludes_that_node() -> None:
+    job = PROGRESS + (
+        "srun: error: Node failure on gpu-c02\n"
+        "srun: error: Aborting, io error and missing step on node gpu-c02\n"
+    )
+    a = _run(job)
+    assert (a.category, a.culprit_nodes) == (Category.SCHEDULER, ["gpu-c02"])
+    assert default_advice(a).kind == AdviceKind.REQUEUE_EXCLUDING
