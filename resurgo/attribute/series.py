@@ -62,13 +62,24 @@ _METRICS: list[tuple[str, re.Pattern[str], float, bool]] = [
      False),
     ("images_per_s", re.compile(r"(?i)(?<![\w.])" + _NUM + r"\s*im(?:g|ages)/s(?:ec)?\b"), 1.0,
      False),
+    # MaxText `completed step: 10, seconds: 1.234, TFLOP/s/device: 123.4, Tokens/s/device: ...`
+    ("iteration_ms", re.compile(r"\bcompleted step: \d+, seconds: " + _NUM), 1000.0, True),
+    # fairseq `wps=52922, ups=0.5` (words and updates per second; JSON logs quote the values)
+    ("tokens_per_s", re.compile(r"(?i)\btokens/s/device[:=]\s*" + _NUM), 1.0, False),
+    ("tokens_per_s", re.compile(r"(?<![\w.])\"?wps\"?[=:]\s*\"?" + _NUM), 1.0, False),
     ("tflops", re.compile(r"\(TFLOP/s/GPU\):\s*" + _NUM), 1.0, False),
+    ("tflops", re.compile(r"(?i)\bTFLOP/s/device[:=]\s*" + _NUM), 1.0, False),
+    ("tflops", re.compile(r"(?i)(?<![\w./])tflops[:=]\s*" + _NUM), 1.0, False),
+    # torchtitan `mfu: 16.99%`, nanoGPT `mfu 30.21%`
+    ("mfu", re.compile(r"(?i)(?<![\w.])mfu[:=]?\s*" + _NUM + r"\s*%"), 1.0, False),
     ("it_per_s", re.compile(r"(?<![\w.])" + _NUM + r"it/s\b"), 1.0, False),
+    ("it_per_s", re.compile(r"(?<![\w.])\"?ups\"?[=:]\s*\"?" + _NUM), 1.0, False),
 ]  # fmt: skip
 _SEPARATED_UNIT = ("s |", "s\t", ")\t", "s,", "s (")
 _TIME_GATE = gated(re.compile(r"time|\bt_|\bdt\b|ms\b"))
 _GATE = gated(re.compile(
-    r"(?i)/s|s/(?:it|iter|step)\b|per[ _]?sec|persec|per iteration|timing|step_time|tps"
+    r"(?i)/s|s/(?:it|iter|step)\b|per[ _]?sec|persec|per iteration|timing|step_time|tps|"
+    r"seconds: |wps|ups|tflops|mfu"
 ))  # fmt: skip
 # Every line of the output goes through these: each regex first tests for its own literals.
 _GATED_METRICS = [(m, gated(regex), factor, lower) for m, regex, factor, lower in _METRICS]
@@ -271,6 +282,8 @@ def jobwide_slowdown(a: Analysis) -> Slowdown | None:
         if len(samples) < warm + MIN_TIGHT_BASELINE_SAMPLES + RECENT_SAMPLES:
             continue
         body = samples[warm:]
+        if all(x.value < y.value for x, y in zip(body, body[1:], strict=False)):
+            continue  # a running total (`train_wall=756`, an elapsed time), not a rhythm
         # The slow run at the end: walk back while samples stay slow against the early part.
         early = statistics.median(
             s.value for s in body[: max(MIN_BASELINE_SAMPLES, len(body) // 3)]

@@ -46,7 +46,7 @@ PATTERN_MAX_MEM = 2 << 20
 _FLAGS = re.ASCII
 
 # Cheap gate: a line without any of these cannot be a built-in progress line.
-_GATE = gated(re.compile(r"(?i)iter|step|%\||it \[|epoch|\bit[ =:]"))
+_GATE = gated(re.compile(r"(?i)iter|step|%\||it \[|epoch|\bit[ =:]|train: |num_updates"))
 _RESUME = re.compile(
     r"(?i)\b(?:resum\w*|restor\w*|load(?:ed|ing)?\s+(?:the\s+)?(?:\w+\s+)?checkpoint"
     r"|checkpoint\s+loaded)\b"
@@ -57,11 +57,18 @@ _LIGHTNING = re.compile(
 )
 # pytorch/examples imagenet/main.py ProgressMeter (copied by many vision trainers):
 # `Epoch: [4][ 200/2502]\tTime  0.781 ( 0.70)\tData  0.372 ( 0.30)\tLoss ...`.
-_EPOCH_BATCH = re.compile(r"\bEpoch: \[(\d{1,9})\]\[\s*(\d{1,15})/(\d{1,15})\]", _FLAGS)
+# timm train.py: `Train: 3 [ 100/1251 (  8%)]  Loss: ...  Time: 0.312s, ...`; Composer's
+# console logger: `[epoch=1][batch=120/10000]: ...`.
+_EPOCH_BATCH = re.compile(
+    r"(?:\bEpoch: \[(\d{1,9})\]\[|\bTrain: (\d{1,9}) \[|\[epoch=(\d{1,9})\]\[batch=)"
+    r"\s*(\d{1,15})/(\d{1,15})\b",
+    _FLAGS,
+)
 _TQDM = re.compile(r"(?:^|\s)\d{1,3}%\|[^|]{0,200}\|\s*(\d{1,15})/(?:\d{1,15}|\?)\s*\[", _FLAGS)
 _TQDM_UNKNOWN_TOTAL = re.compile(r"(?:^|\s)(\d{1,15})it \[\d", _FLAGS)
 _KEYED = re.compile(
-    r"(?i)(?<![\w.])(?:global[_ ]step|step|iter(?:ation)?)\b['\"]?\s*[=:]?\s*(\d{1,15})\b(?![.]\d)",
+    r"(?i)(?<![\w.])(?:global[_ ]step|num_updates|step|iter(?:ation)?)\b['\"]?\s*[=:]?\s*['\"]?"
+    r"(\d{1,15})\b(?![.]\d)",
     _FLAGS,
 )
 
@@ -97,6 +104,7 @@ _SEPARATED_FIELD = re.compile(
     r"(?i)(?:[|,\t])\s*(?P<key>[a-z][a-z0-9_+/-]{0,30}?)\s+"
     r"(?P<value>\d{1,9}(?:\.\d{1,9})?)(?:\s?(?P<unit>ms|s)\b(?!/)|(?=\s+\(\s*\d+\.\d+\)))"
 )
+_MS_PHASE = re.compile(r"\|\s*([A-Za-z][\w.-]{0,60}):\s*(\d{1,9}(?:\.\d{1,9})?)(?![\d.])")
 _KEY_VALUE = re.compile(r"\b([A-Za-z_]\w{0,40})=([^\s,;|]{1,256})", _FLAGS)
 _NODE = re.compile(r"[A-Za-z0-9][\w.-]{0,252}", _FLAGS)
 _RANK_PREFIX = re.compile(r"\s*\[[Rr]ank ?(\d{1,7})\]", _FLAGS)
@@ -256,8 +264,11 @@ def _parse_builtin(line: str, body: str | None = None) -> int | None:
         size = _to_iteration(total)
         total_steps = n if size is None else epoch * size + n
         return total_steps if total_steps <= MAX_ITERATION else None
-    if "Epoch: [" in text and (m := _EPOCH_BATCH.search(text)) is not None:
-        epoch, n, size = (_to_iteration(m.group(i)) for i in (1, 2, 3))
+    if ("Epoch: [" in text or "Train: " in text or "[epoch=" in text) and (
+        m := _EPOCH_BATCH.search(text)
+    ) is not None:
+        epoch = _to_iteration(m.group(1) or m.group(2) or m.group(3))
+        n, size = _to_iteration(m.group(4)), _to_iteration(m.group(5))
         if epoch is None or n is None or size is None:
             return None
         return epoch * size + n if epoch * size + n <= MAX_ITERATION else None
@@ -270,7 +281,7 @@ def _parse_builtin(line: str, body: str | None = None) -> int | None:
     # Both are ASCII-only case-insensitive, so `str.lower` keeps their literals in any text.
     folded = text.lower() if low is None else low
     m = None
-    if "step" in folded or "iter" in folded:
+    if "step" in folded or "iter" in folded or "num_updates" in folded:
         m = _KEYED.search(text)
     if m is None and "it" in folded:
         m = _SHORT_IT.search(text)
@@ -332,6 +343,13 @@ def timing_fields(text: str) -> dict[str, float]:
         ms = value if unit == "ms" else value * 1000.0
         if math.isfinite(ms) and ms >= 0:
             out.setdefault(key, ms)
+    if "time (ms) |" in text:
+        # DeepSpeed's wall_clock_breakdown (deepspeed/utils/timer.py SynchronizedWallClockTimer
+        # .log): `time (ms) | forward: 123.45 | backward: 234.56 | step: 40.00`.
+        for m in _MS_PHASE.finditer(text):
+            ms = float(m.group(2))
+            if math.isfinite(ms):
+                out.setdefault(m.group(1).lower(), ms)
     if "|" in text or "\t" in text or "," in text:
         for m in _SEPARATED_FIELD.finditer(text):
             key = m.group("key").lower()

@@ -297,3 +297,31 @@ def _reference_fields(text: str) -> dict[str, float]:
     if not out and (spelled := _reference_duration(text)) is not None:
         out["step"] = spelled
     return out
+
+
+# More frameworks' step lines (public sources): fairseq's simple and JSON progress bars
+# (facebookresearch/fairseq issues #940 and #2201 quote them), timm train.py's `Train:` line,
+# Composer's console logger `[epoch=1][batch=120/10000]`, MaxText's `completed step:` line
+# (docs understand_logs_and_metrics.md), nanoGPT train.py's `iter 100: loss ..., time ...ms`.
+@pytest.mark.parametrize(
+    ("line", "iteration"),
+    [
+        ("| epoch 001:    450 / 1891 loss=11.521, nll_loss=10.881, ppl=1886.05, wps=52922, ups=0.5, wpb=104928, bsz=5325, num_updates=445, lr=8.90889e-05, gnorm=1.543, clip=0%, oom=0, loss_scale=2.000, wall=882, train_wall=756", 445),
+        ('{"epoch": 27, "update": 26.267, "loss": "8.206", "nll_loss": "7.049", "ppl": "132.47", "wps": "1195.4", "ups": "1.62", "wpb": "738.1", "bsz": "46.4", "num_updates": "33700", "lr": "0.00017226"}', 33700),
+        ("Train: 3 [ 100/1251 (  8%)]  Loss: 3.214 (3.412)  Time: 0.312s, 3281.45/s  (0.315s, 3250.89/s)  LR: 1.000e-03  Data: 0.012 (0.015)", 3 * 1251 + 100),
+        ("[epoch=1][batch=120/10000]: Train throughput/samples_per_sec: 123.4", 10120),
+        ("completed step: 10, seconds: 1.234, TFLOP/s/device: 123.456, Tokens/s/device: 4567.890, total_weights: 196608, loss: 7.123", 10),
+        ("iter 100: loss 4.2345, time 120.53ms, mfu 30.21%", 100),
+    ],
+)  # fmt: skip
+def test_more_frameworks_progress(line: str, iteration: int) -> None:
+    assert ProgressParser().parse(line) == iteration
+
+
+def test_deepspeed_wall_clock_breakdown_phases() -> None:
+    # deepspeed/utils/timer.py SynchronizedWallClockTimer.log with wall_clock_breakdown on.
+    line = "[2024-03-02 10:11:12,345] [INFO] [logging.py:96:log_dist] [Rank 0] time (ms) | forward: 123.45 | backward: 234.56 | backward_inner: 200.00 | backward_allreduce: 30.00 | step: 40.00"
+    assert timing_fields(line) == {
+        "forward": 123.45, "backward": 234.56, "backward_inner": 200.0,
+        "backward_allreduce": 30.0, "step": 40.0,
+    }  # fmt: skip

@@ -134,3 +134,32 @@ def test_a_series_too_short_for_a_warm_up_is_no_slowdown_and_no_crash(
     # the steady part is empty (statistics.median raised on it and the whole verdict was lost).
     v = verdict(tmp_path, deepspeed([40.0, 52.0][:count]))
     assert v["kind"] != "straggler"
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        # fairseq simple and JSON progress (facebookresearch/fairseq issues #940, #2201)
+        ("| epoch 001:    450 / 1891 loss=11.521, wps=52922, ups=0.5, wpb=104928, "
+         "num_updates=445, train_wall=756", {"tokens_per_s": 52922.0, "it_per_s": 0.5}),
+        ('{"epoch": 27, "loss": "8.206", "wps": "1195.4", "ups": "1.62", "num_updates": "33700"}',
+         {"tokens_per_s": 1195.4, "it_per_s": 1.62}),
+        # MaxText (docs/guides/monitoring_and_debugging/understand_logs_and_metrics.md)
+        ("completed step: 10, seconds: 1.234, TFLOP/s/device: 123.456, Tokens/s/device: "
+         "4567.890, total_weights: 196608, loss: 7.123",
+         {"iteration_ms": 1234.0, "tflops": 123.456, "tokens_per_s": 4567.89}),
+        # torchtitan MetricsProcessor.log, nanoGPT train.py
+        ("step: 200  loss:  5.7600  memory: 58.02GiB(73.25%)  tps: 2,901  tflops: 168.02  "
+         "mfu: 16.99%", {"tokens_per_s": 2901.0, "tflops": 168.02, "mfu": 16.99}),
+        ("iter 100: loss 4.2345, time 120.53ms, mfu 30.21%", {"mfu": 30.21}),
+    ],
+)  # fmt: skip
+def test_more_frameworks_rates(line: str, expected: dict[str, float]) -> None:
+    assert {s.metric: s.value for s in samples_of(0, line)} == expected
+
+
+def test_a_running_total_is_not_a_slowdown(tmp_path: Path) -> None:
+    # A time field that counts the run so far (`elapsed_time=`, like fairseq's `wall=`) only
+    # grows: it is no step rhythm.
+    log = "".join(f"step={100 * i} loss=11.5 elapsed_time={60 * i}s\n" for i in range(1, 31))
+    assert verdict(tmp_path, log)["kind"] == "none"
