@@ -14,6 +14,7 @@ first compiled steps) is not a slowdown.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import statistics
@@ -282,7 +283,7 @@ def jobwide_slowdown(a: Analysis) -> Slowdown | None:
         if len(samples) < warm + MIN_TIGHT_BASELINE_SAMPLES + RECENT_SAMPLES:
             continue
         body = samples[warm:]
-        if all(x.value < y.value for x, y in zip(body, body[1:], strict=False)):
+        if all(x.value < y.value for x, y in itertools.pairwise(body)):
             continue  # a running total (`train_wall=756`, an elapsed time), not a rhythm
         # The slow run at the end: walk back while samples stay slow against the early part.
         early = statistics.median(
