@@ -98,7 +98,10 @@ class TracebackTracker:
             # its frames are the outer call.)
             self.stacks[actor] = _Stack(open=True)
             return False
-        if stack.open and (frame := _FRAME.match(body) or _RICH_FRAME.match(body)) is not None:
+        frame = _FRAME.match(body) or (_RICH_FRAME.match(body) if stack.open else None)
+        if frame is not None:
+            if not stack.open:  # (no header before it: a traceback quoted from its middle)
+                stack = self.stacks[actor] = _Stack(open=True)
             path, func = frame.group("path"), frame.group("func")
             if _SAVE_FUNC.search(func) or "/checkpoint" in path:
                 stack.in_save = True

@@ -405,3 +405,15 @@ def test_an_unknown_library_error_about_the_driver_is_not_called_the_jobs() -> N
         "unsupported display driver / cuda driver combination"
     )
     assert _run(_library_raised(message), ["gpu-k03"]).category != Category.APPLICATION
+
+
+def test_a_traceback_quoted_from_its_middle_is_still_followed() -> None:
+    # Issue threads often paste only the last frames; a frame opens the traceback.
+    job = (
+        '  File "/home/u/proj/model.py", line 77, in forward\n'
+        "    h = self.block(x)\n"
+        '  File "/opt/conda/lib/python3.10/site-packages/somelib/ops.py", line 12, in run\n'
+        "    return _run(x)\n"
+        "RuntimeError: unsupported operand in graph rewrite\n"
+    )
+    assert _run(job, ["gpu01"]).category == Category.APPLICATION
