@@ -324,6 +324,9 @@ def parse_scheduler(lines: list[LogLine], job_id: int | None = None) -> Schedule
         facts.job, facts.job_fields = _job_from_sacct(sacct_rows)
     if facts.job is None:
         facts.job, facts.job_fields = _job_from_fragments(lines, job_id)
+    if facts.job is None and (preempted := _ctld_preempted(lines, job_id)) is not None:
+        facts.job = JobObservation(job_id=preempted, state="PREEMPTED")
+        facts.job_fields = {"JobId": str(preempted), "JobState": "PREEMPTED"}
     suspend_time = facts.job_fields.get("SuspendTime", "None")
     if facts.suspended is None and suspend_time not in ("", "None", "Unknown") and facts.job:
         facts.suspended = next((e for e in lines if "SuspendTime=" in e.text), None)
@@ -362,6 +365,24 @@ def _job_from_fragments(
         return parse_job(record), split_record(record)
     except (ParseError, ValueError):
         return None, {}
+
+
+# slurmctld's preemption of a job (SchedMD/slurm src/slurmctld/job_mgr.c, slurm_job_preempt):
+# `preempted JobId=5521901 has been requeued to reclaim resources for JobId=5521999` (or
+# `has been killed`).
+_CTLD_PREEMPTED = re.compile(
+    r"\bpreempted JobId=(?P<job>\d+) has been (?:requeued|killed|suspended|checkpointed)"
+    r" to reclaim resources for JobId=\d+"
+)
+
+
+def _ctld_preempted(lines: list[LogLine], job_id: int | None) -> int | None:
+    """The job slurmctld says it preempted (this job's, where the output names it)."""
+    for entry in lines:
+        m = _CTLD_PREEMPTED.search(entry.text) if "preempted" in entry.text else None
+        if m is not None and (job_id is None or int(m["job"]) == job_id):
+            return int(m["job"])
+    return None
 
 
 def _mentions(lines: list[LogLine], job_id: int) -> bool:

@@ -52,9 +52,10 @@ def refine_outcome(a: Analysis, outcome: str | None) -> str | None:
         outcome = "preempted"
     if outcome is None and a.offline and runs and runs[-1] == "REQUEUED":
         outcome = "requeued"  # requeued by Slurm (or by the job itself: `scontrol requeue`)
-    if outcome is None and a.offline and a.state == "PENDING" and _killed_to_requeue(a):
-        # Slurm killed the run `DUE TO JOB REQUEUE` and the job waits to run again: requeued
-        # (scontrol requeue, or the job's own signal handler), whatever sacct's rows say.
+    if outcome is None and a.offline and a.state in (None, "PENDING") and _killed_to_requeue(a):
+        # Slurm killed the run `DUE TO JOB REQUEUE` and the job waits to run again (or no
+        # state says otherwise): requeued (scontrol requeue, or the job's own signal handler),
+        # whatever sacct's rows say.
         outcome = "requeued"
     if outcome is None and "TIMEOUT" in a.facts.step_states.values():
         outcome = "timeout"  # the step's own time limit (`srun -t`), the batch script went on

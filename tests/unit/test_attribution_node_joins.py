@@ -414,3 +414,28 @@ def test_srun_reporting_a_node_failure_excludes_that_node() -> None:
     a = _run(job)
     assert (a.category, a.culprit_nodes) == (Category.SCHEDULER, ["gpu-c02"])
     assert default_advice(a).kind == AdviceKind.REQUEUE_EXCLUDING
+
+
+REQUEUED = (
+    '0: {"step": 44250, "loss": 1.6070}\n'
+    "slurmstepd: error: *** STEP 5521901.0 ON gpu-c01 CANCELLED AT 2026-08-30T14:36:40 ***\n"
+    "slurmstepd: error: *** JOB 5521901 ON gpu-c01 CANCELLED AT 2026-08-30T14:36:40 DUE TO "
+    "JOB REQUEUE ***\n"
+)
+
+
+def test_a_run_killed_due_to_job_requeue_is_a_requeue() -> None:
+    a = _run(REQUEUED)
+    assert (a.kind, a.category) == (AnomalyKind.CRASH, Category.SCHEDULER)
+    assert default_advice(a).kind == AdviceKind.REQUEUE
+
+
+def test_slurmctld_preempting_the_job_is_a_preemption() -> None:
+    job = REQUEUED.replace(" DUE TO JOB REQUEUE", "")
+    ctld = (
+        "[2026-08-30T14:36:40.001] preempted JobId=5521901 has been requeued to reclaim "
+        "resources for JobId=5521999\n"
+    )
+    a = _run(job, scheduler=ctld)
+    assert (a.category, a.scheduler_outcome) == (Category.SCHEDULER, "preempted")
+    assert default_advice(a).kind == AdviceKind.REQUEUE
