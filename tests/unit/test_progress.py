@@ -283,10 +283,10 @@ def test_literal_gates_change_no_result(line: str) -> None:
     body = strip_prefixes(line).body
     assert ProgressParser().parse(line, body) == _reference_iteration(line)
     assert parse_step_duration(line) == _reference_duration(line)
-    assert timing_fields(line) == _reference_fields(line)
+    assert progress.keyed_fields(line) == _reference_fields(line, fallback=False)
 
 
-def _reference_fields(text: str) -> dict[str, float]:
+def _reference_fields(text: str, *, fallback: bool = True) -> dict[str, float]:
     out: dict[str, float] = {}
     for m in progress._TIME_FIELD.finditer(text):
         key = m.group("key").lower()
@@ -294,7 +294,7 @@ def _reference_fields(text: str) -> dict[str, float]:
         ms = float(m.group("value")) * (1.0 if unit == "ms" else 1000.0)
         if math.isfinite(ms) and ms >= 0:
             out.setdefault(key, ms)
-    if not out and (spelled := _reference_duration(text)) is not None:
+    if fallback and not out and (spelled := _reference_duration(text)) is not None:
         out["step"] = spelled
     return out
 
