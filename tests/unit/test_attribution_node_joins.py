@@ -439,3 +439,13 @@ def test_slurmctld_preempting_the_job_is_a_preemption() -> None:
     a = _run(job, scheduler=ctld)
     assert (a.category, a.scheduler_outcome) == (Category.SCHEDULER, "preempted")
     assert default_advice(a).kind == AdviceKind.REQUEUE
+
+
+def test_a_working_directory_missing_on_one_node_is_its_mount() -> None:
+    job = _one_node_fails(
+        "1: slurmstepd: error: couldn't chdir to `/lustre/proj/run7': No such file or directory: "
+        "going to /tmp instead\n"
+        "1: python: can't open file '/tmp/train.py': [Errno 2] No such file or directory\n"
+    )
+    a = _run(job)
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["gpu-c02"])
