@@ -114,31 +114,42 @@ def _number(text: str) -> float | None:
     return value if math.isfinite(value) and value >= 0 else None
 
 
-_Plan = list[tuple[str, tuple[str, ...], bool, list[tuple[re.Pattern[str], float, bool]]]]
+_Plan = list[tuple[str, tuple[str, ...], list[tuple[re.Pattern[str], float, bool]]]]
 
 
 def _plan() -> _Plan:
-    """Per metric: every literal of its regexes' gates and whether they are lower case
-    (folded), then its regexes in order; `_samples` tests a metric's literals inline on one
-    lower-cased copy of the line (no call per regex) and skips all its regexes at once."""
+    """Per metric: the lower-cased literals of its regexes' gates (any one of which a match
+    needs), then its regexes in order. Testing a case-sensitive literal lower-cased on the
+    lower-cased line only lets more lines through to the regexes, which decide; so every
+    metric is one inline test on one lower-cased copy of the line, and its regexes are
+    skipped at once."""
     global _PLAN
     if _PLAN is None:
-        plan: _Plan = []
+        by_metric: dict[
+            str, tuple[tuple[str, ...] | None, list[tuple[re.Pattern[str], float, bool]]]
+        ] = {}
         for (metric, regex, factor, lower), (_, gate, _, _) in zip(
             _METRICS, _GATED_METRICS, strict=True
         ):
             literals = gate._gate()  # the gate's own literals (found from the regex)
-            if not plan or plan[-1][0] != metric or plan[-1][2] != gate._lower:
-                plan.append((metric, (), gate._lower, []))
-            name, known, folded, regexes = plan[-1]
+            known, regexes = by_metric.get(metric, ((), []))
             # A regex without literals can match any line: its metric is never skipped.
-            every = () if not literals or (regexes and not known) else known + literals
-            plan[-1] = (name, every, folded, [*regexes, (regex, factor, lower)])
-        _PLAN = plan
+            every = (
+                None
+                if known is None or not literals
+                else known + tuple(sorted({lit.lower() for lit in literals} - set(known)))
+            )
+            by_metric[metric] = (every, [*regexes, (regex, factor, lower)])
+        _PLAN = [(m, _minimal(lits or ()), regexes) for m, (lits, regexes) in by_metric.items()]
     return _PLAN
 
 
 _PLAN: _Plan | None = None
+
+
+def _minimal(literals: tuple[str, ...]) -> tuple[str, ...]:
+    """The literals that hold no other one (a line holding `s/iter` holds `s/it`)."""
+    return tuple(x for x in literals if not any(y != x and y in x for y in literals))
 
 
 def samples_of(order: int, text: str) -> list[Sample]:
@@ -159,23 +170,17 @@ def _samples(order: int, text: str, low: str | None) -> list[Sample]:
             return []
     body = strip_prefixes(text).body
     out: list[Sample] = []
-    seen: set[str] = set()
-    for metric, literals, folded, regexes in _plan():
-        if metric in seen:
-            continue
-        if literals:
-            hay = low if folded else text
-            if hay is not None:
-                for literal in literals:
-                    if literal in hay:
-                        break
-                else:
-                    continue
+    for metric, literals, regexes in _plan():
+        if literals and low is not None:
+            for literal in literals:
+                if literal in low:
+                    break
+            else:
+                continue
         for regex, factor, lower in regexes:
             m = regex.search(body)
             if m is None or (value := _number(m.group(1))) is None:
                 continue
-            seen.add(metric)
             out.append(Sample(order, metric, value * factor, lower))
             break
     return out
