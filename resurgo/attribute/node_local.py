@@ -251,3 +251,49 @@ def _software(v: Verdict, node: str, reason: str) -> Verdict:
     v.summary = f"{v.summary}; {node} was drained: {reason[:120]}"
     v.confidence = max(v.confidence, 0.7)
     return v
+
+
+# Path errors a lost file-system client produces (attribution-labels.md: filesystem outages are
+# system_software), and the client faults that explain them in a node's own logs.
+PATH_ERRORS = frozenset({"file_not_found", "permission_denied"})
+FS_CLIENT_FAULTS = frozenset(
+    {
+        "lustre_error",
+        "lustre_connection_lost",
+        "nfs_not_responding",
+        "fs_stale_handle",
+        "fs_transport_shutdown",
+        "fs_io_error",
+    }
+)
+
+
+def path_error_after_fs_loss(a: Analysis, v: Verdict) -> Verdict:
+    """A path the job reads missing or forbidden on nodes whose own logs show their file-system
+    client losing its servers just before: the file system, not the job's configuration (an
+    evicted Lustre client or a hung NFS mount answers ENOENT/EACCES/EIO). One such node is that
+    node's client (excluded); several are the file system's outage (no culprit)."""
+    if v.category != Category.APPLICATION:
+        return v
+    shown = {(x.source, x.line_no) for x in v.evidence}
+    failed = [
+        e for e in a.events
+        if e.match.id in PATH_ERRORS and (e.line.source, e.line.line_no) in shown
+    ]  # fmt: skip
+    nodes = {n for e in failed if (n := event_node(a, e)) is not None}
+    if not failed or not nodes:
+        return v
+    lost = {
+        e.node: e for e in a.node_events
+        if e.match.id in FS_CLIENT_FAULTS and e.node in nodes and e.root
+    }  # fmt: skip
+    if set(lost) != nodes:
+        return v
+    culprits = sorted(nodes) if len(nodes) == 1 and len(a.node_list) != 1 else []
+    first = next(iter(lost.values()))
+    return Verdict(
+        Category.SYSTEM_SOFTWARE, f"fs_client|{first.match.id}",
+        f"{v.summary}: {', '.join(sorted(nodes))}'s file-system client lost its servers "
+        f"({first.match.id})", 0.75, culprits=culprits, ranks=v.ranks,
+        evidence=[e.line for e in lost.values()] + v.evidence, kind=v.kind, outcome=v.outcome,
+    )  # fmt: skip

@@ -38,7 +38,11 @@ from resurgo.attribute.bundle import Bundle
 from resurgo.attribute.engine_fault import survives_engine_faults
 from resurgo.attribute.liveness import noted_running, running_fine, still_progressing
 from resurgo.attribute.log_header import nodes_in_log
-from resurgo.attribute.node_local import explain_unknown, name_node_local
+from resurgo.attribute.node_local import (
+    explain_unknown,
+    name_node_local,
+    path_error_after_fs_loss,
+)
 from resurgo.attribute.scheduler import job_id_in_log, parse_scheduler
 from resurgo.attribute.site_notes import noted_fabric_outage
 from resurgo.attribute.stages_hardware import (
@@ -163,6 +167,7 @@ def analyse(
         or _nothing(a)
     )
     verdict = explain_unknown(a, noted_fabric_outage(a, name_node_local(a, verdict)))
+    verdict = path_error_after_fs_loss(a, verdict)
     if (
         anomaly is not None
         and anomaly.suspects

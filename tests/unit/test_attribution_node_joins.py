@@ -449,3 +449,25 @@ def test_a_working_directory_missing_on_one_node_is_its_mount() -> None:
     )
     a = _run(job)
     assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["gpu-c02"])
+
+
+EVICTED = (
+    "Jun  2 18:47:40 {node} kernel: LustreError: 167-0: scratch-MDT0000-mdc-ffff9b2c: This "
+    "client was evicted by scratch-MDT0000; in progress operations using this service will fail.\n"
+)
+MISSING = (
+    "1: [rank8]: PermissionError: [Errno 13] Permission denied: '/lustre/data/shard-0041.tar'\n"
+)
+
+
+def test_a_path_error_after_the_nodes_lustre_eviction_is_its_file_system() -> None:
+    journal = _lines(EVICTED.format(node="gpu-c02"), "journal_gpu-c02.txt")
+    a = _run(_one_node_fails(MISSING), {"gpu-c02": journal})
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["gpu-c02"])
+    assert default_advice(a).kind != AdviceKind.STOP
+
+
+def test_a_path_error_with_the_nodes_client_fine_stays_the_jobs() -> None:
+    journal = _lines(EVICTED.format(node="gpu-c03"), "journal_gpu-c03.txt")
+    a = _run(_one_node_fails(MISSING), {"gpu-c03": journal})
+    assert a.category == Category.APPLICATION
