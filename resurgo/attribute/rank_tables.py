@@ -147,7 +147,9 @@ def _megatron_timers(a: Analysis, bodies: list[tuple[int, str]], out: RankReport
     name: str | None = None
     first_line: dict[int, int] = {}
     for order, body in bodies:
-        if _TIMER_HEADER.match(body):
+        if not tables and "across ranks" not in body:
+            continue  # (most lines: no table has begun yet)
+        if "across ranks" in body and _TIMER_HEADER.match(body):
             tables.append({})
             name = None
             continue
@@ -188,13 +190,13 @@ def _pairwise(a: Analysis, bodies: list[tuple[int, str]], out: RankReports) -> N
     runs: list[tuple[list[str], float, int]] = []
     nodes: list[str] | None = None
     for order, body in bodies:
-        if _PERF_COMMAND.search(body) and (m := _NODES_ARG.search(body)):
+        if "_perf" in body and _PERF_COMMAND.search(body) and (m := _NODES_ARG.search(body)):
             try:
                 nodes = expand_hostlist(m.group(1))
             except ParseError:
                 nodes = None
             continue
-        if (bw := _AVG_BUSBW.match(body.strip())) and nodes:
+        if nodes and "bus bandwidth" in body and (bw := _AVG_BUSBW.match(body.strip())):
             runs.append((nodes, float(bw.group(1)), order))
             nodes = None
     pairs = [r for r in runs if len(r[0]) == 2]

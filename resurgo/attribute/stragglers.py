@@ -187,8 +187,7 @@ def stragglers(a: Analysis, *, timings_only: bool = False) -> Verdict | None:
         # decides the category over a symptom (low clocks in DCGM) or an unknown.
         category, confidence = diagnosed[0], 0.8
         evidence = diagnosed[1] + evidence
-    for rank in slow:
-        evidence += [e for e in a.lines if "time" in e.text and _said_by(e.text, rank)][-2:]
+    evidence += _last_timing_lines(a, slow)
     evidence += [e.line for e in report] + summary_lines
     where = ", ".join(culprits) or "unknown nodes"
     slow = sorted(set(slow))
@@ -197,6 +196,25 @@ def stragglers(a: Analysis, *, timings_only: bool = False) -> Verdict | None:
         category, "straggler", f"straggler on {where}{which}", confidence,
         culprits=culprits, ranks=sorted(slow), evidence=evidence, kind=AnomalyKind.STRAGGLER,
     )  # fmt: skip
+
+
+def _last_timing_lines(a: Analysis, ranks: list[int], per_rank: int = 2) -> list[LogLine]:
+    """The last `per_rank` lines with a time each slow rank printed, rank by rank: one pass
+    from the end, stopping once every rank has its lines."""
+    wanted = set(ranks)
+    found: dict[int, list[LogLine]] = {r: [] for r in wanted}
+    missing = len(wanted)
+    for entry in reversed(a.lines):
+        if not missing:
+            break
+        if "time" not in entry.text:
+            continue
+        pre = strip_prefixes(entry.text)
+        for rank in {pre.rank, pre.task}:
+            if rank in wanted and rank is not None and len(found[rank]) < per_rank:
+                found[rank].append(entry)
+                missing -= len(found[rank]) == per_rank
+    return [e for rank in ranks for e in reversed(found.get(rank, []))]
 
 
 def _everywhere(a: Analysis, nodes: set[str]) -> bool:
