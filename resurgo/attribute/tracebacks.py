@@ -29,7 +29,8 @@ _LIBRARY_PATH = re.compile(
 # (rich's boxed tracebacks, printed by accelerate and many trainers, drop the colon:
 # `╭──── Traceback (most recent call last) ────╮`, frames `│ /home/u/train.py:88 in main │`.)
 _TRACEBACK = re.compile(r"\bTraceback \(most recent call last\)(?::|\s*─)")
-_RICH_FRAME = re.compile(r"^│ (?P<path>[^\s│]{1,500}\.py):\d+ in (?P<func>[\w<>.]+)\s*│?\s*$")
+# (A long path pushes the function's name onto the box's next line: `...xla_bridge.py:879 in │`.)
+_RICH_FRAME = re.compile(r"^│ (?P<path>[^\s│]{1,500}\.py):\d+ in(?: (?P<func>[\w<>.]+))?\s*│?\s*$")
 _EXC_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?(?P<name>[A-Za-z_]\w*(?:Error|Exception))(?::|$)")
 _SAVE_FUNC = re.compile(r"(?i)save|persist|serialize|dump_state")
 # A library function whose job is to check its caller's input (Lightning's
@@ -102,7 +103,7 @@ class TracebackTracker:
         if frame is not None:
             if not stack.open:  # (no header before it: a traceback quoted from its middle)
                 stack = self.stacks[actor] = _Stack(open=True)
-            path, func = frame.group("path"), frame.group("func")
+            path, func = frame.group("path"), frame.group("func") or ""
             if _SAVE_FUNC.search(func) or "/checkpoint" in path:
                 stack.in_save = True
             stack.innermost, stack.innermost_func = path, func
