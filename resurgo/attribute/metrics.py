@@ -71,6 +71,10 @@ _LINK_ERRORS = re.compile(
 )
 
 
+# node_exporter's edac collector.
+_EDAC_UE = ("NODE_EDAC_UNCORRECTABLE_ERRORS_TOTAL", "NODE_EDAC_CSROW_UNCORRECTABLE_ERRORS_TOTAL")
+
+
 def parse_samples(lines: list[LogLine]) -> list[Sample]:
     out: list[Sample] = []
     for entry in lines:
@@ -143,6 +147,11 @@ def findings(lines: list[LogLine]) -> list[Finding]:
             # scrapes are a degrading cable or transceiver (a straggler's cause), not history.
             out.append(Finding(host, Category.HARDWARE_NETWORK, "degraded", "IB link errors",
                                s.line))  # fmt: skip
+        elif name in _EDAC_UE and s.value > 0 and (s is first[key] or s.value > first[key].value):
+            # node_exporter's edac collector: uncorrectable host memory errors (counted since
+            # boot: with several scrapes, only ones that happened between them).
+            out.append(Finding(host, Category.HARDWARE_HOST, "fatal", "EDAC uncorrectable "
+                               "memory errors", s.line))  # fmt: skip
         elif name in ("NODE_INFINIBAND_STATE_ID", "INFINIBAND_PORT_STATE") and s.value != 4:
             out.append(Finding(host, Category.HARDWARE_NETWORK, "fatal", "IB port not ACTIVE",
                                s.line))  # fmt: skip

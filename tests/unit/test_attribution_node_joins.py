@@ -471,3 +471,12 @@ def test_a_path_error_with_the_nodes_client_fine_stays_the_jobs() -> None:
     journal = _lines(EVICTED.format(node="gpu-c03"), "journal_gpu-c03.txt")
     a = _run(_one_node_fails(MISSING), {"gpu-c03": journal})
     assert a.category == Category.APPLICATION
+
+
+def test_node_exporter_uncorrectable_memory_errors_are_the_host() -> None:
+    metrics = _lines(
+        'node_edac_uncorrectable_errors_total{controller="0",instance="gpu-c03:9100"} 3\n',
+        "metrics.txt",
+    )
+    a = attribute(Registry.default(), None, _lines(STALLED), None, [], NODES, metrics=metrics)
+    assert (a.category, a.culprit_nodes) == (Category.HARDWARE_HOST, ["gpu-c03"])
