@@ -285,7 +285,7 @@ def learn_topology(
             worlds.append(int(w.group("n")))
         if "host" in body and (m3 := _ELASTIC_HOST.match(body)):
             pending_host = hosts.canonical(m3.group("node"))
-        elif (m4 := _ELASTIC_RANK.match(body)) and pending_host:
+        elif pending_host and (m4 := _ELASTIC_RANK.match(body)):
             weak_rank.setdefault(int(m4.group("rank")), pending_host)
             pending_host = None
     topo.task_node = {**weak_task, **strong}

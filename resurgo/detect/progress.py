@@ -394,13 +394,13 @@ def parse_rank_timing(line: str) -> RankTiming | None:
     The rank comes from the `[rankN]` prefix or a `rank=N` key; `step`, `step_time_ms` and
     `node` are required.
     """
+    if "step_time_ms=" not in line:
+        return None
     _, text = split_srun_label(line)
     rank: int | None = None
     prefix = _RANK_PREFIX.match(text)
     if prefix is not None:
         rank = int(prefix.group(1))
-    if "step_time_ms=" not in text:
-        return None
     values: dict[str, str] = {}
     for key, value in _KEY_VALUE.findall(text):
         values.setdefault(key, value)
