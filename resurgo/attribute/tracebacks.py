@@ -62,10 +62,14 @@ _ENVIRONMENT_TYPE = re.compile(
 # replica 0 on device 0.`): the error it wraps, printed below it, is the one to read.
 REPORTS_ANOTHER = re.compile(r"\bCaught \w+ in (?:DataLoader worker process|replica) \d+")
 # A message about the GPU, its driver or the fabric (`Error 803: system has unsupported display
-# driver / cuda driver combination`, `CUDNN_STATUS_INTERNAL_ERROR`, an NCCL failure).
+# driver / cuda driver combination`, `CUDNN_STATUS_INTERNAL_ERROR`, an NCCL failure), or about
+# reaching something outside the process: no verdict on the job's use of the library.
 _DEVICE_OR_DRIVER = re.compile(
     r"(?i)\b(?:cuda\w*|cudnn\w*|cublas\w*|nccl\w*|nvml\w*|hip|rocm|driver|device|gpu|ecc|xid)\b|"
-    r"\bError \d{3}\b|unknown error"
+    r"\bError \d{3}\b|unknown error|"
+    # (or about reaching something: a store, a peer, a file system)
+    r"timed? ?out|timeout|connect|socket|network|unreachable|refused|reset by peer|"
+    r"broken pipe|\[Errno \d+\]|errno"
 )
 GENERIC_APPLICATION_IDS = frozenset({"python_user_exception", "python_library_rejected_input"})
 # An exception a library raised under the job's own call, not known to be about its input.

@@ -417,3 +417,10 @@ def test_a_traceback_quoted_from_its_middle_is_still_followed() -> None:
         "RuntimeError: unsupported operand in graph rewrite\n"
     )
     assert _run(job, ["gpu01"]).category == Category.APPLICATION
+
+
+def test_an_unknown_library_error_about_reaching_something_is_not_called_the_jobs() -> None:
+    # c10d's TCPStore client (`Socket Timeout`): a peer or the store, not the job's use.
+    assert _run(_library_raised("RuntimeError: Socket Timeout"), ["gpu-k03"]).category != (
+        Category.APPLICATION
+    )
