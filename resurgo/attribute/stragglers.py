@@ -35,7 +35,10 @@ _APPLICATION_SLOWNESS = re.compile(
 # ranks wait in the next collective (NVRx usage guide: rank 0's extra work; torchtitan
 # docs/debugging.md: a trace per `profile_freq` steps). A phase taking EXTRA_WORK_SHARE of
 # the step, step after step, is the code's straggler.
-_EXTRA_WORK_KEY = re.compile(r"(?i)log|upload|wandb|sample|profil|trace|dump|print|tensorboard")
+_EXTRA_WORK_KEY = re.compile(
+    r"(?i)(?:^|[_+/ -])(?:log(?:ging)?|upload|wandb|samples?|profil\w*|traces?|dump|print"
+    r"|tensorboard|tb)(?:$|[_+/ -])"
+)
 # Input-pipeline phases: waiting for the next batch (pytorch/examples AverageMeter `Data`,
 # `data_time`, `dataloader_ms`). Every rank waiting most of its step for data is the job's own
 # input pipeline (workers, CPUs requested, preprocessing), not a node: no single rank is slow.
