@@ -237,6 +237,17 @@ def explain_unknown(a: Analysis, v: Verdict) -> Verdict:
                     v.summary = f"{v.summary}; {node}'s own logs show {m.id}"
                     v.evidence = [entry, *v.evidence]
                     return v
+    for e in a.node_events:
+        node_scoped = e.match.id not in a.registry or a.registry.get(e.match.id).scope == "node"
+        if (
+            e.node == node and e.root and e.serious and node_scoped
+            and e.category == Category.SYSTEM_SOFTWARE
+        ):  # fmt: skip
+            # (The node's own software broke: a service it needs failed, its driver.)
+            v.category = Category.SYSTEM_SOFTWARE
+            v.summary = f"{v.summary}; {node}'s own logs show {e.match.id}"
+            v.evidence = [e.line, *v.evidence]
+            return v
     for name, record in a.facts.nodes.items():
         if a.topo.hosts.canonical(name) == node and _SOFTWARE_DRAIN.search(record.reason or ""):
             return _software(v, node, record.reason)

@@ -114,6 +114,47 @@ _ENTRIES: list[dict[str, Any]] = [
         "near_misses": ["EDAC MC0: 1 CE memory read error on CPU_SrcID#0_Ha#0_Chan#1_DIMM#0"],
     },
     {
+        "id": "gpu_unreachable_diag",
+        # nvidia-smi(1) on the node: no handle for a GPU it enumerates, NVLinks down, a row
+        # remap pending or failed; dcgmi diag failing a hardware test.
+        "regex": (
+            r"\bUnable to determine the device handle for GPU ?[0-9A-Fa-f:.]+: Unknown Error\b"
+            r"|^\s*Link \d+: <inactive>\s*$"
+            r"|^\s*(?:Pending|Remapping Failure Occurred)\s*:\s*Yes\s*$"
+            r"|^\|\s*(?:Memory|Memory Bandwidth|Diagnostic|Targeted Stress|Targeted Power|"
+            r"SM Stress|PCIe|NVLink)\s*\|\s*Fail\b"
+        ),
+        "kind": "crash",
+        "category": "hardware_gpu",
+        "role": "root",
+        "severity": "error",
+        "description": "the node's own GPU diagnostics show a GPU failing (no device handle, "
+        "NVLink inactive, row remap pending or failed, a failed DCGM diagnostic)",
+        "examples": [
+            "Unable to determine the device handle for GPU0000:03:00.0: Unknown Error",
+            "\t Link 1: <inactive>",
+            "        Pending                           : Yes",
+            "| Memory                    | Fail - All                                     |",
+        ],
+        "near_misses": [
+            "\t Link 0: 26.562 GB/s",
+            "        Pending                           : No",
+            "| Memory                    | Pass - All                                     |",
+        ],
+    },
+    {
+        "id": "fabric_manager_failed",
+        "regex": r"\bnvidia-fabricmanager\.service: Failed with result\b",
+        "kind": "crash",
+        "category": "system_software",
+        "role": "root",
+        "severity": "error",
+        "description": "the node's NVIDIA Fabric Manager service failed (NVSwitch systems: CUDA "
+        "reports the system not yet initialized until it runs)",
+        "examples": ["systemd[1]: nvidia-fabricmanager.service: Failed with result 'exit-code'."],
+        "near_misses": ["systemd[1]: Started NVIDIA fabric manager service."],
+    },
+    {
         "id": "gpu_lost",
         "regex": r"(?i)\bGPU is lost\b|\bGPU requires reset\b|\bfallen off the bus\b",
         "kind": "crash",

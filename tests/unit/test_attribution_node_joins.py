@@ -480,3 +480,19 @@ def test_node_exporter_uncorrectable_memory_errors_are_the_host() -> None:
     )
     a = attribute(Registry.default(), None, _lines(STALLED), None, [], NODES, metrics=metrics)
     assert (a.category, a.culprit_nodes) == (Category.HARDWARE_HOST, ["gpu-c03"])
+
+
+def test_nvidia_smi_without_a_handle_for_a_gpu_is_the_gpu() -> None:
+    # The node file of a GPU whose PCIe link failed (nvidia-smi(1) on the node).
+    smi = "$ nvidia-smi\nUnable to determine the device handle for GPU0000:03:00.0: Unknown Error\n"
+    a = _run(STALLED, {"gpu-c03": _lines(smi, "node_gpu-c03.txt")})
+    assert (a.category, a.culprit_nodes) == (Category.HARDWARE_GPU, ["gpu-c03"])
+
+
+def test_the_fabric_manager_failing_on_the_node_that_died_is_its_software() -> None:
+    journal = (
+        "Jun  2 18:40:01 gpu-c03 systemd[1]: nvidia-fabricmanager.service: Failed with result "
+        "'exit-code'.\n"
+    )
+    a = _run(STALLED, {"gpu-c03": _lines(journal, "journal_gpu-c03.txt")})
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["gpu-c03"])
