@@ -63,6 +63,7 @@ from resurgo.attribute.stages_outcome import (
     _scheduler,
     _suspended,
     refine_outcome,
+    stuck_in_job_code,
 )
 from resurgo.attribute.stages_root import _cascade_only, _root_failure
 from resurgo.attribute.stragglers import stragglers
@@ -147,6 +148,7 @@ def analyse(
         _healthy(a, outcome)
         or _owner_cancel(a, outcome)
         or _node_failure(a, outcome)
+        or stuck_in_job_code(a)
         or (
             running_fine(a)
             if a.offline and a.running and not live_straggler and outcome != "requeued"

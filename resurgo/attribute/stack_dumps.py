@@ -49,10 +49,13 @@ def main_thread_stacks(files: Iterable[list[LogLine]]) -> list[list[str]]:
     return [s for s in stacks if s]
 
 
-def deadlocked_in_job_code(node_logs: Mapping[str, list[LogLine]]) -> str | None:
+def deadlocked_in_job_code(
+    node_logs: Mapping[str, list[LogLine]], job_log: list[LogLine] | None = None
+) -> str | None:
     """The job's own frame every dumped main thread is blocked under, when all are blocked in
-    the job's code and none in the distributed stack; else None."""
-    stacks = main_thread_stacks(node_logs.values())
+    the job's code and none in the distributed stack; else None. (Dumps come in node files,
+    or pasted into the job's output.)"""
+    stacks = main_thread_stacks([*node_logs.values(), *([job_log] if job_log else [])])
     if len(stacks) < 2:
         return None
     owners: set[str] = set()

@@ -106,7 +106,7 @@ def _scheduler(a: Analysis, outcome: str | None) -> Verdict | None:
         return None
     lines = [e.line for e in a.events if e.match.id.startswith("slurm_")][:3]
     if outcome == "timeout" and (hung := _hung_until_time_limit(a, lines)) is not None:
-        if (place := deadlocked_in_job_code(a.node_logs)) is not None:
+        if (place := deadlocked_in_job_code(a.node_logs, a.lines)) is not None:
             # Stack dumps of the stuck ranks show every one blocked at the same place in the
             # job's own code, none in a collective: the job deadlocked itself.
             return Verdict(
@@ -203,8 +203,22 @@ def _suspended(a: Analysis) -> Verdict | None:
     )  # fmt: skip
 
 
+def stuck_in_job_code(a: Analysis) -> Verdict | None:
+    """A running job whose ranks' dumps (taken because it stalled) show every one blocked at
+    one place in the job's own code: its deadlock, however its output ends."""
+    if not a.running or (place := deadlocked_in_job_code(a.node_logs, a.lines)) is None:
+        return None
+    return Verdict(
+        Category.APPLICATION, "hang|deadlock_in_job_code", "no training progress; every dumped "
+        f"rank is blocked in the job's own code at {place[-160:]}", 0.8,
+        evidence=a.lines[-3:], kind=AnomalyKind.HANG,
+    )  # fmt: skip
+
+
 def _nothing(a: Analysis) -> Verdict:
     if a.running:
+        if (stuck := stuck_in_job_code(a)) is not None:
+            return stuck
         if a.offline and (fine := running_fine(a)) is not None:
             return fine
         return Verdict(

@@ -92,3 +92,12 @@ def test_ranks_caught_at_different_places_show_no_deadlock() -> None:
     }
     assert deadlocked_in_job_code(logs) is None
     assert deadlocked_in_job_code({"gpu-u03": logs["gpu-u03"]}) is None  # one dump: no pattern
+
+
+def test_dumps_pasted_into_a_stuck_jobs_output_show_its_deadlock() -> None:
+    # Still running (no time limit yet), progress stopped; the operator pasted the ranks'
+    # py-spy dumps into the output the bundle carries.
+    progress = JOB.split("slurmstepd")[0]
+    job = progress + _dump(71402, QUEUE_PUT) + _dump(71403, QUEUE_PUT)
+    a = attribute(Registry.default(), None, _lines(job), None, [], NODES)
+    assert (a.kind, a.category, a.culprit_nodes) == (AnomalyKind.HANG, Category.APPLICATION, [])
