@@ -108,7 +108,9 @@ _DMESG_T = re.compile(
 _ISO = re.compile(
     r"^\[?(?P<year>\d{4})-(?P<mon>\d\d)-(?P<day>\d\d)[T ](?P<h>\d\d):(?P<m>\d\d):(?P<s>\d\d)"
 )
-_SYSLOG = re.compile(r"^(?P<mon>\w{3})\s+(?P<day>\d{1,2})\s+(?P<h>\d\d):(?P<m>\d\d):(?P<s>\d\d)\s")
+_SYSLOG = re.compile(
+    r"^(?P<mon>\w{3})\s+(?P<day>\d{1,2})\s+(?P<h>\d\d):(?P<m>\d\d):(?P<s>\d\d)(?:\.\d{1,9})?\s"
+)  # (switch OSes such as SONiC add microseconds)
 _UPTIME = re.compile(r"^\[\s*(?P<secs>\d{1,10}\.\d{1,9})\]")
 
 

@@ -67,6 +67,7 @@ from resurgo.attribute.stages_outcome import (
 )
 from resurgo.attribute.stages_root import _cascade_only, _root_failure
 from resurgo.attribute.stragglers import stragglers
+from resurgo.attribute.switch_ports import switch_port_down
 from resurgo.contracts import (
     HARDWARE_CATEGORIES,
     Anomaly,
@@ -169,7 +170,7 @@ def analyse(
         or _nothing(a)
     )
     verdict = explain_unknown(a, noted_fabric_outage(a, name_node_local(a, verdict)))
-    verdict = path_error_after_fs_loss(a, verdict)
+    verdict = switch_port_down(a, path_error_after_fs_loss(a, verdict))
     if (
         anomaly is not None
         and anomaly.suspects
