@@ -28,6 +28,7 @@ from resurgo.attribute.causes import (
     _transient,
     _version_drift,
     crashed_in_job_code,
+    held_by_the_job,
     job_owned_path,
 )
 from resurgo.attribute.events import Event, TaskExit, normalise
@@ -329,8 +330,7 @@ def _from_primaries(
             # A checkpoint path only the saving rank writes: the job's configured directory;
             # and permissions do not change on a retry (a missing file may be a mount).
             or (mid in CONFIGURED_PATHS and any(e.checkpoint_save for e in same))
-            # A path relative to the job's directory, or inside the job's own code tree.
-            or (mid in CONFIGURED_PATHS and job_owned_path(a, first.message))
+            or (mid in CONFIGURED_PATHS and job_owned_path(a, first.message))  # its own tree
             or mid == "permission_denied"
             # Rank 0 alone reads what the job configures first (its data index, its
             # tokenizer): a mount missing on a node fails every rank there, not rank 0 only.
@@ -344,7 +344,8 @@ def _from_primaries(
         job_scoped = mid in GENERIC_APPLICATION_IDS or (
             mid in a.registry and a.registry.get(mid).scope == "job"
         )
-        if mid == "cuda_oom" and (held := _held_by_other(first.message)) is not None:
+        held = _held_by_other(first.message) if mid == "cuda_oom" else None
+        if held is not None and not held_by_the_job(a, first.message):
             # Another process holds the GPU's memory (a leftover of an earlier job): the
             # node's state, not the job's batch size (attribution-labels tie-breaker 4).
             return Verdict(

@@ -424,3 +424,19 @@ def test_an_unknown_library_error_about_reaching_something_is_not_called_the_job
     assert _run(_library_raised("RuntimeError: Socket Timeout"), ["gpu-k03"]).category != (
         Category.APPLICATION
     )
+
+
+def test_an_oom_whose_gpu_is_held_by_the_jobs_own_ranks_is_the_jobs() -> None:
+    # Two of the job's ranks mapped to one GPU: the processes the allocator names are the
+    # job's own (torchrun names their pids), not another job's leftover.
+    job = (
+        "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 "
+        "has a total capacity of 23.65 GiB of which 19.06 MiB is free. Process 2231 has 11.80 GiB "
+        "memory in use. Process 2232 has 11.80 GiB memory in use.\n"
+        "W0101 10:00:00.000000 2200 torch/distributed/elastic/multiprocessing/api.py:897] "
+        "Sending process 2231 closing signal SIGTERM\n"
+        "E0101 10:00:01.000000 2200 torch/distributed/elastic/multiprocessing/api.py:869] failed "
+        "(exitcode: 1) local_rank: 1 (pid: 2232) of binary: /usr/bin/python\n"
+    )
+    a = _run(job, ["gpu01"])
+    assert (a.category, default_advice(a).kind) == (Category.APPLICATION, AdviceKind.STOP)
