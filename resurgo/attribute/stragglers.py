@@ -14,6 +14,7 @@ from resurgo.attribute.analysis import Analysis, Verdict
 from resurgo.attribute.node_diagnostics import degraded_nodes, diagnose_slow_nodes
 from resurgo.attribute.rank_tables import read_rank_reports
 from resurgo.attribute.series import actor_fields, jobwide_slowdown
+from resurgo.attribute.stack_dumps import _DISTRIBUTED, _LIBRARY, main_thread_stacks
 from resurgo.contracts import AnomalyKind, Category, LogLine
 from resurgo.detect.lines import strip_prefixes
 
@@ -144,7 +145,7 @@ def stragglers(a: Analysis, *, timings_only: bool = False) -> Verdict | None:
     # are the straggler's only trace.
     outliers = degraded_nodes(a) if a.running else []
     if not (slow or report or degraded or warn or summary_nodes or outliers):
-        return _own_work(a) or _jobwide(a)
+        return _own_work(a) or _one_rank_in_own_code(a) or _jobwide(a)
     nodes = {node_of[r] for r in slow if node_of.get(r)} | summary_nodes
     for e in report:
         named = {n for n in a.node_list if re.search(rf"\b{re.escape(n)}\b", e.line.text)}
@@ -353,6 +354,30 @@ def _own_work(a: Analysis) -> Verdict | None:
     return Verdict(
         Category.APPLICATION, "straggler|application", f"straggler in the application ({why})",
         0.6, ranks=ranks, evidence=evidence, kind=AnomalyKind.STRAGGLER,
+    )  # fmt: skip
+
+
+def _one_rank_in_own_code(a: Analysis) -> Verdict | None:
+    """Stack dumps (py-spy) of a job still advancing: one process busy in the job's own code
+    (a callback, its logging) while the others wait for it in a collective. The code makes
+    everybody wait on that rank's extra work (NVRx usage guide: rank 0's extra work)."""
+    from resurgo.attribute.liveness import still_progressing  # (liveness reads stragglers)
+
+    stacks = main_thread_stacks([*a.node_logs.values(), a.lines])
+    if len(stacks) < 2 or not still_progressing(a):
+        return None
+    waiting = [s for s in stacks if any(_DISTRIBUTED.search(f) for f in s)]
+    busy = [
+        own for s in stacks if s not in waiting
+        and (own := next((f for f in s if not _LIBRARY.search(f.rsplit(":", 1)[0])), None))
+    ]  # fmt: skip
+    if len(busy) != 1 or len(waiting) != len(stacks) - 1:
+        return None
+    return Verdict(
+        Category.APPLICATION, "straggler|application",
+        f"straggler in the application (one process is busy in the job's own code at "
+        f"{busy[0][-120:]} while {len(waiting)} wait for it in a collective)", 0.6,
+        kind=AnomalyKind.STRAGGLER,
     )  # fmt: skip
 
 

@@ -157,3 +157,42 @@ def test_an_uneven_pipeline_split_makes_its_slow_stage_the_application(tmp_path:
 
 def test_a_rotating_slowest_rank_without_a_cause_is_unknown(tmp_path: Path) -> None:
     assert verdict(tmp_path, _megatron_detector(""))[:2] == ("straggler", "unknown")
+
+
+# py-spy dump (benfred/py-spy): `Thread N (active): "MainThread"` then frames innermost first.
+BUSY_RANK0 = """# py-spy dump --pid 1882231 (global rank 0)
+Thread 1882231 (active): "MainThread"
+    _token_accuracy (token_acc.py:58)
+    on_train_batch_end (token_acc.py:31)
+    _call_callback_hooks (lightning/pytorch/trainer/call.py:208)
+    advance (lightning/pytorch/loops/training_epoch_loop.py:285)
+
+# same dump for global rank 1 (pid 1882232):
+Thread 1882232 (idle): "MainThread"
+    wait (torch/distributed/distributed_c10d.py:2501)
+    all_reduce (megatron/core/distributed/param_and_grad_buffer.py:421)
+"""
+NEMO_STEPS = "".join(
+    f"[NeMo I 2025-03-02 {8 + i // 4:02d}:{(i % 4) * 15:02d}:00 nemo_logging:393] Training epoch "
+    f"0, iteration {300 * (i + 1)}/19999 | lr: 0.0002999 | global_step: {300 * (i + 1)} | "
+    "reduced_train_loss: 2.9 | train_step_timing in s: 2.61\n"
+    for i in range(12)
+)
+
+
+def test_one_rank_busy_in_its_own_code_while_the_others_wait_is_the_application(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "node_gpu-e01.txt").write_text(BUSY_RANK0)
+    log = "# job still running at time of capture (2025-03-02 11:10)\n" + NEMO_STEPS
+    assert verdict(tmp_path, log) == ("straggler", "application", [], "none")
+
+
+def test_every_rank_waiting_in_a_collective_is_no_such_straggler(tmp_path: Path) -> None:
+    waiting = BUSY_RANK0.replace(
+        "    _token_accuracy (token_acc.py:58)\n    on_train_batch_end (token_acc.py:31)\n",
+        "    wait (torch/distributed/distributed_c10d.py:2501)\n",
+    )
+    (tmp_path / "node_gpu-e01.txt").write_text(waiting)
+    log = "# job still running at time of capture (2025-03-02 11:10)\n" + NEMO_STEPS
+    assert verdict(tmp_path, log)[0] == "none"
