@@ -21,22 +21,20 @@ from resurgo.attribute.causes import (
     _collective_mismatch,
     _drifted_node,
     _explain_by_node,
-    _first_to_exit,
     _no_retry_helps,
     _node_software_fault,
     _specific_cause,
     _transient,
     _version_drift,
     crashed_in_job_code,
-    held_by_the_job,
     job_owned_path,
 )
 from resurgo.attribute.events import Event, TaskExit, normalise
+from resurgo.attribute.stages_application import application_verdict
 from resurgo.attribute.stages_common import (
     _backed,
     _checked,
     _exit_lines,
-    _held_by_other,
     _peer_node,
     _primary_candidates,
     _rank,
@@ -45,19 +43,8 @@ from resurgo.attribute.stages_common import (
     _watchdog_aborts,
     after_the_kill,
 )
-from resurgo.attribute.tracebacks import GENERIC_APPLICATION_IDS, LIBRARY_CALL_FAILED
 from resurgo.contracts import AnomalyKind, Category
 
-# Application errors that reproduce wherever the job runs (a retry cannot help).
-DETERMINISTIC_APP = frozenset(
-    {
-        "python_app_exception",
-        "application_shape_mismatch",
-        "nccl_invalid_usage",
-        "cuda_invalid_device",
-        "cuda_device_side_assert",
-    }
-)
 # System-software failures that live on one node (driver, device, mount, image, launch).
 NODE_LOCAL_SYSTEM = frozenset(
     {
@@ -95,13 +82,6 @@ NODE_LOCAL_SYSTEM = frozenset(
 NATIVE_CRASH = frozenset(
     {"segmentation_fault", "sigsegv_signal", "bus_error", "abort_signal", "python_fatal_signal"}
 )
-# Application errors that a retry (from the last checkpoint, elsewhere) may well get past.
-NONDETERMINISTIC_APP = frozenset(
-    {"loss_nan", "nonfinite_values", "cuda_oom", "host_oom_kill", "slurm_oom_kill"}
-)
-# A path the job names that is missing or forbidden: on one node a mount (retry elsewhere), on
-# every rank of every node the job's own data or configuration (failure taxonomy B.8).
-CONFIGURED_PATHS = frozenset({"file_not_found", "permission_denied"})
 # Unknown roots about shared state (storage, checkpoints) or a lone CUDA error: no node to blame.
 SHARED_UNKNOWN = frozenset(
     {"checkpoint_save_failed", "dcp_checkpoint_exception", "resume_load_failed", "python_exception"}
@@ -320,52 +300,9 @@ def _from_primaries(
                 culprits=[drifted], ranks=ranks, evidence=evidence,
             )  # fmt: skip
     if category == Category.APPLICATION:
-        on_line = [e for e in a.events if e.line == first.line]
-        spread = len({n for e in same if (n := event_node(a, e))}) >= 2
-        recurs = mid in a.registry and a.registry.get(mid).determinism == "recurs"
-        deterministic = (
-            mid in DETERMINISTIC_APP
-            or recurs
-            or (mid in CONFIGURED_PATHS and everywhere and spread)
-            # A checkpoint path only the saving rank writes: the job's configured directory;
-            # and permissions do not change on a retry (a missing file may be a mount).
-            or (mid in CONFIGURED_PATHS and any(e.checkpoint_save for e in same))
-            or (mid in CONFIGURED_PATHS and job_owned_path(a, first.message))  # its own tree
-            or mid == "permission_denied"
-            # Rank 0 alone reads what the job configures first (its data index, its
-            # tokenizer): a mount missing on a node fails every rank there, not rank 0 only.
-            or (mid == "file_not_found" and ranks == [0] and len(same) >= 1)
-            or (mid in GENERIC_APPLICATION_IDS and not _transient(first))
-        ) and not any(e.match.id in NONDETERMINISTIC_APP or "nan" in e.match.tags for e in on_line)
-        # The job's code, data, configuration or environment: the same fault comes back on
-        # any nodes, so it is stop-grade on its first occurrence (attribution-labels.md). OOM
-        # and NaN are the model's or the batch's too; only an exception about reaching
-        # something shared (a hub, a store) may pass on a retry.
-        job_scoped = mid in GENERIC_APPLICATION_IDS or (
-            mid in a.registry and a.registry.get(mid).scope == "job"
+        return application_verdict(
+            a, first, same, victims, nodes, ranks, everywhere, summary, evidence
         )
-        held = _held_by_other(first.message) if mid == "cuda_oom" else None
-        if held is not None and not held_by_the_job(a, first.message):
-            # Another process holds the GPU's memory (a leftover of an earlier job): the
-            # node's state, not the job's batch size (attribution-labels tie-breaker 4).
-            return Verdict(
-                Category.SYSTEM_SOFTWARE, f"oom|held_by_other|{held}", f"{summary}: another "
-                "process holds the GPU's memory", 0.75,
-                culprits=nodes or _first_to_exit(a, victims), ranks=ranks, evidence=evidence,
-            )  # fmt: skip
-        if deterministic:
-            confidence = 0.95 if everywhere else (0.85 if job_scoped else 0.7)
-        elif mid == LIBRARY_CALL_FAILED and not everywhere:
-            # Likely the job's use of the library, but one rank's error of no known class:
-            # retried once (unless it names a file of the job's own tree: its data).
-            confidence = 0.8 if job_owned_path(a, first.message) else 0.65
-        elif (mid in GENERIC_APPLICATION_IDS and _transient(first)) or mid == "file_not_found":
-            # Reaching something shared, or a path missing on some nodes only (a mount):
-            # a retry may pass.
-            confidence = 0.6
-        else:
-            confidence = 0.85 if everywhere else 0.8
-        return Verdict(category, first.key, summary, confidence, ranks=ranks, evidence=evidence)
     if (owned := _set_by_job(a, first, summary, ranks, evidence)) is not None:
         return owned
     if category == Category.SYSTEM_SOFTWARE:

@@ -1,0 +1,104 @@
+"""How sure an application failure is, and so whether it stops the job on its first occurrence.
+
+The job's code, data, configuration or environment fail the same way on any nodes: stop-grade
+on the first occurrence (attribution-labels.md: every application failure stops). What is
+known to recur (a catalogue entry's determinism, the job's own paths, the job's own code
+raising) stops; an error about reaching something shared, a path that may be a mount missing
+on one node, or a library's error of no known class is retried first. A CUDA OOM whose memory
+another process holds is the node's state, not the job's.
+"""
+
+from __future__ import annotations
+
+from resurgo.attribute.analysis import Analysis, Verdict, event_node
+from resurgo.attribute.causes import (
+    _first_to_exit,
+    _transient,
+    held_by_the_job,
+    job_owned_path,
+)
+from resurgo.attribute.events import Event
+from resurgo.attribute.stages_common import _held_by_other
+from resurgo.attribute.tracebacks import GENERIC_APPLICATION_IDS, LIBRARY_CALL_FAILED
+from resurgo.contracts import Category, LogLine
+
+# Application errors that reproduce wherever the job runs (a retry cannot help).
+DETERMINISTIC_APP = frozenset(
+    {
+        "python_app_exception",
+        "application_shape_mismatch",
+        "nccl_invalid_usage",
+        "cuda_invalid_device",
+        "cuda_device_side_assert",
+    }
+)
+# Application errors that a retry (from the last checkpoint, elsewhere) may well get past.
+NONDETERMINISTIC_APP = frozenset(
+    {"loss_nan", "nonfinite_values", "cuda_oom", "host_oom_kill", "slurm_oom_kill"}
+)
+# A path the job names that is missing or forbidden: on one node a mount (retry elsewhere), on
+# every rank of every node the job's own data or configuration (failure taxonomy B.8).
+CONFIGURED_PATHS = frozenset({"file_not_found", "permission_denied"})
+
+
+def application_verdict(
+    a: Analysis,
+    first: Event,
+    same: list[Event],
+    victims: set[str],
+    nodes: list[str],
+    ranks: list[int],
+    everywhere: bool,
+    summary: str,
+    evidence: list[LogLine],
+) -> Verdict:
+    """The verdict on an application root failure `first` (`same`: its events on every rank)."""
+    mid = first.match.id
+    on_line = [e for e in a.events if e.line == first.line]
+    spread = len({n for e in same if (n := event_node(a, e))}) >= 2
+    recurs = mid in a.registry and a.registry.get(mid).determinism == "recurs"
+    deterministic = (
+        mid in DETERMINISTIC_APP
+        or recurs
+        or (mid in CONFIGURED_PATHS and everywhere and spread)
+        # A checkpoint path only the saving rank writes: the job's configured directory;
+        # and permissions do not change on a retry (a missing file may be a mount).
+        or (mid in CONFIGURED_PATHS and any(e.checkpoint_save for e in same))
+        or (mid in CONFIGURED_PATHS and job_owned_path(a, first.message))  # its own tree
+        or mid == "permission_denied"
+        # Rank 0 alone reads what the job configures first (its data index, its
+        # tokenizer): a mount missing on a node fails every rank there, not rank 0 only.
+        or (mid == "file_not_found" and ranks == [0] and len(same) >= 1)
+        or (mid in GENERIC_APPLICATION_IDS and not _transient(first))
+    ) and not any(e.match.id in NONDETERMINISTIC_APP or "nan" in e.match.tags for e in on_line)
+    # The job's code, data, configuration or environment: the same fault comes back on
+    # any nodes, so it is stop-grade on its first occurrence (attribution-labels.md). OOM
+    # and NaN are the model's or the batch's too; only an exception about reaching
+    # something shared (a hub, a store) may pass on a retry.
+    job_scoped = mid in GENERIC_APPLICATION_IDS or (
+        mid in a.registry and a.registry.get(mid).scope == "job"
+    )
+    held = _held_by_other(first.message) if mid == "cuda_oom" else None
+    if held is not None and not held_by_the_job(a, first.message):
+        # Another process holds the GPU's memory (a leftover of an earlier job): the
+        # node's state, not the job's batch size (attribution-labels tie-breaker 4).
+        return Verdict(
+            Category.SYSTEM_SOFTWARE, f"oom|held_by_other|{held}", f"{summary}: another "
+            "process holds the GPU's memory", 0.75,
+            culprits=nodes or _first_to_exit(a, victims), ranks=ranks, evidence=evidence,
+        )  # fmt: skip
+    if deterministic:
+        confidence = 0.95 if everywhere else (0.85 if job_scoped else 0.7)
+    elif mid == LIBRARY_CALL_FAILED and not everywhere:
+        # Likely the job's use of the library, but one rank's error of no known class:
+        # retried once (unless it names a file of the job's own tree: its data).
+        confidence = 0.8 if job_owned_path(a, first.message) else 0.65
+    elif (mid in GENERIC_APPLICATION_IDS and _transient(first)) or mid == "file_not_found":
+        # Reaching something shared, or a path missing on some nodes only (a mount):
+        # a retry may pass.
+        confidence = 0.6
+    else:
+        confidence = 0.85 if everywhere else 0.8
+    return Verdict(
+        Category.APPLICATION, first.key, summary, confidence, ranks=ranks, evidence=evidence
+    )
