@@ -92,16 +92,28 @@ def _specific_cause(first: Event, primaries: list[Event]) -> Event:
     OSError ... Original Traceback`, a DCP `CheckpointException` listing each rank's failure.
     """
     wrapper = bool(REPORTS_ANOTHER.search(first.message))
-    if first.category != Category.UNKNOWN or (first.actor is None and not wrapper):
+    container = first.match.id in CONTAINER_WRAPPERS
+    if (first.category != Category.UNKNOWN and not container) or (
+        first.actor is None and not wrapper
+    ):
         return first
     for e in sorted(primaries, key=lambda e: e.order):
         if e.order <= first.order or e.actor != first.actor:
             continue
         if e.order - first.order > WRAPPED_CAUSE_LINES:
             break
-        if e.category != Category.UNKNOWN or wrapper:
+        if container:
+            # pyxis prints enroot's log below its own failure: an error there that is the
+            # job's (an image that does not exist, its credentials) decides.
+            if e.category == Category.APPLICATION:
+                return e
+        elif e.category != Category.UNKNOWN or wrapper:
             return e
     return first
+
+
+# A container runtime's own failure line, printed above the runtime's log that says why.
+CONTAINER_WRAPPERS = frozenset({"container_start_failed"})
 
 
 # ProcessGroupNCCL's watchdog names the work that timed out: `WorkNCCL(SeqNum=73312,

@@ -440,3 +440,16 @@ def test_an_oom_whose_gpu_is_held_by_the_jobs_own_ranks_is_the_jobs() -> None:
     )
     a = _run(job, ["gpu01"])
     assert (a.category, default_advice(a).kind) == (Category.APPLICATION, AdviceKind.STOP)
+
+
+def test_a_container_image_the_registry_does_not_have_is_the_jobs() -> None:
+    # enroot's importer line under pyxis's failure (NVIDIA/enroot#146): a 404 is the job's
+    # --container-image; the 503 of a registry outage is retried (tested above).
+    job = (ENROOT.format(t=0) + ENROOT.format(t=1)).replace(
+        "mkdir: cannot create directory '/run/enroot': Permission denied",
+        "[ERROR] URL https://nvcr.io/v2/nvidia/pytorch/manifests/24.13-py3 returned error "
+        "code: 404 Not Found",
+    )
+    a = _run(job, ["gpu310", "gpu311"])
+    assert (a.category, a.culprit_nodes) == (Category.APPLICATION, [])
+    assert default_advice(a).kind == AdviceKind.STOP
