@@ -139,10 +139,14 @@ class TracebackTracker:
         name = m.group("name") if (m := _EXC_LINE.match(body)) else ""
         if stack.job_frames == 0 or _ENVIRONMENT_TYPE.match(name) or REPORTS_ANOTHER.search(body):
             return _generic_exception(body)
-        if _VALIDATING_FUNC.search(stack.innermost_func) or _USAGE_TYPE.match(name):
+        if _USAGE_TYPE.match(name):
             return _generic_exception(body, "python_library_rejected_input")
         if _DEVICE_OR_DRIVER.search(body):
-            return _generic_exception(body)  # (the node's GPU, driver or fabric may be why)
+            # The node's GPU, driver or fabric may be why, even where a library's check says
+            # so (`_check_driver`).
+            return _generic_exception(body)
+        if _VALIDATING_FUNC.search(stack.innermost_func):
+            return _generic_exception(body, "python_library_rejected_input")
         # Raised in a library the job's own code called, of no environment type: most likely
         # how the job uses it (or the library versions it installed); weakly the job's.
         return _generic_exception(body, LIBRARY_CALL_FAILED)
