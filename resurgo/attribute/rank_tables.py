@@ -305,6 +305,40 @@ def _per_host_summary(a: Analysis, bodies: list[tuple[int, str]], out: RankRepor
         return  # the latest summary decides
 
 
+# A job's own cross-rank summary naming its slowest ranks against the median: `slowest 8 ranks
+# by (data+h2d): 16,17,18,19,20,21,22,23 (0.93s) | median (data+h2d) 0.34s`.
+_SLOWEST_LIST = re.compile(
+    r"(?i)\bslowest (?:\d{1,5} )?ranks?(?: by [^:]{1,60})?:\s*(?P<ranks>\d{1,7}(?:\s*,\s*\d{1,7})*)"
+    r"\s*\((?P<value>\d+(?:\.\d+)?)\s*m?s?\)"
+)
+_MEDIAN = re.compile(
+    r"(?i)\bmedian\b(?:\s*\([^()]{0,60}\))?[^|\d]{0,60}?(?<![\w.])(?P<median>\d+(?:\.\d+)?)"
+)
+
+
+def _slowest_lists(a: Analysis, bodies: list[tuple[int, str]], out: RankReports) -> None:
+    """Summaries naming the same slow ranks TIMER_RATIO behind the median, report after report."""
+    reports: list[set[tuple[int, str | None]]] = []
+    lines: list[int] = []
+    for order, body in bodies:
+        if "slowest" not in body or (m := _SLOWEST_LIST.search(body)) is None:
+            continue
+        median = _MEDIAN.search(body, m.end())
+        if median is None or float(median["median"]) <= 0:
+            continue
+        if float(m["value"]) < TIMER_RATIO * float(median["median"]):
+            reports.append(set())
+            continue
+        reports.append({(int(r), None) for r in re.findall(r"\d+", m["ranks"])})
+        lines.append(order)
+    if len([r for r in reports if r]) < MIN_REPORTS:
+        return
+    before = len(out.ranks)
+    _consistent(reports, out)
+    if len(out.ranks) > before:
+        out.lines += [a.lines[o] for o in lines[-2:]]
+
+
 def read_rank_reports(a: Analysis) -> RankReports:
     cached: RankReports | None = getattr(a, "_rank_reports", None)
     if cached is not None:
@@ -316,6 +350,7 @@ def read_rank_reports(a: Analysis) -> RankReports:
     _megatron_timers(a, bodies, out)
     _pairwise(a, bodies, out)
     _per_host_fields(a, bodies, out)
+    _slowest_lists(a, bodies, out)
     if not out.nodes:
         _per_host_summary(a, bodies, out)
     if out.ranks or out.nodes:

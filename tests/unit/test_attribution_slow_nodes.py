@@ -4,8 +4,10 @@ record is at hand."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from resurgo.attribute.log_header import nodes_in_log
-from resurgo.attribute.offline import default_advice
+from resurgo.attribute.offline import analyse_bundle, default_advice
 from resurgo.attribute.rules import attribute
 from resurgo.attribute.scheduler import job_id_in_log, parse_scheduler
 from resurgo.contracts import AdviceKind, Attribution, Category, LogLine
@@ -304,3 +306,31 @@ def test_a_per_node_summary_with_even_values_names_no_node() -> None:
     even = SUMMARY.replace("0.371", "0.004")
     v = _run(f"{IMAGENET}\n{even}\n# job still running", {}, nodes=[])
     assert v.culprit_nodes == []
+
+
+def _slowest(ranks: str, value: float) -> str:
+    # A job's own cross-rank summary line (the shape of per-step phase reports).
+    return "\n".join(
+        f" 0: [rank0] step {1000 + 200 * i} | loss 0.11 | step 2.94s | slowest 8 ranks by "
+        f"(data+h2d): {ranks} ({value:.2f}s) | median (data+h2d) 0.34s"
+        for i in range(6)
+    )
+
+
+def _bundle(tmp_path: Path, value: float) -> list[str]:
+    header = "SLURM_JOB_ID=614022 SLURM_JOB_NODELIST=vis-[01-04] SLURM_NTASKS=32\n" + "".join(
+        f"{r}: [rank{r}] host=vis-0{r // 8 + 1} gpu=0 cpu_affinity=0-13\n" for r in range(0, 32, 4)
+    )
+    (tmp_path / "job.log").write_text(
+        header + _slowest("16,17,18,19,20,21,22,23", value) + "\n# job still running\n"
+    )
+    v = analyse_bundle(tmp_path).as_json()
+    return [v["kind"], *v["culprit_nodes"]]
+
+
+def test_the_same_slowest_ranks_report_after_report_are_their_node(tmp_path: Path) -> None:
+    assert _bundle(tmp_path, 0.95) == ["straggler", "vis-03"]
+
+
+def test_slowest_ranks_near_the_median_are_no_straggler(tmp_path: Path) -> None:
+    assert _bundle(tmp_path, 0.38) == ["none"]
