@@ -336,6 +336,10 @@ def _first_to_exit(a: Analysis, victims: set[str]) -> list[str]:
 _NAMED_PATH = re.compile(r"['\"](?P<path>\.{0,2}/?[\w.+@=-][^'\"]{0,400})['\"]")
 # A traceback frame of the job's own code: `File "/home/u/proj/train.py", line 12, in main`.
 _JOB_FRAME = re.compile(r'File "(?P<path>/[^"]{1,500})", line \d+')
+_RELATIVE_FILE = re.compile(
+    r"^(?:\.{1,2}/)?(?:[\w.+@=-]+/)*[\w.+@=-]+\.(?:json|jsonl|ya?ml|toml|txt|csv|tsv|parquet|arrow|"
+    r"pt|pth|bin|ckpt|safetensors|npy|npz|idx|tar|model|py|sh|cfg|ini|pkl|h5)$"
+)
 # Shared roots (`/lustre`, `/home`, `/scratch/project`) are not the job's tree by themselves.
 OWN_TREE_DEPTH = 3
 
@@ -350,7 +354,9 @@ def job_owned_path(a: Analysis, message: str) -> bool:
         return False
     path = m["path"]
     if not path.startswith("/"):
-        return "/" in path or "." in path  # (a bare word is no path)
+        # A relative file path (`data/x.json`, `./cfg.yaml`, `train.jsonl`); not a host name,
+        # a URL or a model id (`huggingface.co`, `meta-llama/Llama-2-7b`).
+        return "://" not in path and bool(_RELATIVE_FILE.search(path))
     parts = path.split("/")[1 : OWN_TREE_DEPTH + 1]
     if len(parts) < OWN_TREE_DEPTH:
         return False

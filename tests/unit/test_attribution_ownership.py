@@ -453,3 +453,14 @@ def test_a_container_image_the_registry_does_not_have_is_the_jobs() -> None:
     a = _run(job, ["gpu310", "gpu311"])
     assert (a.category, a.culprit_nodes) == (Category.APPLICATION, [])
     assert default_advice(a).kind == AdviceKind.STOP
+
+
+def test_a_host_name_quoted_in_a_network_error_is_no_path_of_the_jobs() -> None:
+    # requests' ConnectionError quotes the host: the hub is unreachable, not the job's file.
+    message = (
+        "requests.exceptions.ConnectionError: HTTPSConnectionPool(host='huggingface.co', "
+        "port=443): Max retries exceeded with url: /bert-base-uncased/resolve/main/config.json"
+    )
+    a = _run(_library_raised(message), ["gpu-k03"])
+    assert a.category != Category.APPLICATION
+    assert default_advice(a).kind != AdviceKind.STOP
