@@ -250,9 +250,7 @@ def _parse_custom(line: str, custom: CustomPattern) -> int | None:
 
 
 def _parse_builtin(line: str, body: str | None = None) -> int | None:
-    # The gate's literals only (its regex adds one `\b`, and every format below is searched
-    # anyway): a line without any of them cannot be a built-in progress line.
-    if not _GATE.may_match(line):
+    if _GATE.search(line) is None:
         return None
     text = strip_prefixes(line).body if body is None else body
     # Literal gates: each regex below needs the literal tested before it, so a line without
