@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
 import os
@@ -192,6 +193,13 @@ class Bench:
         if getattr(self, "server", None) is not None:
             self.server.terminate()  # type: ignore[union-attr]
             self.server.wait(timeout=30)  # type: ignore[union-attr]
+        if hasattr(self, "conf"):
+            # Stopping slurmd leaves a running job's script behind (proctrack/linuxproc), and
+            # the sleeper never ends on its own: cancel every job of this cluster first.
+            with contextlib.suppress(subprocess.CalledProcessError, TimeoutError):
+                self.slurm("scancel", f"--user={os.getuid()}")
+                wait_for(lambda: not self.slurm("squeue", "-h", "-t", "running,completing"), 60,
+                         interval=1.0, what="the cluster's jobs to end")  # fmt: skip
         purge_cluster()
 
     def slurm(self, *argv: str) -> str:
