@@ -99,6 +99,10 @@ FLOORS = {
     "s8-": (1.0, 1.0, 1.0, 0),
     "s9-": (1.0, 1.0, 1.0, 0),
     "s10-": (1.0, 1.0, 1.0, 0),
+    # Sets 11-13 (session 6), added after being scored blind: on arrival and after that round.
+    "s11-": (0.91, 0.87, 0.93, 0),
+    "s12-": (0.82, 0.92, 0.86, 1),
+    "s13-": (0.88, 0.96, 0.93, 1),
     "hardware": (1.0, 1.0, 1.0, 0),
     "software": (0.97, 1.0, 1.0, 0),
     "lifecycle": (1.0, 1.0, 1.0, 0),
@@ -108,7 +112,7 @@ FLOORS = {
 def _sets() -> list[tuple[str, list[Path]]]:
     sets = [
         (prefix, [b for b in corpus_dirs(NEXT) if b.name.startswith(prefix)])
-        for prefix in ("s6-", "s7-", "s8-", "s9-", "s10-")
+        for prefix in ("s6-", "s7-", "s8-", "s9-", "s10-", "s11-", "s12-", "s13-")
     ]
     for name in ("hardware", "software", "lifecycle"):
         if (SHARED / name / "cases").is_dir():
