@@ -348,14 +348,18 @@ def keyed_fields(text: str) -> dict[str, float]:
             continue
         key = key.lower()
         unit = (m.group("unit") or "").lower() or ("ms" if key.endswith("ms") else "s")
-        try:
-            value = float(m.group("value"))
-        except ValueError:
-            continue
-        ms = value if unit == "ms" else value * 1000.0
-        if math.isfinite(ms) and ms >= 0:
-            out.setdefault(key, ms)
+        if (dur := _duration_ms(m.group("value"), unit)) is not None:
+            out.setdefault(key, dur)
     return out
+
+
+def _duration_ms(value: str, unit: str) -> float | None:
+    """A field's value in ms (`unit` is `ms` or seconds); None unless finite and not negative."""
+    try:
+        ms = float(value) * (1.0 if unit == "ms" else 1000.0)
+    except ValueError:
+        return None
+    return ms if math.isfinite(ms) and ms >= 0 else None
 
 
 def timing_fields(text: str) -> dict[str, float]:
@@ -374,13 +378,8 @@ def timing_fields(text: str) -> dict[str, float]:
         for m in _SEPARATED_FIELD.finditer(text):
             key = m.group("key").lower()
             unit = (m.group("unit") or "s").lower()
-            try:
-                value = float(m.group("value"))
-            except ValueError:
-                continue
-            ms = value if unit == "ms" else value * 1000.0
-            if math.isfinite(ms) and ms >= 0:
-                out.setdefault(key, ms)
+            if (dur := _duration_ms(m.group("value"), unit)) is not None:
+                out.setdefault(key, dur)
     if not out and (spelled := parse_step_duration(text)) is not None:
         out["step"] = spelled
     return out
