@@ -32,6 +32,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from resurgo.api.history import job_ref
 from resurgo.api.job_refs import SlurmRef, parse_workflow_id, slurm_ref
 from resurgo.api.models import JobRef
+from resurgo.audit.components import RecordedComponent, recorded_component
 from resurgo.audit.store import MAX_JOBS_LIMIT, AuditStore, JobSummary, StoredAuditEvent
 from resurgo.config import TemporalSettings
 from resurgo.contracts import JobStatus, RecoveryOutcome
@@ -67,6 +68,8 @@ class Located:
     live: bool
     # Temporal did not answer: found in the audit store, whether it is live is unknown.
     degraded: bool = False
+    # Asked for by a hetjob component's own job id (`86`): the component, as recorded.
+    component: RecordedComponent | None = None
 
 
 def temporal_down(exc: Exception) -> bool:
@@ -301,7 +304,9 @@ class GatewayCore:
         self, cluster: str, job: int | str | SlurmRef, workflow_id: str | None = None
     ) -> Located:
         """The job's latest workflow; from the audit store alone when Temporal is down. `job`
-        is a Slurm id, an array task (`500_1`) or a hetjob component (`500+1`, its leader)."""
+        is a Slurm id, an array task (`500_1`) or a hetjob component (`500+1`, its leader); a
+        component's own job id (`501`) names its hetjob when the hetjob's workflow recorded it
+        (resurgo/audit/components.py)."""
         ref = parse_job_ref(job)
         try:
             return await self._locate(cluster, ref, workflow_id)
@@ -309,9 +314,21 @@ class GatewayCore:
             if not temporal_down(exc):
                 raise
             found = await self._from_store(cluster, ref, workflow_id)
+            part = None
+            if found is None and (part := await self._component(cluster, ref)) is not None:
+                found = await self._from_store(
+                    cluster, SlurmRef(part.component.leader), part.workflow_id
+                )
             if found is None:
                 raise
-            return Located(found, None, live=False, degraded=True)
+            return Located(found, None, live=False, degraded=True, component=part)
+
+    async def _component(self, cluster: str, ref: SlurmRef) -> RecordedComponent | None:
+        """The hetjob component whose own job id `ref` is, as its hetjob's workflow recorded
+        it (never for an array task's name)."""
+        if ref.task_id is not None:
+            return None
+        return await asyncio.to_thread(recorded_component, self.store, ref.job_id, cluster)
 
     async def _from_store(
         self, cluster: str, ref: SlurmRef, workflow_id: str | None
@@ -347,6 +364,11 @@ class GatewayCore:
         found = await self._from_store(cluster, ref, workflow_id)
         if found is not None:
             return Located(found, None, False)
+        part = await self._component(cluster, ref)
+        if part is not None and workflow_id in (None, part.workflow_id):
+            leader = await self._locate(cluster, SlurmRef(part.component.leader), part.workflow_id)
+            leader.component = part
+            return leader
         raise ApiProblem(404, f"no job {ref} on cluster {cluster!r} is known to Resurgo")
 
 

@@ -11,6 +11,7 @@ from typing import Literal
 from resurgo.api.core import ApiProblem, GatewayCore, Located, as_utc, attrs_of
 from resurgo.api.history import Folded, fold_events
 from resurgo.api.models import AdviceView, AuditPage, JobDetail, TimelinePage
+from resurgo.audit.components import recorded_component
 from resurgo.contracts import JobStatus
 
 
@@ -52,8 +53,9 @@ class JobDetails(GatewayCore):
             workflow_id=loc.ref.workflow_id, types=types, cursor=cursor, limit=limit
         )
         return TimelinePage(
-            job=loc.ref, events=page.events, next_cursor=page.next_cursor, degraded=loc.degraded
-        )
+            job=loc.ref, events=page.events, next_cursor=page.next_cursor, degraded=loc.degraded,
+            named_by=loc.component.sentence() if loc.component else None,
+        )  # fmt: skip
 
     # ---- audit ----------------------------------------------------------------------------------
     async def audit(
@@ -71,6 +73,13 @@ class JobDetails(GatewayCore):
         limit: int = 100,
         order: Literal["asc", "desc"] = "asc",
     ) -> AuditPage:
+        named_by: str | None = None
+        if job_id is not None:
+            # A hetjob component's own job id: the hetjob's trail (resurgo/audit/components).
+            part = await asyncio.to_thread(recorded_component, self.store, job_id, cluster)
+            if part is not None and workflow_id in (None, part.workflow_id):
+                job_id, workflow_id = part.component.leader, part.workflow_id
+                named_by = part.sentence()
         after_id: int | None = None
         if cursor:
             payload = self.cursors.decode(cursor)
@@ -95,7 +104,7 @@ class JobDetails(GatewayCore):
         next_cursor = (
             self.cursors.encode({"a": events[-1].id, "o": order}) if len(events) >= limit else None
         )
-        return AuditPage(events=events, next_cursor=next_cursor)
+        return AuditPage(events=events, next_cursor=next_cursor, named_by=named_by)
 
 
 def build_detail(
@@ -157,6 +166,7 @@ def build_detail(
         advice=[views[g] for g in sorted(views)],
         reconciliation=folded.reconciliation,
         warnings=warnings,
+        named_by=loc.component.sentence() if loc.component else None,
     )
 
 

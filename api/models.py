@@ -163,6 +163,11 @@ class JobDetail(JobItem):
     warnings: list[str] = Field(
         default_factory=list, description="parts that could not be read (e.g. no worker answered)"
     )
+    named_by: str | None = Field(
+        default=None,
+        description="set when the job was asked for by a heterogeneous job component's own "
+        "job id: `86 is component 85+1 of heterogeneous job 85`",
+    )
 
 
 class TimelinePage(Out):
@@ -172,11 +177,21 @@ class TimelinePage(Out):
     degraded: bool = Field(
         default=False, description="Temporal was unreachable: the job was found in the audit store"
     )
+    named_by: str | None = Field(
+        default=None,
+        description="set when the job was asked for by a heterogeneous job component's own "
+        "job id: `86 is component 85+1 of heterogeneous job 85`",
+    )
 
 
 class AuditPage(Out):
     events: list[StoredAuditEvent]
     next_cursor: str | None
+    named_by: str | None = Field(
+        default=None,
+        description="set when the job was asked for by a heterogeneous job component's own "
+        "job id: `86 is component 85+1 of heterogeneous job 85`",
+    )
 
 
 class AdviceItem(Out):

@@ -115,6 +115,18 @@ def _follow(
         time.sleep(every)
 
 
+def _as_component(store: AuditStore, job: int, cluster: str | None) -> dict[str, object]:
+    """A hetjob component's own job id (`86` for `85+1`) reads its hetjob's trail, said so on
+    stderr (JSON output stays parseable); {} for any other job id."""
+    from resurgo.audit.components import recorded_component
+
+    part = recorded_component(store, job, cluster)
+    if part is None:
+        return {}
+    err.print(Text(f"{part.sentence()}: showing {part.component.leader}'s audit trail"))
+    return {"job_id": part.component.leader, "workflow_id": part.workflow_id}
+
+
 def unusable(exc: Exception) -> str:
     """A database error the store does not translate (e.g. a file that is not SQLite), briefly."""
     orig = getattr(exc, "orig", None) or exc
@@ -149,6 +161,7 @@ def audit_command(
             return
         filters: dict[str, object] = {"cluster": cluster, "job_id": job, "attempt": attempt,
                                       "types": wanted}  # fmt: skip
+        filters.update(_as_component(store, job, cluster))
         events = list(store.iter_all(**filters))
         if follow:
             for e in events:

@@ -51,6 +51,8 @@ def audit_via_api(
     wanted = check_event_types(types or []) or None
     client = make_client(api_url, token, config)
 
+    named_by: list[str] = []
+
     def read_all() -> list[StoredAuditEvent]:
         raw: list[dict[str, Any]] = []
         cursor: str | None = None
@@ -59,6 +61,8 @@ def audit_via_api(
                               type=wanted, cursor=cursor, limit=1000)  # fmt: skip
             raw += page["events"]
             cursor = page["next_cursor"]
+            if page.get("named_by") and not named_by:
+                named_by.append(page["named_by"])  # a hetjob component's own job id
             if not cursor:
                 return [StoredAuditEvent.model_validate(e) for e in raw]
 
@@ -78,6 +82,8 @@ def audit_via_api(
         return
     with api_call(client, f"reading the audit trail of job {job_id}…"):
         events = read_all()
+    for note in named_by:  # stderr: JSON output stays parseable
+        err.print(Text(note))
     if as_json:
         typer.echo(timeline_json(events))
     elif events:

@@ -292,7 +292,8 @@ def job(
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold")
     head.add_column()
-    rows = [
+    rows = [("asked for", d["named_by"])] if d.get("named_by") else []  # a component's own id
+    rows += [
         ("job", f"{d['cluster']}/{d.get('name') or d['job_id']}  ({d['workflow_id']})"),
         ("state", f"{d['phase'] or '-'}" + ("  (live)" if d["live"] else "  (finished)")),
         ("mode", str(d["mode"] or "-")),

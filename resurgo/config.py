@@ -116,8 +116,9 @@ class ClusterSettings(Strict):
     # Terminal jobs that ended longer ago than this are history, not something to recover.
     discovery_lookback: float = Field(default=600.0, ge=0)
     hold_timeout: float = Field(default=600.0, gt=0)
-    # Watches share one cluster-wide job listing at most this old (one scontrol + one squeue per
-    # refresh, however many jobs are watched) instead of asking slurmctld per job.
+    # Watches share one cluster-wide job listing at most this old (one squeue --json per refresh,
+    # however many jobs are watched) instead of asking slurmctld per job; older when listings
+    # are slow (snapshot.LISTING_COST_FACTOR x the last one's time).
     job_listing_max_age: float = Field(default=1.0, gt=0)
     # Every monitored job holds one long-running watch activity on its controller: size this
     # above the number of jobs the controller watches at once.

@@ -20,6 +20,7 @@ from resurgo.kinds import Category as Category
 from resurgo.kinds import Mode as Mode
 from resurgo.nodes.policy import NodeHealthPolicy
 from resurgo.policy.array_settings import ArrayPolicy
+from resurgo.slurm.targets import slurm_ref
 
 CORE_TASK_QUEUE = "resurgo"
 
@@ -44,8 +45,7 @@ class JobKey(Frozen):
     array_task_id: int | None = None
 
     def slurm_ref(self) -> str:
-        task = self.array_task_id
-        return str(self.job_id) if task is None else f"{self.array_job_id}_{task}"
+        return slurm_ref(self.job_id, self.array_job_id, self.array_task_id)
 
     def workflow_id(self) -> str:
         return f"resurgo:{self.cluster}:{self.slurm_ref()}:{int(self.submit_time.timestamp())}"
@@ -120,6 +120,9 @@ class JobObservation(Frozen):
     # A heterogeneous job's leader: each component's nodes, by offset (node_list, exc_node_list
     # and num_nodes are then the whole job's).
     het_nodes: list[list[str]] = Field(default_factory=list)
+    # ... and each component's own Slurm job id, by offset (`86` for `85+1`): what lets a user
+    # who names a component by it find the hetjob (resurgo/slurm/hetjobs.py).
+    het_job_ids: list[int] = Field(default_factory=list)
 
     @property
     def held(self) -> bool:
@@ -463,6 +466,9 @@ class RecoveryInput(Frozen):
     job_name: str = ""
     user: str = ""
     partition: str = ""
+    # A heterogeneous job: each component's own job id by offset, as discovery listed them
+    # (recorded by monitoring_started, so a component's id finds the job before it runs).
+    het_job_ids: list[int] = Field(default_factory=list)
 
 
 class RecoveryOutcome(Frozen):

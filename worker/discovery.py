@@ -27,7 +27,9 @@ from resurgo.contracts import CORE_TASK_QUEUE, TERMINAL_STATES, RecoveryInput
 from resurgo.policy.directive import parse_directive
 from resurgo.slurm.client import SlurmClient
 from resurgo.slurm.errors import CommandTimeout, SchedulerError, SchedulerUnavailable
+from resurgo.slurm.hetjobs import listed_components
 from resurgo.slurm.parsers import DiscoveredJob
+from resurgo.slurm.snapshot import LISTING_COST_FACTOR
 from resurgo.worker.array_discovery import ArrayDiscovery, job_key
 from resurgo.workflows import search_attributes as sa
 from resurgo.workflows.job_recovery import JobRecoveryWorkflow
@@ -36,6 +38,8 @@ log = logging.getLogger("resurgo.discovery")
 
 # A job whose data fails is looked at again after this long (seconds), not at every poll.
 BAD_JOB_RETRY = 60.0
+# New jobs looked at (Temporal visibility query, workflow start) at once in one poll.
+DISCOVERY_CONCURRENCY = 16
 # Temporal itself is unavailable: the poll ends (and is retried), no job is blamed.
 _TEMPORAL_DOWN = frozenset(
     {RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED}
@@ -97,6 +101,9 @@ class Discovery(ArrayDiscovery):
         self.known: dict[str, float | None] = {}
         # Jobs listed at the last poll that did not opt in -> the comment that said so.
         self._not_opted: dict[str, str] = {}
+        self.listing_cost = 0.0  # seconds the last poll's job listing took
+        # This poll's hetjob leaders -> their components' own job ids by offset.
+        self._het_ids: dict[int, list[int]] = {}
 
     async def run_forever(self) -> None:
         while True:
@@ -109,7 +116,10 @@ class Discovery(ArrayDiscovery):
             except Exception:
                 # Nothing a poll meets may end discovery: log it and poll again.
                 log.exception("discovery on %s: poll failed", self.cluster)
-            await asyncio.sleep(self.settings.discovery_interval)
+            # A slow listing (a big cluster) is taken less often, as the watches' (snapshot).
+            await asyncio.sleep(
+                max(self.settings.discovery_interval, LISTING_COST_FACTOR * self.listing_cost)
+            )
 
     async def poll_once(self) -> list[str]:
         """Start workflows for newly seen opted-in jobs; returns the ids started now.
@@ -118,13 +128,49 @@ class Discovery(ArrayDiscovery):
         parser, text that cannot be serialised, a value Temporal rejects) costs that job alone,
         logged and looked at again later. Only Slurm or Temporal being unavailable ends a poll.
         """
-        started: list[str] = []
         now = datetime.now(UTC)
         clock = asyncio.get_running_loop().time()
         not_opted: dict[str, str] = {}
-        for job in await self.slurm.list_jobs():
+        jobs = await self.slurm.list_jobs()
+        self.listing_cost = asyncio.get_running_loop().time() - clock
+        self._het_ids = listed_components(jobs)
+        candidates: list[tuple[DiscoveredJob, RecoveryInput]] = []
+        for job in jobs:
             try:
-                await self._consider(job, now, clock, not_opted, started)
+                inp = self._candidate(job, now, clock, not_opted)
+            except Exception as exc:
+                self._job_failed(job, exc, clock)
+                continue
+            if inp is not None:
+                candidates.append((job, inp))
+        self._not_opted = not_opted
+        # Each candidate waits on Temporal (a visibility query, a start) and maybe on Slurm: a
+        # thousand new jobs one after another took a quarter of an hour to be monitored.
+        gate = asyncio.Semaphore(DISCOVERY_CONCURRENCY)
+        try:
+            async with asyncio.TaskGroup() as group:
+                tasks = [
+                    group.create_task(self._settle(j, i, now, clock, gate)) for j, i in candidates
+                ]
+        except ExceptionGroup as failed:
+            # Slurm or Temporal unavailable: the poll ends, as run_forever expects one error.
+            raise failed.exceptions[0] from None
+        return [inp.job.workflow_id() for (_, inp), t in zip(candidates, tasks, strict=True)
+                if t.result()]  # fmt: skip
+
+    async def _settle(
+        self,
+        job: DiscoveredJob,
+        inp: RecoveryInput,
+        now: datetime,
+        clock: float,
+        gate: asyncio.Semaphore,
+    ) -> bool:
+        """Start the candidate's workflow unless one runs; False if none was started. Whatever
+        the job holds costs it alone; only Slurm or Temporal being unavailable is raised."""
+        async with gate:
+            try:
+                return await self._consider(job, inp, now, clock)
             except (SchedulerUnavailable, CommandTimeout):
                 raise
             except RPCError as exc:
@@ -133,8 +179,7 @@ class Discovery(ArrayDiscovery):
                 self._job_failed(job, exc, clock)
             except Exception as exc:
                 self._job_failed(job, exc, clock)
-        self._not_opted = not_opted
-        return started
+            return False
 
     def _job_failed(self, job: DiscoveredJob, exc: BaseException, clock: float) -> None:
         # repr: the message may quote the job's own text, newlines and all.
@@ -145,42 +190,47 @@ class Discovery(ArrayDiscovery):
         if job.submit_time is not None:
             self.known[job_key(self.cluster, job).workflow_id()] = clock + BAD_JOB_RETRY
 
-    async def _consider(
-        self,
-        job: DiscoveredJob,
-        now: datetime,
-        clock: float,
-        not_opted: dict[str, str],
-        started: list[str],
-    ) -> None:
+    def _candidate(
+        self, job: DiscoveredJob, now: datetime, clock: float, not_opted: dict[str, str]
+    ) -> RecoveryInput | None:
+        """The workflow input of a job worth a closer look this poll, or None. No I/O: most of a
+        cluster's jobs never opt in and cost only this."""
         if job.submit_time is None:
-            return
+            return None
         wf_id = job_key(self.cluster, job).workflow_id()
         recheck = self.known.get(wf_id, 0.0)
         if recheck is None or recheck > clock:
-            return
+            return None
         # Directives are parsed once per job and comment, not at every poll: a cluster
         # holds thousands of jobs, most of which never opt in (or opt in later, by
         # `scontrol update Comment=`, which changes the text and is seen then).
         if self._not_opted.get(wf_id) == job.comment:
             not_opted[wf_id] = job.comment
-            return
+            return None
         inp = recovery_input(self.cluster, self.settings, self.config, job)
         if inp is None:
             not_opted[wf_id] = job.comment
-            return
+            return None
         if not is_recent(job, self.settings.discovery_lookback, now):
-            return
+            return None
+        return inp
+
+    async def _consider(
+        self, job: DiscoveredJob, inp: RecoveryInput, now: datetime, clock: float
+    ) -> bool:
+        wf_id = inp.job.workflow_id()
         if job.unreadable:
             await self._skip(job, inp, job.unreadable)
-            return
+            return False
         if job.het_job_id is not None and job.het_job_id != job.job_id:
-            return  # a heterogeneous job's component: its leader's workflow follows all
+            return False  # a heterogeneous job's component: its leader's workflow follows all
+        if job.het_job_id is not None:
+            inp = inp.model_copy(update={"het_job_ids": self._het_ids.get(job.job_id, [])})
         if job.array_job_id is not None and not await self._array_row(job, inp, clock):
-            return
+            return False
         if not await self._own_comment_agrees(job):
             self.known[wf_id] = clock + BAD_JOB_RETRY
-            return
+            return False
         # Slurm rewrites SubmitTime on every requeue, so a requeued job shows up under a new
         # candidate id. A running workflow for the same job id is that job: leave it be, and
         # look again later in case it ends because the id was reused by a different job.
@@ -190,10 +240,10 @@ class Discovery(ArrayDiscovery):
         closed_since = recent if job.state in TERMINAL_STATES else None
         if await self.existing_workflow_for(inp.job.slurm_ref(), closed_since=closed_since):
             self.known[wf_id] = clock + 30.0
-            return
-        if await self.start(inp):
-            started.append(wf_id)
+            return False
+        started = await self.start(inp)
         self.known[wf_id] = None
+        return started
 
     async def _own_comment_agrees(self, job: DiscoveredJob) -> bool:
         """Slurm without `squeue --json`: a row in the text listing may be forged in another

@@ -48,6 +48,8 @@ from resurgo.slurm.errors import (
     SchedulerError,
     SchedulerUnavailable,
 )
+from resurgo.slurm.json_records import NO_VAL
+from resurgo.slurm.targets import slurm_ref
 
 log = logging.getLogger("resurgo.watchdog")
 
@@ -68,6 +70,12 @@ class TaggedJob:
     deadline: datetime | None
     user: str = ""
     name: str = ""
+    # What scontrol must be given: `<array id>_<task id>` for an array task (targets.slurm_ref).
+    ref: str = ""
+
+    @property
+    def target(self) -> str:
+        return self.ref or str(self.job_id)
 
 
 def _stamp(when: datetime) -> str:
@@ -99,9 +107,14 @@ def tagged_from_json(text: str) -> list[TaggedJob]:
         state = _state(job.get("job_state"))
         reason = str(job.get("state_reason") or "")
         held = state == "PENDING" and (_number(job.get("priority")) == 0 or "Held" in reason)
+        job_id = int(job["job_id"])
+        task = _number(job.get("array_task_id"))
+        task = task if task is not None and task < NO_VAL else None
+        array_job = _number(job.get("array_job_id")) or None
         found.append(
             TaggedJob(
-                job_id=int(job["job_id"]),
+                job_id=job_id,
+                ref=slurm_ref(job_id, array_job, task),
                 state=state,
                 held=held,
                 admin_comment=admin,
@@ -166,16 +179,16 @@ class Watchdog:
             log.info("job %s changed since listed; leaving it for the next round", job.job_id)
             return None
         if fresh.held:
-            await self.slurm.release(job.job_id)
+            await self.slurm.release(job.target)
             action = "released"
         else:
             action = "start_completed"  # released earlier (by us or by hand), tag still there
         try:
-            await self.slurm.update_job(job.job_id, StartTime="now")
+            await self.slurm.update_job(job.target, StartTime="now")
         except CommandFailed as exc:  # started on release already: nothing to hurry
             log.info("job %s: StartTime=now not applied: %s", job.job_id, exc)
         tag = f"{WATCHDOG_TAG} key={job.key} at={_stamp(now)}"
-        await self.slurm.update_job(job.job_id, AdminComment=tag)
+        await self.slurm.update_job(job.target, AdminComment=tag)
         after = await self.slurm.show_job(job.job_id)
         return self._record(job, now, action, after=after)
 

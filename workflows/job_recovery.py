@@ -44,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from resurgo.policy import arrays as array_policy
     from resurgo.policy import decide as policy
+    from resurgo.slurm import hetjobs
     from resurgo.workflows import patches
     from resurgo.workflows import search_attributes as sa
     from resurgo.workflows.acting import SchedulerSteps
@@ -147,16 +148,22 @@ class JobRecoveryWorkflow(SchedulerSteps, ApprovalGate, ArrayTask):
             )
             return await self._finish("directive_invalid")
         if inp.state is None:
+            data: dict[str, object] = {
+                "directive": self.directive.model_dump(mode="json"),
+                "problems": inp.problems,
+                # Whose output becomes evidence: the API shows it only to tokens allowed to
+                # read that user's jobs (an activity input, not a command: replays as is).
+                "user": inp.user,
+            }
+            # A hetjob's components by their own job ids, so that one of them finds this job
+            # before it runs (attempt_started adds their nodes). Only hetjobs ask the patch.
+            components = hetjobs.named_components(inp.job.job_id, inp.het_job_ids)
+            if components and workflow.patched(patches.HETJOB_COMPONENTS_AT_START):
+                data["components"] = components
             await self._audit(
                 AuditEventType.MONITORING_STARTED,
                 f"monitoring {inp.job.label()} in {self.s.mode.value} mode",
-                data={
-                    "directive": self.directive.model_dump(mode="json"),
-                    "problems": inp.problems,
-                    # Whose output becomes evidence: the API shows it only to tokens allowed to
-                    # read that user's jobs (an activity input, not a command: replays as is).
-                    "user": inp.user,
-                },
+                data=data,
             )
         while True:
             # Derived from the state (not a local) so it survives continue-as-new.
@@ -272,15 +279,20 @@ class JobRecoveryWorkflow(SchedulerSteps, ApprovalGate, ArrayTask):
         cur = self.s.attempts[-1]
         cur.started = True
         cur.start_line = result.attempt_start_line
-        nodes = result.observation.node_list if result.observation else []
+        obs = result.observation
+        nodes = obs.node_list if obs else []
         self._set_phase("running")
+        data: dict[str, object] = {"nodes": nodes, "excluded": obs.exc_node_list if obs else []}
+        summary = f"attempt {self.s.attempt} running on {','.join(nodes) or '?'}"
+        # A hetjob: which component ran where, and each component's own job id (how a user
+        # who names a component by it finds this job). Only hetjobs ask the patch.
+        components = hetjobs.recorded_components(obs) if obs else []
+        if components and workflow.patched(patches.HETJOB_COMPONENTS_RECORDED):
+            data["components"] = components
+            summary += f" ({hetjobs.where_components_ran(obs)})" if obs else ""
         await self._audit(
-            AuditEventType.ATTEMPT_STARTED,
-            f"attempt {self.s.attempt} running on {','.join(nodes) or '?'}",
-            attempt=self.s.attempt,
-            data={"nodes": nodes, "excluded": result.observation.exc_node_list
-                  if result.observation else []},
-        )  # fmt: skip
+            AuditEventType.ATTEMPT_STARTED, summary, attempt=self.s.attempt, data=data
+        )
 
     async def _progress(self, result: WatchResult) -> None:
         cur = self.s.attempts[-1]

@@ -16,3 +16,7 @@ CALIBRATED_ACTIONS = "2026-12-calibrated-actions-stragglers-left-running"
 EVIDENCE_LIMITED_EVENT = "2026-12-evidence-limited-event"
 # Array tasks report each failure to their array coordinator and wait for its verdict (issue 16).
 ARRAY_COORDINATION = "2026-12-array-task-reports-to-coordinator"
+# A hetjob's attempt_started records each component's name, own job id and nodes (issue 16).
+HETJOB_COMPONENTS_RECORDED = "2026-12-hetjob-attempt-records-components"
+# ... and its monitoring_started each component's own job id, as discovery listed them.
+HETJOB_COMPONENTS_AT_START = "2026-12-hetjob-monitoring-records-components"

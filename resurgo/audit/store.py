@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 import stamina
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import event, func, insert, select
+from sqlalchemy import event, func, insert, or_, select
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection, Engine, RowMapping, create_engine, make_url
 from sqlalchemy.engine.interfaces import DBAPIConnection
@@ -272,6 +272,28 @@ class AuditStore:
             if len(page) < MAX_LIMIT:
                 return
             after_id = page[-1].id
+
+    def component_events(
+        self, job_id: int, cluster: str | None = None, *, limit: int = 20
+    ) -> list[StoredAuditEvent]:
+        """`monitoring_started` and `attempt_started` events of heterogeneous jobs that recorded
+        a component whose own job id is `job_id` (resurgo/slurm/hetjobs.named_components),
+        newest first. The JSON text narrows the rows (`"job_id":86` only in a recorded
+        component); the caller reads each event's data to be sure."""
+        t = audit_events.c
+        number = int(job_id)
+        where: list[ColumnElement[bool]] = [
+            t.type.in_(["monitoring_started", "attempt_started"]),
+            t.data.like('%"components":[%'),
+            or_(t.data.like(f'%"job_id":{number},%'), t.data.like(f'%"job_id":{number}}}%')),
+        ]
+        if cluster is not None:
+            where.append(t.cluster == cluster)
+        stmt = select(audit_events).where(*where).order_by(t.id.desc()).limit(min(limit, MAX_LIMIT))
+        self._ensure_schema()
+        with self._unavailable_on_error(), self._engine.connect() as conn:
+            rows = conn.execute(stmt).mappings().all()
+        return [_event_from_row(r) for r in rows]
 
     def jobs(self, cluster: str | None = None, *, limit: int = MAX_LIMIT) -> list[JobSummary]:
         """One summary per (cluster, job id, workflow id), most recently active first."""

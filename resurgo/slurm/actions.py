@@ -155,7 +155,7 @@ class SlurmActions:
         # killed controller). The tag survives the requeue. Slurm refuses AdminComment on a
         # finished job, which goes straight to PENDING held: that one is tagged after the hold.
         tagged = await self._tag_before_hold(req, obs)
-        await self.slurm.requeue_hold(job_id)
+        await self.slurm.requeue_hold(req.job.slurm_ref())
         after = await self.settled(job_id)
         if after.restarts <= req.attempt or not after.held:
             raise PreconditionFailed(
@@ -168,7 +168,7 @@ class SlurmActions:
                 # An untagged hold is invisible to the watchdog: never keep one. A retry finds
                 # Restarts > attempt and an unheld job, and carries on from there.
                 log.warning("job %s: cannot tag the hold, releasing it at once", job_id)
-                await self.slurm.release(job_id)
+                await self.slurm.release(req.job.slurm_ref())
                 raise
         detail = "requeued and held"
         if obs.running:
@@ -187,7 +187,7 @@ class SlurmActions:
             return False
         try:
             await self.slurm.update_job(
-                req.job.job_id,
+                req.job.slurm_ref(),
                 AdminComment=hold_comment(
                     req.idempotency_key, req.hold_deadline, datetime.now(UTC)
                 ),
@@ -203,7 +203,7 @@ class SlurmActions:
         theirs = bool(obs.admin_comment) and not obs.admin_comment.startswith("resurgo:")
         if obs.held and not theirs and req.idempotency_key not in obs.admin_comment:
             await self.slurm.update_job(
-                req.job.job_id,
+                req.job.slurm_ref(),
                 AdminComment=hold_comment(
                     req.idempotency_key, req.hold_deadline, datetime.now(UTC)
                 ),
@@ -237,7 +237,7 @@ class SlurmActions:
             if len(obs.het_nodes) > 1:
                 detail = await self._exclude_on_components(req, wanted)
             else:
-                await self.slurm.update_job(job_id, ExcNodeList=",".join(merged))
+                await self.slurm.update_job(req.job.slurm_ref(), ExcNodeList=",".join(merged))
             after = await self.observe(job_id)
         if not wanted <= set(after.exc_node_list):
             raise PreconditionFailed(f"ExcNodeList of job {job_id} is {after.exc_node_list}")
@@ -354,16 +354,16 @@ class SlurmActions:
         if released:
             # Release first: dying before the retag leaves an unheld job with a stale tag
             # (harmless); the other order could leave a hold the watchdog no longer recognises.
-            await self.slurm.release(job_id)
+            await self.slurm.release(req.job.slurm_ref())
             now = breaker.stamp(datetime.now(UTC))
             tag = f"{RELEASED_TAG} key={req.idempotency_key} at={now}"
-            await self.slurm.update_job(job_id, AdminComment=tag)
+            await self.slurm.update_job(req.job.slurm_ref(), AdminComment=tag)
             obs = await self.observe(job_id)
         if obs.state == "PENDING" and not obs.held and self._ours(obs, req):
             # A requeued job waits on BeginTime (~2 min) unless told to start now; Slurm takes
             # this only once the job is released. Repeating it is harmless, so a retry after a
             # crash between release and this line still gets the job started.
-            await self.slurm.update_job(job_id, StartTime="now")
+            await self.slurm.update_job(req.job.slurm_ref(), StartTime="now")
             obs = await self.observe(job_id)
         outcome = "applied" if released else "satisfied"
         return self._result(req, outcome, obs, f"released={released}, StartTime=now")
@@ -380,7 +380,7 @@ class SlurmActions:
         obs = await self.observe(job_id)
         if obs.terminal:
             return self._result(req, "satisfied", obs, f"already {obs.state}")
-        await self.slurm.cancel(job_id)
+        await self.slurm.cancel(req.job.slurm_ref())
         for _ in range(20):
             after = await self.observe(job_id)
             if after.terminal or after.state == "COMPLETING":

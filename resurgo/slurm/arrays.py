@@ -164,7 +164,9 @@ class ArraySteps:
             step=req.step,
             outcome="applied",
             target=target,
-            detail=f"held {target}; `scontrol release {req.array.array_job_id}` releases them",
+            # Not the bare array id: that also releases a task Resurgo holds mid-requeue, which
+            # would then start before its exclusions are in place.
+            detail=f"held {target}; `scontrol release {target}` releases them",
         )
 
     async def _exclude(

@@ -35,6 +35,7 @@ from resurgo.slurm.parsers import (
     parse_squeue_discovery,
 )
 from resurgo.slurm.runner import CommandResult, CommandRunner
+from resurgo.slurm.targets import JobRef, job_target
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ _NO_JSON = re.compile(r"unrecognized option|invalid option|unknown option|serial
 # 22.05 ignores -t/-j with --json (every job is printed); later versions honour them.
 SQUEUE_JSON = ["squeue", "--json", "-t", "all"]
 LISTING_TIMEOUT = 60.0
-__all__ = ["SlurmClient", "check_node_name"]
+__all__ = ["SlurmClient", "check_node_name", "job_target"]
 
 NodeSource = Literal["scontrol-json", "sinfo-json", "text"]
 # `scontrol --json` (23.02 on) takes node names; `sinfo --json` of 22.05 ignores -n (every
@@ -287,16 +288,16 @@ class SlurmClient:
                         self._kill_wait = float(match.group(1))
         return self._kill_wait
 
-    async def requeue_hold(self, job_id: int) -> None:
-        await self._run(["scontrol", "requeuehold", str(job_id)])
+    async def requeue_hold(self, job: JobRef) -> None:
+        await self._run(["scontrol", "requeuehold", job_target(job)])
 
-    async def update_job(self, job_id: int, **fields: str) -> None:
-        argv = ["scontrol", "update", f"JobId={job_id}"]
+    async def update_job(self, job: JobRef, **fields: str) -> None:
+        argv = ["scontrol", "update", f"JobId={job_target(job)}"]
         argv += [f"{key}={value}" for key, value in fields.items()]
         await self._run(argv)
 
-    async def release(self, job_id: int) -> None:
-        await self._run(["scontrol", "release", str(job_id)])
+    async def release(self, job: JobRef) -> None:
+        await self._run(["scontrol", "release", job_target(job)])
 
     async def hold_tasks(self, target: str) -> None:
         """`scontrol hold 12_[4-9]`: hold these (pending) tasks of an array."""
@@ -308,8 +309,8 @@ class SlurmClient:
         argv = ["scontrol", "update", f"JobId={target}"]
         await self._run(argv + [f"{key}={value}" for key, value in fields.items()])
 
-    async def cancel(self, job_id: int) -> None:
-        await self._run(["scancel", str(job_id)])
+    async def cancel(self, job: JobRef) -> None:
+        await self._run(["scancel", job_target(job)])
 
     async def drain_node(self, node: str, reason: str) -> None:
         await self._run(

@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 Record = dict[str, Any]
 # Slurm's NO_VAL for an unset array task id, as `scontrol` prints it in file names.
-_NO_VAL = 4294967294
+NO_VAL = 4294967294
 # Epoch seconds beyond this are not times (and would not fit a datetime).
 _MAX_EPOCH = 253402300799
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -209,10 +209,10 @@ def _std_out(record: Record, version: tuple[int, int], job_id: int, name: str, u
         if not record.get("batch_flag"):
             return ""
         if array_job:
-            return f"{work_dir}/slurm-{array_job}_{task if task is not None else _NO_VAL}.out"
+            return f"{work_dir}/slurm-{array_job}_{task if task is not None else NO_VAL}.out"
         return f"{work_dir}/slurm-{job_id}.out"
     path = raw.replace("%A", str(array_job if task is not None else job_id))
-    path = path.replace("%a", str(task if task is not None else _NO_VAL))
+    path = path.replace("%a", str(task if task is not None else NO_VAL))
     path = path.replace("%j", str(job_id)).replace("%u", user).replace("%x", name)
     return path if path.startswith("/") else f"{work_dir}/{path}"
 
@@ -278,13 +278,14 @@ def discovered(record: Record) -> DiscoveredJob | None:
         raise ParseError("record without a job id")
     array_job = number(record.get("array_job_id")) or None
     task = number(record.get("array_task_id")) if array_job else None
-    if task is not None and task >= _NO_VAL:
+    if task is not None and task >= NO_VAL:
         task = None
     return DiscoveredJob(
         array_job_id=array_job,
         array_task_id=task,
         array_tasks=text(record.get("array_task_string")) if array_job and task is None else "",
         het_job_id=number(record.get("het_job_id")) or None,
+        het_job_offset=number(record.get("het_job_offset")) if record.get("het_job_id") else None,
         restarts=number(record.get("restart_cnt")) or 0,
         job_id=job_id,
         submit_time=_time(record.get("submit_time")),

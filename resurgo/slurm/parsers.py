@@ -280,8 +280,9 @@ class DiscoveredJob(BaseModel):
     array_job_id: int | None = None
     array_task_id: int | None = None
     array_tasks: str = ""
-    # A component of a heterogeneous job: the leader's job id.
+    # A component of a heterogeneous job: the leader's job id, and its offset (`squeue --json`).
     het_job_id: int | None = None
+    het_job_offset: int | None = None
     restarts: int = 0
     # Why this row cannot be followed (an array task in text output); "" when it can.
     unreadable: str = ""

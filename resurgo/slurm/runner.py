@@ -7,6 +7,7 @@ names, comments and node names (untrusted input) cannot inject anything.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shlex
 import time
@@ -88,6 +89,12 @@ class LocalRunner:
             proc.kill()
             await proc.wait()
             raise CommandTimeout(f"{shlex.join(argv)} did not finish in {timeout:.0f}s") from exc
+        except BaseException:
+            # Cancelled (an activity cancelled or past its heartbeat): the command must not
+            # outlive its caller. Orphaned `squeue --json` runs once piled up by the hundred.
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            raise
         return CommandResult(
             tuple(argv),
             proc.returncode if proc.returncode is not None else -1,

@@ -28,6 +28,8 @@ from typing import Protocol
 from resurgo.contracts import JobObservation
 from resurgo.errors import PermanentError
 from resurgo.slurm.client import SlurmClient
+from resurgo.slurm.errors import ParseError
+from resurgo.slurm.json_records import Listing
 from resurgo.slurm.parsers import parse_job
 
 log = logging.getLogger(__name__)
@@ -39,6 +41,10 @@ _TEXTS_FORMAT = f"%i{_FIELD}%j{_FIELD}%k{_ROW_END}"
 _INTEREST_SECONDS = 30.0
 # squeue -j takes a comma list; keep each command line well below ARG_MAX.
 _IDS_PER_SQUEUE = 2000
+# A listing is not taken again sooner than this many times as long as the last one took, so
+# listings cost at most about a quarter of the time however big the cluster: at 1,000 jobs an
+# `squeue --json` is ~4 MB, 0.2-1.5 s of slurmctld and JSON decoding each.
+LISTING_COST_FACTOR = 4.0
 
 
 class JobReader(Protocol):
@@ -133,6 +139,27 @@ def parse_listing(
 class _Listing:
     taken_at: float
     jobs: dict[int, JobObservation] = field(default_factory=dict)
+    # `squeue --json`: every job slurmctld holds, parsed when first asked about. A watch that
+    # began while this was being taken finds its job here instead of asking alone: at a
+    # thousand new jobs those lone asks were each a whole listing too (22.05 ignores -j),
+    # hundreds at once, and took a 24 GB machine out of memory.
+    raw: Listing | None = None
+    unreadable: set[int] = field(default_factory=set)
+
+    def get(self, job_id: int) -> JobObservation | None:
+        job = self.jobs.get(job_id)
+        raw = self.raw
+        if job is not None or raw is None or job_id in self.unreadable:
+            return job
+        try:
+            job = raw.observation(job_id)
+        except ParseError as exc:  # costs this job only: it is asked about on its own
+            log.error("job listing: %s; asking about it alone", exc)
+            self.unreadable.add(job_id)
+            return None
+        if job is not None:
+            self.jobs[job_id] = job
+        return job
 
 
 class JobSnapshot:
@@ -150,42 +177,72 @@ class JobSnapshot:
         self._clock = clock
         self._listing: _Listing | None = None
         self._refresh: asyncio.Task[_Listing] | None = None
+        self._refresh_started = 0.0
         self._interest: dict[int, float] = {}
         self._parsed: dict[int, tuple[str, JobObservation]] = {}
         self.refreshes = 0
         self.fallbacks = 0
+        self.last_cost = 0.0  # seconds the last listing took
+
+    @property
+    def effective_max_age(self) -> float:
+        """`max_age`, or longer when listings are slow (LISTING_COST_FACTOR)."""
+        return max(self.max_age, LISTING_COST_FACTOR * self.last_cost)
 
     async def show_job(self, job_id: int, *, at_least_restarts: int = 0) -> JobObservation | None:
         now = self._clock()
         self._interest[job_id] = now
         listing = self._listing
-        if listing is None or now - listing.taken_at > self.max_age or job_id not in listing.jobs:
+        if listing is None or now - listing.taken_at > self.effective_max_age:
             listing = await self._refreshed()
-        cached = listing.jobs.get(job_id)
+        cached = listing.get(job_id)
+        if cached is None and listing.taken_at < now:
+            # Newer than the listing (a watch that just began): the next listing, shared with
+            # every other such watch. Asked alone it would be a whole listing each on Slurm
+            # before 23.02, which ignores -j with --json.
+            listing = await self._refreshed(newer_than=now)
+            cached = listing.get(job_id)
         # Older than what the caller knows (taken before its own requeue): never report that.
         if cached is not None and cached.restarts >= at_least_restarts:
             return cached
         self.fallbacks += 1
         return await self.slurm.show_job(job_id)
 
-    async def _refreshed(self) -> _Listing:
-        listing = self._listing
-        # A job newer than a fresh listing needs no new listing: it is asked about on its own.
-        if listing is not None and self._clock() - listing.taken_at <= self.max_age:
-            return listing
-        if self._refresh is None or self._refresh.done():
-            self._refresh = asyncio.create_task(self._take())
-        # Shielded: one watch being cancelled must not cancel the refresh the others wait on.
-        return await asyncio.shield(self._refresh)
+    async def _refreshed(self, newer_than: float | None = None) -> _Listing:
+        """A listing no older than the effective max age, or (`newer_than`) one begun since."""
+        while True:
+            listing = self._listing
+            if listing is not None:
+                if newer_than is not None and listing.taken_at >= newer_than:
+                    return listing
+                age = self._clock() - listing.taken_at
+                if newer_than is None and age <= self.effective_max_age:
+                    return listing
+            refresh = self._refresh
+            if refresh is None or refresh.done():
+                self._refresh_started = self._clock()
+                self._refresh = refresh = asyncio.create_task(self._take())
+            elif newer_than is not None and self._refresh_started < newer_than:
+                # The one under way began too early: wait for it, then for a newer one.
+                await asyncio.shield(refresh)
+                continue
+            # Shielded: one watch being cancelled must not cancel the refresh others wait on.
+            return await asyncio.shield(refresh)
 
     async def _take(self) -> _Listing:
         started = self._clock()
+        try:
+            return await self._list(started)
+        finally:
+            self.last_cost = max(0.0, self._clock() - started)
+
+    async def _list(self, started: float) -> _Listing:
         cutoff = started - _INTEREST_SECONDS
         self._interest = {j: t for j, t in self._interest.items() if t >= cutoff}
         ids = sorted(self._interest)
         listing = _Listing(taken_at=started)
-        if await self.slurm.structured():
-            listing.jobs = await self.slurm.all_jobs(set(ids))
+        if await self.slurm.structured() and (raw := await self.slurm.squeue_json()) is not None:
+            listing.raw = raw
             self.refreshes += 1
             self._listing = listing
             return listing

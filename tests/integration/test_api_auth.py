@@ -110,7 +110,7 @@ def test_insecure_demo_mode_warns_loudly(tmp_path: Path) -> None:
 
         wait_for(up, 30, what="resurgo api --insecure")
         audit = httpx.get(url + "/v1/audit", timeout=10)  # no token at all
-        assert audit.status_code == 200 and audit.json() == {"events": [], "next_cursor": None}
+        assert audit.status_code == 200 and audit.json()["events"] == []
         ready = httpx.get(url + "/readyz", timeout=15)
         assert ready.status_code == 200 and not ready.json()["checks"]["temporal"]["ok"]
         assert ready.json()["degraded"]

@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from resurgo.slurm.client import SlurmClient
-from resurgo.slurm.runner import LocalRunner
-from resurgo.slurm.snapshot import JobSnapshot
+from resurgo.slurm.runner import CommandResult, LocalRunner
+from resurgo.slurm.snapshot import LISTING_COST_FACTOR, JobSnapshot
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -128,3 +128,75 @@ async def test_a_listing_older_than_a_requeue_is_not_reported_to_the_next_attemp
     after = await snapshot.show_job(job, at_least_restarts=1)
     assert after is not None and after.restarts == 1 and after.state in ("COMPLETING", "PENDING")
     assert (await snapshot.show_job(job)).restarts == 0, "others keep the shared copy"  # type: ignore[union-attr]
+
+
+class SlowListing:
+    """The real runner, with `squeue --json` (the listing) taking a while longer, as it does
+    with thousands of jobs on a busy slurmctld."""
+
+    def __init__(self, inner: LocalRunner, delay: float) -> None:
+        self.inner, self.delay = inner, delay
+
+    async def run(self, argv: list[str], *, timeout: float = 30.0) -> CommandResult:
+        if argv[:2] == ["squeue", "--json"]:
+            await asyncio.sleep(self.delay)
+        return await self.inner.run(argv, timeout=timeout)
+
+
+async def test_a_watch_that_starts_during_a_listing_is_served_by_it(
+    slurm_conf: str, submit: Submit
+) -> None:
+    """A thousand new watches arrive while one listing is being taken; each must be served by
+    it, not ask alone (on 22.05 a lone ask is another whole listing: hundreds of them at once
+    once took the machine out of memory)."""
+    first, second = submit(), submit()
+    client = SlurmClient(SlowListing(LocalRunner(slurm_conf), 1.0))  # type: ignore[arg-type]
+    if not await client.structured():
+        pytest.skip("this Slurm has no squeue --json")
+    for job in (first, second):
+        await running(client, job)
+    snapshot = JobSnapshot(client, max_age=30.0)
+    early = asyncio.create_task(snapshot.show_job(first))
+    await asyncio.sleep(0.3)  # the listing is under way; `second` was never asked about
+    late = await snapshot.show_job(second)
+    assert late is not None and late.job_id == second and late.state == "RUNNING"
+    assert (await early) is not None
+    assert (snapshot.refreshes, snapshot.fallbacks) == (1, 0)
+
+
+async def test_a_cancelled_command_does_not_outlive_its_caller() -> None:
+    marker = f"{time.monotonic_ns() % 10**6}.5"  # a sleep nobody else runs
+    task = asyncio.create_task(LocalRunner().run(["sleep", marker], timeout=60))
+    await asyncio.sleep(0.5)
+    assert _running("sleep", marker), "the command was meant to be running"
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await asyncio.sleep(0.5)
+    assert not _running("sleep", marker), "the cancelled command is still running"
+
+
+def _running(*argv: str) -> bool:
+    found = subprocess.run(["pgrep", "-f", "^" + " ".join(argv) + "$"], capture_output=True)
+    return found.returncode == 0
+
+
+async def test_slow_listings_are_taken_less_often(slurm_conf: str, submit: Submit) -> None:
+    """A listing that took T seconds is not taken again within LISTING_COST_FACTOR x T, so a
+    big cluster's listings never take more than about a quarter of the controller's time; a
+    job that appears meanwhile still waits only for the next one."""
+    job = submit()
+    client = SlurmClient(SlowListing(LocalRunner(slurm_conf), 0.5))  # type: ignore[arg-type]
+    if not await client.structured():
+        pytest.skip("this Slurm has no squeue --json")
+    await running(client, job)
+    snapshot = JobSnapshot(client, max_age=0.1)
+    assert await snapshot.show_job(job) is not None
+    assert snapshot.last_cost >= 0.5
+    assert snapshot.effective_max_age == LISTING_COST_FACTOR * snapshot.last_cost
+    await asyncio.sleep(0.3)  # older than max_age, younger than the listing's cost allows
+    assert await snapshot.show_job(job) is not None
+    assert snapshot.refreshes == 1
+    newer = submit()
+    assert (await snapshot.show_job(newer)) is not None
+    assert (snapshot.refreshes, snapshot.fallbacks) == (2, 0)

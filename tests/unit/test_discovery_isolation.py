@@ -119,3 +119,34 @@ async def test_nothing_ends_the_loop() -> None:
         assert temporal.started and not task.done()
     finally:
         task.cancel()
+
+
+class SlowTemporal(FakeTemporal):
+    """Each start takes a while (a visibility query and a start on a busy server); records how
+    many were in flight at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.in_flight = self.most = 0
+
+    async def start_workflow(self, *args: Any, id: str, **kw: Any) -> None:
+        self.in_flight += 1
+        self.most = max(self.most, self.in_flight)
+        await asyncio.sleep(0.01)
+        self.in_flight -= 1
+        await super().start_workflow(*args, id=id, **kw)
+
+
+async def test_new_jobs_are_started_side_by_side_within_a_bound() -> None:
+    """A thousand jobs submitted at once: started side by side (one at a time took a quarter
+    of an hour at 1,000), never more than DISCOVERY_CONCURRENCY at once, each exactly once, and
+    reported in the listing's order."""
+    jobs = [job(n) for n in range(1, 101)]
+    config = ResurgoConfig(clusters={CLUSTER: ClusterSettings(discovery_interval=0.01)})
+    temporal = SlowTemporal()
+    discovery = Discovery(temporal, FakeSlurm(jobs), CLUSTER, config)  # type: ignore[arg-type]
+    started = await discovery.poll_once()
+    assert temporal.most == discovery_module.DISCOVERY_CONCURRENCY
+    assert sorted(temporal.started) == sorted(started) and len(set(started)) == 100
+    assert [s.split(":")[2] for s in started] == [str(n) for n in range(1, 101)]
+    assert await discovery.poll_once() == []
