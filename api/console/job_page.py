@@ -17,6 +17,7 @@ from resurgo.api.job_refs import SlurmRef, slurm_ref
 from resurgo.api.models import JobDetail
 from resurgo.api.service import Gateway
 from resurgo.api.visibility import owners, shown_to
+from resurgo.audit.components import RecordedComponent, recorded_component
 from resurgo.audit.store import AuditStoreUnavailable, StoredAuditEvent
 from resurgo.contracts import AuditEventType
 from resurgo.policy.decide import describe_advice
@@ -59,6 +60,13 @@ async def job_page_context(
     if ref.task_id is not None:
         job_id, located = await _task_number(gateway, cluster, ref)
         workflow_id = workflow_id or located
+    named_by = None
+    if ref.task_id is None:
+        # A hetjob component's own job id (`86`): the hetjob's page, saying so.
+        part = await _component(gateway, cluster, job_id)
+        if part is not None and workflow_id in (None, part.workflow_id):
+            ref, job_id = SlurmRef(part.component.leader), part.component.leader
+            workflow_id, named_by = part.workflow_id, part.sentence()
     try:
         events = await asyncio.to_thread(_events, gateway, cluster, job_id)
         store_problem = None
@@ -106,6 +114,7 @@ async def job_page_context(
         "workflow_id": chosen or (detail.workflow_id if detail else ""),
         "runs": runs,
         "detail": detail,
+        "named_by": named_by,
         "degraded": degraded,
         "rows": rows,
         "pending": pending,
@@ -113,6 +122,13 @@ async def job_page_context(
         "live": bool(detail and detail.live),
         "summary": _summary(events, detail),
     }
+
+
+async def _component(gateway: Gateway, cluster: str, job_id: int) -> RecordedComponent | None:
+    try:
+        return await asyncio.to_thread(recorded_component, gateway.store, job_id, cluster)
+    except AuditStoreUnavailable:
+        return None  # the page says the store cannot be read
 
 
 def _summary(events: list[StoredAuditEvent], detail: JobDetail | None) -> dict[str, str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -139,6 +140,19 @@ class Console:
     def open(self, path: str) -> None:
         self.driver.get(self.base + path)
 
+    def click_fresh(self, css: str, attempts: int = 5) -> None:
+        """Find and click, again if a live reload replaced the element in between."""
+        from selenium.common.exceptions import StaleElementReferenceException
+
+        for attempt in range(attempts):
+            try:
+                self.driver.find_element("css selector", css).click()
+                return
+            except StaleElementReferenceException:
+                if attempt == attempts - 1:
+                    raise
+                time.sleep(0.2)
+
     def login(self, token: str) -> None:
         self.open("/")
         self.driver.find_element("id", "token").send_keys(token)
@@ -150,12 +164,18 @@ class Console:
         from selenium.common.exceptions import (
             NoSuchElementException,
             StaleElementReferenceException,
+            WebDriverException,
         )
 
         try:
             return str(self.driver.find_element("tag name", "body").text)
         except (StaleElementReferenceException, NoSuchElementException):
             return ""
+        except WebDriverException as exc:
+            # Chrome reports a body swapped between lookup and read this way, not as stale.
+            if "does not belong to the document" in str(exc):
+                return ""
+            raise
 
     def wait(self, ok: Callable[[], Any], what: str, timeout: float = 30) -> Any:
         from selenium.webdriver.support.wait import WebDriverWait

@@ -67,13 +67,40 @@
       var now = row ? row.closest("tr").textContent : "";
       if (seen !== null && now !== seen && !busy()) {
         source.close();
+        keepFlash();
         window.location.reload();
       }
       seen = now;
     });
   }
 
+  // The server shows a flash once; a live reload right after the operator's own action (the
+  // job's row changing because of it) would swallow the confirmation, so it is carried over.
+  function keepFlash() {
+    var flash = document.getElementById("flash");
+    if (!flash || !window.sessionStorage) return;
+    sessionStorage.setItem("resurgo-flash", JSON.stringify({
+      ok: flash.classList.contains("ok"), text: flash.textContent, path: location.pathname }));
+  }
+
+  function restoreFlash() {
+    if (!window.sessionStorage) return;
+    var kept = sessionStorage.getItem("resurgo-flash");
+    sessionStorage.removeItem("resurgo-flash");
+    var main = document.querySelector("main");
+    if (!kept || !main || document.getElementById("flash")) return;
+    try { kept = JSON.parse(kept); } catch (e) { return; }
+    if (!kept || kept.path !== location.pathname || typeof kept.text !== "string") return;
+    var div = document.createElement("div");
+    div.className = "flash " + (kept.ok ? "ok" : "bad");
+    div.id = "flash";
+    div.textContent = kept.text;  // text only: never parsed as markup
+    main.insertBefore(div, main.firstChild);
+  }
+
+  // An open form box (the mode change) counts as writing: the operator opened it to use it.
   function busy() {
+    if (document.querySelector("details[open] form")) return true;
     var active = document.activeElement;
     if (active && (active.tagName === "INPUT" || active.tagName === "SELECT")) return true;
     return Array.prototype.some.call(
@@ -115,6 +142,7 @@
       var el = document.getElementById(id);
       if (el) el.addEventListener("input", applyFilters);
     });
+    restoreFlash();
     applyFilters();
     watchJobs();
     followJob();
