@@ -17,6 +17,7 @@ from resurgo.attribute.events import Event, JobScan
 from resurgo.attribute.job_log import scan_job, split_attempt
 from resurgo.attribute.metrics import Finding, findings
 from resurgo.attribute.node_logs import scan_node_logs
+from resurgo.attribute.oom_blocks import without_other_jobs_ooms
 from resurgo.attribute.scheduler import SchedulerFacts, owner_cancelled
 from resurgo.attribute.topology import Topology, learn_topology
 from resurgo.contracts import AnomalyKind, Category, LogLine
@@ -27,6 +28,10 @@ RUNNING_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED",
 # New iterations after an error that show training went on past it (a finished job's output).
 SURVIVED_ADVANCES = 2
 _TOTAL = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|")
+# pdsh reports a remote command that ended with a non-zero status (`pdsh@ml-a100-31: ml-a100-33:
+# ssh exited with exit code 250`; pdsh's exec module, as DeepSpeed's multi-node launcher runs
+# it): that node's part of the job is over, so the job is not still running.
+_PDSH_REMOTE_EXIT = re.compile(r"\bpdsh@\S+: \S+: \w+ exited with exit code [1-9]\d*\b")
 _KILL_REASON = re.compile(r"CANCELLED AT \S+ DUE TO (?P<why>[A-Z][A-Z ]+?)(?:,| \*\*\*)")
 
 
@@ -81,9 +86,12 @@ class Analysis:
         boot = {n: t for n in facts.node_fields if (t := facts.boot_time(n)) is not None}
         window = (job.start_time, job.end_time) if job is not None else (None, None)
         self.node_logs = node_logs  # (diagnostic files: why a straggler's node is slow)
-        self.node_events = scan_node_logs(
-            registry, node_logs, self.topo.hosts, window=window, boot=boot
+        self.node_events = without_other_jobs_ooms(
+            scan_node_logs(registry, node_logs, self.topo.hosts, window=window, boot=boot),
+            node_logs,
+            job.job_id if job is not None else None,
         )
+        self.metric_lines = metrics  # (the job's own per-rank timer tables, `rank_phases`)
         self.metric_findings = [
             Finding(h, f.category, f.severity, f.what, f.line, f.gpu)
             for f in findings(metrics)
@@ -116,7 +124,11 @@ class Analysis:
     def running(self) -> bool:
         if self.state is not None:
             return self.state in RUNNING_STATES or self.state == "PENDING"
-        return not self.scan.ended and self._completion() is None
+        return (
+            not self.scan.ended
+            and self._completion() is None
+            and not any(_PDSH_REMOTE_EXIT.search(e.text) for e in self.lines[-200:])
+        )
 
     @property
     def terminal(self) -> bool:

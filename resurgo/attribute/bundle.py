@@ -5,7 +5,10 @@ A bundle directory holds:
 - `job.log` (required): the job's output, possibly with `srun -l` labels or NCCL host prefixes;
 - `scheduler.txt` (optional): Slurm facts as text (see `resurgo.attribute.scheduler`);
 - `metrics.txt` (optional): Prometheus text exposition, e.g. DCGM samples with a host label;
-- `<source>_<hostname>.txt` (optional): node-side logs, source one of `NODE_SOURCES`.
+- `<source>_<hostname>.txt` (optional): node-side logs, source one of `NODE_SOURCES`, or a
+  diagnostic tool's output named after the tool (`nvidia-smi_gpu07.txt`, `ibstat_gpu07.txt`):
+  the `node` source's diagnostics (attribution-labels.md: nvidia-smi -q, ibstat, lspci,
+  ipmitool, nhc) under the name of the command that printed them.
 
 Everything is decoded leniently (invalid UTF-8, control characters, over-long lines) with the
 same normalisation the live watcher uses.
@@ -23,11 +26,22 @@ from resurgo.detect.lines import decode_line
 from resurgo.errors import PermanentError
 
 NODE_SOURCES = ("dmesg", "journal", "syslog", "console", "sel", "slurmd", "node")
+# Node diagnostic commands whose output a bundle may name after the command (the `node` source).
+DIAGNOSTIC_TOOLS = (
+    "nvidia-smi", "nvidia_smi", "dcgmi", "ibstat", "ibstatus", "perfquery", "ibportstate",
+    "ibv_devinfo", "mlxlink", "lspci", "ipmitool", "nhc", "cpupower", "tuned-adm",
+)  # fmt: skip
 MAX_FILE_BYTES = 64 * 1024 * 1024
 MAX_LINES = 200_000
 _NODE_FILE = re.compile(
-    rf"^(?P<source>{'|'.join(NODE_SOURCES)})[_-](?P<host>[A-Za-z0-9][\w.-]*?)\.(?:txt|log)$"
+    rf"^(?P<source>{'|'.join(map(re.escape, (*DIAGNOSTIC_TOOLS, *NODE_SOURCES)))})[_-]"
+    r"(?P<host>[A-Za-z0-9][\w.-]*?)\.(?:txt|log)$"
 )
+
+
+def is_diagnostic(source: str) -> bool:
+    """A node file holding diagnostic output (`node_<host>.txt` or a tool-named one)."""
+    return source.startswith(tuple(f"{t}_" for t in ("node", *DIAGNOSTIC_TOOLS)))
 
 
 class BundleError(PermanentError):
@@ -128,11 +142,12 @@ def line_time(
                 int(m["year"]), _MONTHS[m["mon"]], int(m["day"]), int(m["h"]), int(m["m"]),
                 int(m["s"]),
             )  # fmt: skip
-        if (m := _SYSLOG.match(text)) and m["mon"] in _MONTHS and year is not None:
+        # (the year and boot time first: without them these two formats give no time)
+        if year is not None and (m := _SYSLOG.match(text)) and m["mon"] in _MONTHS:
             return datetime(
                 year, _MONTHS[m["mon"]], int(m["day"]), int(m["h"]), int(m["m"]), int(m["s"])
             )
-        if (m := _UPTIME.match(text)) and boot is not None:
+        if boot is not None and (m := _UPTIME.match(text)):
             from datetime import timedelta
 
             return boot.replace(tzinfo=None) + timedelta(seconds=float(m["secs"]))

@@ -12,6 +12,7 @@ import re
 
 from resurgo.attribute.analysis import Analysis, Verdict, event_node
 from resurgo.attribute.events import Event
+from resurgo.attribute.oom_blocks import block_of, oom_blocks
 from resurgo.attribute.stages_common import _rank
 from resurgo.attribute.topology import split_host_prefix
 from resurgo.attribute.tracebacks import REPORTS_ANOTHER
@@ -184,6 +185,7 @@ SITE_IMAGE_FAULTS = frozenset(
         "nvidia_driver_library_mismatch",
         "nvidia_driver_unavailable",
         "cuda_system_not_ready",
+        "cuda_driver_mismatch",
         "container_gpu_runtime_missing",
         "container_runtime_setup_failed",
         "nccl_ib_no_device",
@@ -357,6 +359,8 @@ def job_owned_path(a: Analysis, message: str) -> bool:
         # A relative file path (`data/x.json`, `./cfg.yaml`, `train.jsonl`); not a host name,
         # a URL or a model id (`huggingface.co`, `meta-llama/Llama-2-7b`).
         return "://" not in path and bool(_RELATIVE_FILE.search(path))
+    if _passed_by_job(a, path):
+        return True
     parts = path.split("/")[1 : OWN_TREE_DEPTH + 1]
     if len(parts) < OWN_TREE_DEPTH:
         return False
@@ -371,6 +375,35 @@ def job_owned_path(a: Analysis, message: str) -> bool:
     return False
 
 
+# A data location the job's own command line or environment passes (`--data /datasets/c4`,
+# `--data-path=...`, `--train_data_dir ...`, Megatron's `DATA_PATH='0.7 /lustre/pile/text 0.3
+# ...'` of weighted path prefixes): the paths after such an option are the job's arguments.
+_DATA_OPTION = re.compile(
+    r"--[\w-]*data(?:set)?[\w-]*(?:=|\s+)|\b[A-Z_]*DATA(?:SET)?[A-Z_]*=|"
+    r"\b\w*data(?:set)?_(?:path|dir|root|prefix)s?\s*[:=]\s*"
+)
+_ABSOLUTE = re.compile(r"(?<![\w.])/[\w.+@=-]+(?:/[\w.+@=-]+)+")
+# Lines that may carry the job's command line: its script's echo, the first lines of its
+# output, an operator's note of what the job script passes.
+ARGUMENT_LINES = 200
+
+
+def _passed_by_job(a: Analysis, path: str) -> bool:
+    """A missing path under a data location the job's own arguments pass: what the job sets is
+    the job's (attribution-labels.md tie-breaker 6), a wrong path stays wrong on any node."""
+    for entry in (*a.header, *a.lines[:ARGUMENT_LINES], *a.facts.lines):
+        text = entry.text
+        if ("data" not in text and "DATA" not in text) or not (m := _DATA_OPTION.search(text)):
+            continue
+        for given in _ABSOLUTE.findall(text[m.end() : m.end() + 400]):
+            given = given.rstrip("/.")
+            if given.count("/") < 2 or not path.startswith(given):
+                continue
+            if len(path) == len(given) or path[len(given)] in "/._-":
+                return True
+    return False
+
+
 # The kernel's or Slurm's OOM killer ending a process of the job (its memory use).
 OOM_KILLS = frozenset({"host_oom_kill", "slurm_oom_kill", "dataloader_worker_killed"})
 
@@ -379,10 +412,33 @@ def _explain_by_node(a: Analysis, node: str | None, node_app: list[Event]) -> Ve
     """A rank that died without a word: did its node's kernel kill it (OOM)?"""
     for e in node_app:
         if e.node == node and e.category == Category.APPLICATION and e.match.id in OOM_KILLS:
-            return Verdict(
+            return oom_verdict(a, e) or Verdict(
                 Category.APPLICATION, e.key, f"{e.match.id} on {node}: the job ran out of "
                 "host memory", 0.8, evidence=[e.line],
             )  # fmt: skip
+    return None
+
+
+def oom_verdict(a: Analysis, e: Event) -> Verdict | None:
+    """What the kernel's own OOM report says of a kill on the job's node: a process of another
+    user holding most of the memory (a leftover of an earlier job) is the node's state, not the
+    job's (attribution-labels.md tie-breaker 4); a report naming this job's cgroup, with its
+    own processes holding the memory, is the job's (stop-grade)."""
+    block = block_of(oom_blocks(a.node_logs), e.line)
+    if block is None:
+        return None
+    if block.held_by_another_user():
+        return Verdict(
+            Category.SYSTEM_SOFTWARE, "oom|held_by_other|host", f"{e.match.id} on {e.node}: "
+            "another user's process holds most of the node's memory", 0.75,
+            culprits=[e.node] if e.node else [], evidence=[e.line],
+        )  # fmt: skip
+    job_id = a.job.job_id if a.job is not None else None
+    if block.of_this_job(job_id):
+        return Verdict(
+            Category.APPLICATION, e.key, f"{e.match.id} on {e.node}: the job's own processes "
+            "ran out of host memory", 0.8, evidence=[e.line],
+        )  # fmt: skip
     return None
 
 

@@ -34,7 +34,7 @@ from resurgo.contracts import Category, LogLine
 from resurgo.detect.lines import parse_nccl_prefix, strip_prefixes
 from resurgo.detect.literals import gated
 from resurgo.detect.progress import ProgressParser, parse_rank_timing, timing_fields
-from resurgo.detect.registry import Registry
+from resurgo.detect.registry import PatternMatch, Registry
 
 # Lines that say the launcher saw the job's processes end.
 ENDED_IDS = frozenset(
@@ -54,23 +54,40 @@ _COMPLETED = gated(re.compile(  # (runs on every line without progress)
     r"\breached max_(?:steps|epochs|iters?)\b|\[after training is done\]"
 ))  # fmt: skip
 _SRUN_EXIT_RC = re.compile(r"\bsrun(?: exited)? rc=(?P<rc>\d+)")
-_RESTART = re.compile(r"\b(?:restart|restarts|restart_count|SLURM_RESTART_COUNT)[=: ]+(?P<n>\d+)\b")
-_REQUEUE = re.compile(r"CANCELLED AT \S+ DUE TO JOB REQUEUE")
+# (both run on every line of the output: gated, so lines without their literals skip them)
+_RESTART = gated(
+    re.compile(r"\b(?:restart|restarts|restart_count|SLURM_RESTART_COUNT)[=: ]+(?P<n>\d+)\b")
+)
+_REQUEUE = gated(re.compile(r"CANCELLED AT \S+ DUE TO JOB REQUEUE"))
 _RESUMED = re.compile(
     r"(?i)(?:resum\w*|loaded checkpoint|restor\w*)\b.{0,80}?\b(?:iteration|iter|step)[\s=:]+(\d+)"
 )
 # `"rank": 2`, `rank=2`, `[rank 2/4 host=...]`, `rank 2 of 4`.
 _RANK_FIELD = re.compile(r"\brank\"?\s*(?:[=:]\s*\"?|\s+)(\d{1,6})\b")
-_TIMER_SUMMARY = re.compile(
+_TIMER_SUMMARY = gated(re.compile(  # (searched in every line holding "rank")
     r"\b(?:median|med|avg|mean)[\s=:]+(?P<med>\d+(?:\.\d+)?)\s*(?P<med_unit>ms|s)\b.{0,80}?"
     r"\bmax[\s=:]+(?P<max>\d+(?:\.\d+)?)\s*(?P<max_unit>ms|s)?\s*"
     r"\((?:global )?rank[\s=:]+(?P<rank>\d+)(?:\s+on\s+(?P<host>[A-Za-z][\w.-]*))?\)",
     re.IGNORECASE,
+))  # fmt: skip
+# A step line's cross-rank extremes and the rank behind the maximum: `step_time 4.90s
+# rank_times[min/max]=1.28/4.87 slowest_rank=0`.
+_EXTREMES_SUMMARY = re.compile(
+    r"(?i)\bmin/max\]?\s*[=:]\s*(?P<min>\d+(?:\.\d+)?)\s*(?P<min_unit>ms|s)?\s*/\s*"
+    r"(?P<max>\d+(?:\.\d+)?)\s*(?P<max_unit>ms|s)?\b.{0,80}?\bslowest[_ ]rank\s*[=:]?\s*"
+    r"(?P<rank>\d{1,7})\b"
 )
 
 
+# A launcher's note of the signal Slurm sent with the requeue (submitit's job_environment.py:
+# `Bypassing signal SIGTERM`, `Caught signal SIGUSR2 on host: this job is preempted.`): the run
+# the requeue ended tearing down, not the next run's output.
+_SIGNAL_NOTE = re.compile(r"\bsignal SIG(?:TERM|USR1|USR2|CONT|INT)\b")
+
+
 def _slurm_only(entry: LogLine) -> bool:
-    return strip_prefixes(entry.text).body.startswith(("slurmstepd:", "srun:"))
+    body = strip_prefixes(entry.text).body
+    return body.startswith(("slurmstepd:", "srun:")) or bool(_SIGNAL_NOTE.search(body))
 
 
 def split_attempt(lines: list[LogLine], restarts: int | None) -> list[LogLine]:
@@ -141,14 +158,14 @@ def scan_job(registry: Registry, lines: list[LogLine], topo: Topology) -> JobSca
             if (at := line_time(pre.time or body.lstrip())) is not None:
                 scan.progress_times.append(at)
         maybe_resumed = "esum" in body or "estor" in body or "oaded" in body
-        if scan.resumed_from is None and maybe_resumed and (r := _RESUMED.search(body)):
+        if maybe_resumed and scan.resumed_from is None and (r := _RESUMED.search(body)):
             scan.resumed_from = int(r.group(1))
         if "rank" in body and (slow := _slowest_rank(body, topo)) is not None:
             scan.slowest.append((*slow, entry))
         if "step_time_ms" in text and (timing := parse_rank_timing(text)):
             where = topo.hosts.canonical(timing.node) or timing.node
             scan.timings.setdefault(timing.rank, []).append((timing.step, timing.ms, where))
-        elif ("time" in body or "t_" in body or "ms" in body or "dt" in body) and (
+        elif ("tim" in body or "t_" in body or "ms" in body or "dt" in body) and (
             fields := timing_fields(body)
         ):
             # Any per-rank times (`1: iter 40 | step_time 0.52s data_time 0.3s`, JSON lines
@@ -188,19 +205,26 @@ def scan_job(registry: Registry, lines: list[LogLine], topo: Topology) -> JobSca
                 _elastic_failure(scan, elastic_fields, elastic_section, elastic_line or entry,
                                  order, topo)  # fmt: skip
                 elastic_fields = {}
-        known = found.get(order, [])
-        ended = any(m.id in ENDED_IDS for m in known)
-        if ended:
-            scan.ended = True
-        matches = [m for m in known if m.role in ("root", "cascade")]
-        if any(m.role == "root" and m.category != Category.UNKNOWN for m in matches):
-            # One line, its most specific reading: `CUDA error: no kernel image ...` is the
-            # catalogue's application entry, not also a CUDA error of unknown class.
-            matches = [m for m in matches if m.role != "root" or m.category != Category.UNKNOWN]
-            # Nor a generic cascade besides (`NCCL WARN Cuda failure 'out of memory'` is NCCL's
-            # allocation failing, not a reaction to an earlier CUDA error).
-            matches = [m for m in matches if m.role == "root"]
-        exception_line = bool(_EXC_LINE.match(body)) and not body.startswith(" ")
+        known = found.get(order)
+        ended = False
+        matches: list[PatternMatch] = []
+        if known:  # (most lines match no entry: nothing to sort out)
+            ended = any(m.id in ENDED_IDS for m in known)
+            if ended:
+                scan.ended = True
+            matches = [m for m in known if m.role in ("root", "cascade")]
+            if any(m.role == "root" and m.category != Category.UNKNOWN for m in matches):
+                # One line, its most specific reading: `CUDA error: no kernel image ...` is the
+                # catalogue's application entry, not also a CUDA error of unknown class.
+                matches = [m for m in matches if m.role != "root" or m.category != Category.UNKNOWN]
+                # Nor a generic cascade besides (`NCCL WARN Cuda failure 'out of memory'` is
+                # NCCL's allocation failing, not a reaction to an earlier CUDA error).
+                matches = [m for m in matches if m.role == "root"]
+        exception_line = (
+            ("Error" in body or "Exception" in body)  # (what `_EXC_LINE` needs: most lines skip it)
+            and _EXC_LINE.match(body) is not None
+            and not body.startswith(" ")
+        )
         if not matches and not ended and exception_line and tracebacks.in_traceback(actor):
             # An exception no entry knows (a launcher's ChildFailedError reporting on its
             # children is not a failure of its own): read by who raised it.
@@ -240,8 +264,14 @@ def _said_rank(body: str) -> int | None:
 
 
 def _slowest_rank(body: str, topo: Topology) -> tuple[str | None, int, float] | None:
-    """A timer summary across ranks: `median 0.92s max 1.68s (rank 34 on gpu-x05)`."""
+    """A timer summary across ranks: `median 0.92s max 1.68s (rank 34 on gpu-x05)`, or the
+    extremes with the slowest rank (`rank_times[min/max]=1.28/4.87 slowest_rank=0`)."""
     m = _TIMER_SUMMARY.search(body)
+    if m is None and "slowest" in body and (x := _EXTREMES_SUMMARY.search(body)) is not None:
+        fastest = _seconds(x["min"], x["min_unit"] or x["max_unit"])
+        slowest = _seconds(x["max"], x["max_unit"] or x["min_unit"])
+        rank = int(x["rank"])
+        return topo.node_of(None, rank), rank, slowest / fastest if fastest > 0 else 0.0
     if m is None:
         return None
     median = _seconds(m["med"], m["med_unit"])

@@ -19,6 +19,7 @@ import statistics
 from datetime import datetime
 
 from resurgo.attribute.analysis import Analysis, Verdict
+from resurgo.attribute.retried import retried_ok
 from resurgo.attribute.series import last_sample_order, read_series
 from resurgo.attribute.stragglers import stragglers
 from resurgo.contracts import Category
@@ -30,7 +31,9 @@ HANG_SILENCE_FLOOR_SECONDS = 600.0
 # Start-up before the first printed step (imports, rendezvous, loading a large checkpoint,
 # compiling) that an estimate of the silence grants the job.
 STARTUP_ALLOWANCE_SECONDS = 1800.0
-_STAMP = re.compile(r"\b(\d{4}-\d\d-\d\d)[T ](\d\d:\d\d:\d\d)\b")
+# (also `2009/01/23 01:23:23`: Go's log package with Ldate|Ltime, and Python logging with datefmt
+# `%Y/%m/%d %H:%M:%S`, date with slashes)
+_STAMP = re.compile(r"\b(\d{4}[-/]\d\d[-/]\d\d)[T ](\d\d:\d\d:\d\d)\b")
 # An operator's note that the job was seen alive, and when (`# job still running at <time>`,
 # `# ... (squeue: R ...), collector snapshot <time>`).
 _ALIVE_NOTE = re.compile(r"(?i)\b(?:still running|running normally|squeue:? R\b|snapshot)")
@@ -44,7 +47,7 @@ def _any_time(text: str) -> datetime | None:
     if m is None:
         return None
     try:
-        return datetime.fromisoformat(f"{m.group(1)} {m.group(2)}")
+        return datetime.fromisoformat(f"{m.group(1).replace('/', '-')} {m.group(2)}")
     except ValueError:
         return None
 
@@ -64,7 +67,10 @@ def observed_at(a: Analysis) -> datetime | None:
             noted = entry.text.startswith("#") and _ALIVE_NOTE.search(entry.text)
             if noted and (t := _any_time(entry.text)) is not None:
                 return t
-    if observed is None and (run := a.facts.run_time()) is not None:
+    # (A log that starts mid-run, far past its first or resumed step, is a tail: its first
+    # time stamp is not the job's start, so the run time cannot place the last sighting.)
+    tail = (a.scan.first_iteration or 0) > (a.scan.resumed_from or 0) + 10
+    if observed is None and not tail and (run := a.facts.run_time()) is not None:
         first = next((t for e in a.lines[:200] if (t := _any_time(e.text))), None)
         observed = first + run if first is not None else None
     return observed
@@ -172,8 +178,11 @@ def running_fine(a: Analysis) -> Verdict | None:
         return None  # Slurm ended (or is ending) this attempt: a time limit, a preemption
     last = last_progress(a)
     assert last is not None
-    if any(e.serious and (e.root or e.cascade) and e.order > last for e in a.events):
-        return None  # something failed after the last progress line
+    if any(
+        e.serious and (e.root or e.cascade) and e.order > last and not retried_ok(a, e)
+        for e in a.events
+    ):
+        return None  # something failed after the last progress line (and was not retried past)
     last_time = next((t for e in reversed(a.lines[: last + 1]) if (t := _any_time(e.text))), None)
     for e in a.node_events:
         # A fatal node fault after the last progress line (an Xid 79, a panic) stops the job.

@@ -33,7 +33,7 @@ def _expand(expr: str) -> list[str]:
 
 # torchrun's `--rdzv-endpoint=HOST:PORT` / `--rdzv_endpoint HOST:PORT`, `--master_addr HOST`,
 # `MASTER_ADDR=HOST`.
-_STORE_HOST = re.compile(
+STORE_HOST = re.compile(
     r"(?:--rdzv[-_]endpoint|--master[-_]addr|\bMASTER_ADDR)[= ]+\[?([A-Za-z][\w.-]*)"
 )
 
@@ -47,6 +47,7 @@ def nodes_in_log(lines: list[LogLine]) -> list[str]:
         m = _SLURM_ENV.search(entry.text[:500])
         if m is not None and (found := _expand(m.group(1))):
             break
+    from_note = not found
     if not found:
         for entry in lines[:HEADER_LINES]:
             text = entry.text[:500]
@@ -71,10 +72,11 @@ def nodes_in_log(lines: list[LogLine]) -> list[str]:
         nccl = parse_nccl_prefix(entry.text)
         if nccl is not None and nccl.host.split(".", 1)[0] not in listed:
             return []  # the note names another allocation than the one that ran
-        if "rdzv" in entry.text or "MASTER" in entry.text or "master" in entry.text:
+        if from_note and ("rdzv" in entry.text or "MASTER" in entry.text or "master" in entry.text):
             # The launch's rendezvous host runs the job: a note's list without it is
-            # another allocation (`# same config on gpu-l[01-04] last week`).
-            store = _STORE_HOST.search(entry.text[:2000])
+            # another allocation (`# same config on gpu-l[01-04] last week`). (Slurm's own
+            # environment is the job's allocation whatever the launch points at.)
+            store = STORE_HOST.search(entry.text[:2000])
             if store is not None and store.group(1).split(".", 1)[0] not in listed:
                 return []
     return found

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -108,6 +109,7 @@ def findings(lines: list[LogLine]) -> list[Finding]:
         if key not in peak or s.value > peak[key].value:
             peak[key] = s
     out: list[Finding] = []
+    widths: list[Sample] = []  # DCGM_FI_DEV_PCIE_LINK_WIDTH, one per GPU
     clocks: dict[str, list[float]] = defaultdict(list)
     clock_line: dict[str, Sample] = {}
     reasons: dict[str, int] = defaultdict(int)  # host → OR of its GPUs' clock event reasons
@@ -139,6 +141,8 @@ def findings(lines: list[LogLine]) -> list[Finding]:
         elif name.endswith("GPU_TEMP") and top.value >= 90:
             out.append(Finding(host, Category.HARDWARE_GPU, "degraded", "GPU temperature",
                                top.line, s.gpu))  # fmt: skip
+        elif name.endswith("PCIE_LINK_WIDTH"):
+            widths.append(s)
         elif name.endswith("SM_CLOCK"):
             clocks[host].append(s.value)
             clock_line.setdefault(host, s)
@@ -155,6 +159,7 @@ def findings(lines: list[LogLine]) -> list[Finding]:
         elif name in ("NODE_INFINIBAND_STATE_ID", "INFINIBAND_PORT_STATE") and s.value != 4:
             out.append(Finding(host, Category.HARDWARE_NETWORK, "fatal", "IB port not ACTIVE",
                                s.line))  # fmt: skip
+    out += _narrow_pcie_links(widths)
     if len(clocks) >= 2:
         per_host = {h: sum(v) / len(v) for h, v in clocks.items()}
         ordered = sorted(per_host.values())
@@ -171,3 +176,18 @@ def findings(lines: list[LogLine]) -> list[Finding]:
                     else "low SM clock", clock_line[host].line,
                 ))  # fmt: skip
     return out
+
+
+def _narrow_pcie_links(widths: list[Sample]) -> list[Finding]:
+    """GPUs whose PCIe link runs narrower than most of the job's GPUs do (dcgm-exporter
+    `DCGM_FI_DEV_PCIE_LINK_WIDTH`, DCGM field reference): a link that trained down (a riser,
+    a slot, the board), the GPU's straggler cause. The link generation is left out: it drops
+    at idle to save power (nvidia-smi(1), PCIe Generation), the width does not."""
+    if len(widths) < 4:
+        return []
+    usual = statistics.median(s.value for s in widths)
+    return [
+        Finding(host, Category.HARDWARE_GPU, "degraded", "PCIe link width below the others'",
+                s.line, s.gpu)
+        for s in widths if s.value < usual and (host := s.host) is not None
+    ]  # fmt: skip

@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 
 from resurgo.attribute.analysis import Analysis
+from resurgo.attribute.bundle import is_diagnostic
+from resurgo.attribute.slow_node_files import fleet_rate_outliers, node_file_causes
 from resurgo.contracts import Category, LogLine
 
 _SLOW_CAUSES: list[tuple[re.Pattern[str], Category, str, str]] = [
@@ -71,6 +73,14 @@ def _shared_gpu(lines: list[LogLine]) -> LogLine | None:
 _NVLINK_DOWN = re.compile(r"^\s*Link \d{1,2}: <inactive>\s*$")
 _NVLINK_UP = re.compile(r"^\s*Link \d{1,2}: \d+(?:\.\d+)? GB/s\s*$")
 _IB_RATE = re.compile(r"^\s*(?:Rate|rate):\s*(\d{2,4})(?:\s*Gb/sec\b.*)?\s*$")
+# The device a downtrained PCIe link belongs to: the kernel's link status line carries the
+# driver that printed it (`mlx5_core 0000:3b:00.0: 63.008 Gb/s available PCIe bandwidth,
+# limited by ...`: mlx5 calls pcie_print_link_status), lspci -vv heads each device with its
+# class (`3b:00.0 Infiniband controller: Mellanox ...`). A NIC's or HCA's link is the network's.
+_NIC_DRIVER = re.compile(r"\b(?:mlx[45]_core|bnxt_en|ice|i40e|ixgbe|efa|cxgb4|qede|hfi1)\b")
+_NIC_CLASS = re.compile(r"(?i)\b(?:Infiniband|Ethernet|Network) controller\b")
+_LSPCI_DEVICE = re.compile(r"^(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d (.+)$")
+_LINK_LAYER = re.compile(r"^\s*(?:Link layer|link_layer):\s*(\w+)\s*$")
 _LINK_WIDTH = re.compile(r"^\s*Link Width\s*$")
 _WIDTH_VALUE = re.compile(r"^\s*(Max|Current)\s*:\s*(\d+)x\s*$")
 _SMI_CSV_HEADER = re.compile(r"pcie\.link\.width\.current")
@@ -119,29 +129,94 @@ def _pcie_widths(lines: list[LogLine]) -> list[LogLine]:
     return found
 
 
+# Slurm's gres.conf(5) (doc/man/man5/gres.conf.5, Cores=): `Name=gpu File=/dev/nvidia[0-3]
+# Cores=0-55` binds GPUs to the cores Slurm pins their tasks to (--gpu-bind=closest);
+# `nvidia-smi topo -m` prints each GPU's real CPU affinity (`GPU0 ... 0-55,112-167  0`). Cores
+# that miss the GPU's affinity put every task on the socket far from its GPU: the node's
+# configuration (the site's gres.conf).
+_GRES_GPU = re.compile(r"\bFile=/dev/nvidia(?:\[(?P<set>[\d,-]+)\]|(?P<one>\d+)(?!\d))")
+_GRES_CORES = re.compile(r"\bCores=(?P<cores>[\d,-]+)")
+_TOPO_GPU = re.compile(r"^\s*GPU(?P<gpu>\d+)\s")
+_CPU_LIST = re.compile(r"^\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*$")
+
+
+def _numbers(spec: str) -> set[int]:
+    out: set[int] = set()
+    for part in spec.split(","):
+        low, _, high = part.partition("-")
+        if low.isdigit() and (not high or high.isdigit()):
+            out.update(range(int(low), int(high or low) + 1))
+    return out
+
+
+def _gres_off_affinity(lines: list[LogLine]) -> LogLine | None:
+    """A gres.conf line whose Cores= share no core with the CPU affinity nvidia-smi topo -m
+    reports for the same GPUs."""
+    affinity: dict[int, set[int]] = {}
+    for entry in lines:
+        if (t := _TOPO_GPU.match(entry.text)) is not None:
+            cpus = next((w for w in entry.text.split()[1:] if _CPU_LIST.match(w) and
+                         ("-" in w or "," in w)), None)  # fmt: skip
+            if cpus is not None:
+                affinity.setdefault(int(t["gpu"]), _numbers(cpus))
+    if not affinity:
+        return None
+    for entry in lines:
+        g, c = _GRES_GPU.search(entry.text), _GRES_CORES.search(entry.text)
+        if g is None or c is None:
+            continue
+        gpus = _numbers(g["set"]) if g["set"] else {int(g["one"])}
+        cores = _numbers(c["cores"])
+        known = [affinity[i] for i in gpus if i in affinity]
+        if known and all(not cores & cpus for cpus in known):
+            return entry
+    return None
+
+
 def _causes(lines: list[LogLine]) -> list[tuple[Category, LogLine]]:
     found: list[tuple[Category, LogLine]] = []
-    rates: list[tuple[int, LogLine]] = []
+    rates: dict[str, list[tuple[int, LogLine]]] = {}  # link layer → its ports' rates
+    port: list[tuple[int, LogLine]] = []
+    device = ""  # lspci -vv: the device whose capabilities the lines below describe
     for entry in lines:
         text = entry.text
+        if (header := _LSPCI_DEVICE.match(text)) is not None:
+            device = header.group(1)
         for regex, category, _what, _source in _SLOW_CAUSES:
             if regex.search(text):
+                if (
+                    category == Category.HARDWARE_GPU
+                    and "PCIe" in _what
+                    and (_NIC_DRIVER.search(text) or _NIC_CLASS.search(device))
+                ):
+                    category = Category.HARDWARE_NETWORK  # the HCA's/NIC's own PCIe link
                 found.append((category, entry))
                 break
         if (m := _IB_RATE.match(text)) is not None:
-            rates.append((int(m.group(1)), entry))
+            port = [(int(m.group(1)), entry)]
+            rates.setdefault("", []).extend(port)
+        elif port and (layer := _LINK_LAYER.match(text)) is not None:
+            # (ibstat/ibstatus print a port's link layer after its rate)
+            rates[""].remove(port[0])
+            rates.setdefault(layer.group(1).lower(), []).extend(port)
+            port = []
     found += [(Category.HARDWARE_GPU, e) for e in _pcie_widths(lines)]
     if (shared := _shared_gpu(lines)) is not None:
         found.append((Category.SYSTEM_SOFTWARE, shared))
+    if (gres := _gres_off_affinity(lines)) is not None:
+        found.append((Category.SYSTEM_SOFTWARE, gres))
     # nvidia-smi nvlink -s: some NVLinks of the node up and others `<inactive>` (a GPU that
     # lost links; on a GPU without NVLink none would be up, which says nothing).
     inactive = [e for e in lines if _NVLINK_DOWN.match(e.text)]
     if inactive and any(_NVLINK_UP.match(e.text) for e in lines):
         found.append((Category.HARDWARE_GPU, inactive[0]))
-    if len(rates) >= 2 and min(r for r, _ in rates) < max(r for r, _ in rates):
-        # ibstat(8): one port of the node at a lower rate than its siblings is a degraded link.
-        slowest = min(rates, key=lambda r: r[0])
-        found.append((Category.HARDWARE_NETWORK, slowest[1]))
+    unknown = rates.pop("", [])  # (ports whose link layer is not shown compare with any)
+    for same in [ports + unknown for ports in rates.values()] or [unknown]:
+        if len(same) >= 2 and min(r for r, _ in same) < max(r for r, _ in same):
+            # ibstat(8): one port of the node at a lower rate than its siblings of the same link
+            # layer is a degraded link (an Ethernet storage port may run slower than the IB ones).
+            found.append((Category.HARDWARE_NETWORK, min(same, key=lambda r: r[0])[1]))
+            break
     return found
 
 
@@ -149,8 +224,29 @@ def _node_lines(a: Analysis, node: str) -> list[LogLine]:
     out: list[LogLine] = []
     for name, lines in a.node_logs.items():
         if a.topo.hosts.canonical(name) == node or name == node:
-            out += [e for e in lines if e.source.startswith(("node_", "dmesg_"))]
+            out += [e for e in lines if is_diagnostic(e.source) or e.source.startswith("dmesg_")]
     return out
+
+
+def _all_node_lines(a: Analysis, node: str) -> list[LogLine]:
+    return [
+        e for name, lines in a.node_logs.items()
+        if a.topo.hosts.canonical(name) == node or name == node for e in lines
+    ]  # fmt: skip
+
+
+def _node_causes(a: Analysis, node: str) -> list[tuple[Category, LogLine]]:
+    """What slows the node down, from its diagnostics, its other files (`slow_node_files`)
+    and its HCAs' rates against the same HCAs on the job's other nodes."""
+    found = _causes(_node_lines(a, node)) + node_file_causes(_all_node_lines(a, node))
+    fleet: dict[str, LogLine] | None = getattr(a, "_fleet_rates", None)
+    if fleet is None:
+        hosts = {a.topo.hosts.canonical(n) or n for n in a.node_logs}
+        fleet = fleet_rate_outliers(a, {h: _node_lines(a, h) for h in hosts})
+        a._fleet_rates = fleet  # type: ignore[attr-defined]
+    if node in fleet:
+        found.append((Category.HARDWARE_NETWORK, fleet[node]))
+    return found
 
 
 def _gdr_outliers(a: Analysis) -> dict[str, list[LogLine]]:
@@ -174,7 +270,7 @@ def diagnose_slow_nodes(a: Analysis, culprits: list[str]) -> tuple[Category, lis
     found: list[tuple[Category, LogLine]] = []
     gdr = _gdr_outliers(a)
     for node in culprits:
-        found += _causes(_node_lines(a, node))
+        found += _node_causes(a, node)
         found += [(Category.SYSTEM_SOFTWARE, e) for e in gdr.get(node, [])[:1]]
     if not found:
         return None
@@ -190,7 +286,7 @@ def degraded_nodes(a: Analysis) -> list[str]:
     hosts |= set(_gdr_outliers(a))
     flagged = sorted(
         h for h in hosts
-        if a.in_job(h) and (_causes(_node_lines(a, h)) or h in _gdr_outliers(a))
+        if a.in_job(h) and (_node_causes(a, h) or h in _gdr_outliers(a))
     )  # fmt: skip
     known = set(a.node_list) | hosts
     if not flagged or len(flagged) == len(known) or len(flagged) * 2 > len(known):

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from resurgo.attribute.analysis import Analysis, Verdict, event_node
 from resurgo.attribute.causes import _version_drift
 from resurgo.attribute.events import _CORRECTED
+from resurgo.attribute.setting_owner import GENERIC_NCCL_IDS, job_owned_transport
 from resurgo.attribute.topology import split_host_prefix
 from resurgo.contracts import HARDWARE_CATEGORIES, Category, LogLine
 from resurgo.detect.lines import parse_nccl_prefix
@@ -40,10 +41,17 @@ _GID_PAIR = re.compile(
     r"remote ?Gids?:? ?(?P<remote>[0-9a-fA-F:.]{3,45})",
     re.IGNORECASE,
 )
+_IPV4 = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")
 _MAPPED_V4 = re.compile(r"^::ffff:(?P<ip>\d{1,3}(?:\.\d{1,3}){3})$", re.IGNORECASE)
 # Peers a node names in a failing connection (`NCCL WARN ... from peer 10.3.0.11<43122>`,
 # `Connection closed by remote peer gpu-x03<56718>`).
 _PEER = re.compile(r"\b(?:from|by remote|by) peer (?P<peer>[\w.:-]+?)<\d+>")
+# A failure to reach another end (a queue pair that timed out, a peer named): the reporter is
+# not shown to be the node at fault, so its own ranks reporting it name no node by themselves.
+_REACHING_PEER = re.compile(
+    r"\bremote ?Gids?\b|\bpeer [\w.:-]+<\d+>|failed with (?:error )?(?:110\b|Connection timed out)",
+    re.IGNORECASE,
+)
 _OOM_HOLDER = re.compile(r"\bProcess (?P<pid>\d+) has (?P<gib>\d+(?:\.\d+)?) GiB memory in use")
 MIN_HELD_GIB = 1.0
 HARDWARE = frozenset(HARDWARE_CATEGORIES)
@@ -51,7 +59,49 @@ _NCCL_EVENT = re.compile(r"(?i)\bnccl")
 
 
 def name_node_local(a: Analysis, v: Verdict) -> Verdict:
-    """`v` naming the node whose own state explains a node-software failure, where one does."""
+    """`v` naming the node whose own state explains a node-software failure, where one does;
+    else, a generic NCCL setup failure about a setting the job's own script sets is the job's
+    (`setting_owner`)."""
+    return job_owned_transport(a, _name_node_local(a, _drifted_nccl(a, v)))
+
+
+def _drifted_nccl(a: Analysis, v: Verdict) -> Verdict:
+    """NCCL's generic `unhandled system error` (filed under the network for want of a better
+    guess) while one node loads a different NCCL than the rest: that node's software (NCCL
+    versions must match across nodes, NVIDIA/nccl#286; attribution-labels.md lists mixed NCCL
+    versions under system_software)."""
+    if v.category != Category.HARDWARE_NETWORK or v.culprits:
+        return v
+    if v.key.split("|", 1)[0] not in GENERIC_NCCL_IDS:
+        return v
+    if any(e.hardware and e.root and e.serious for e in a.node_events):
+        return v  # (a node's own link or HCA failed: the hardware it is)
+    found = _nccl_drift(a, v)
+    if found is None or not _named_fairly(a, found[0]):
+        return v
+    v.category = Category.SYSTEM_SOFTWARE
+    return v
+
+
+def _known_nodes(a: Analysis) -> set[str]:
+    """The job's nodes: Slurm's list, else the nodes srun reported on, the job's own output
+    names as reporters and the bundle holds files of."""
+    if a.node_list:
+        return set(a.node_list)
+    known = {x.node for x in a.scan.exit_order if x.node}
+    known |= {n for h in a.node_logs if (n := a.topo.hosts.canonical(h)) is not None}
+    return known | {n for e in a.events if e.origin == "job" and (n := e.node) is not None}
+
+
+def _named_fairly(a: Analysis, nodes: list[str]) -> bool:
+    """Some of the job's nodes, never all of them (the same state everywhere leaves nothing
+    to exclude)."""
+    named = {n for n in nodes if a.in_job(n)}
+    known = _known_nodes(a)
+    return bool(named) and not (len(known) >= 2 and named >= known)
+
+
+def _name_node_local(a: Analysis, v: Verdict) -> Verdict:
     if v.category != Category.SYSTEM_SOFTWARE or v.key == NO_RETRY_HELPS_KEY:
         return v
     if v.key.startswith("oom|held_by_other") and _memory_holder(a, v) is not None:
@@ -67,6 +117,7 @@ def name_node_local(a: Analysis, v: Verdict) -> Verdict:
         _nccl_drift,
         _memory_holder,
         _node_files,
+        _odd_node_error,
     ]
     for find in finders:
         found = find(a, v)
@@ -74,7 +125,11 @@ def name_node_local(a: Analysis, v: Verdict) -> Verdict:
             continue
         nodes, why, evidence = found
         nodes = sorted({n for n in nodes if a.in_job(n)})
-        if not nodes or (len(a.node_list) >= 2 and set(nodes) >= set(a.node_list)):
+        # (Without Slurm's node list, the nodes srun reported on stand for the job's.)
+        known = set(a.node_list) or {x.node for x in a.scan.exit_order if x.node}
+        if not nodes or (len(known) >= 2 and set(nodes) >= known):
+            continue
+        if find is _odd_node_error and not _named_fairly(a, nodes):
             continue
         v.culprits = nodes
         v.summary = f"{v.summary} ({why})"
@@ -120,6 +175,8 @@ def _common_peer(a: Analysis, v: Verdict) -> tuple[list[str], str, list[LogLine]
         named.setdefault(remote, set()).add(reporter)
     for remote, reporters in sorted(named.items(), key=lambda kv: -len(kv[1])):
         owner = _owner(a, remote, own) or a.topo.hosts.canonical(remote)
+        if owner is not None and _IPV4.fullmatch(owner):
+            owner = _address_holder(a, owner)  # an address is never a node to exclude
         if owner is None:
             continue
         others = reporters - {owner}
@@ -133,6 +190,19 @@ def _common_peer(a: Analysis, v: Verdict) -> tuple[list[str], str, list[LogLine]
     return None
 
 
+def _address_holder(a: Analysis, ip: str) -> str | None:
+    """The one node whose own files (`ip addr`, `show_gids`, its NetworkManager journal) carry
+    `ip`, when no node list maps addresses to names; None when none or several do."""
+    token = re.compile(rf"(?<![\d.]){re.escape(ip)}(?![\d.])")
+    holders = {
+        node
+        for host, lines in a.node_logs.items()
+        if (node := a.topo.hosts.canonical(host)) is not None
+        and any(token.search(line.text) for line in lines)
+    }
+    return holders.pop() if len(holders) == 1 else None
+
+
 def _nccl_drift(a: Analysis, v: Verdict) -> tuple[list[str], str, list[LogLine]] | None:
     """An NCCL failure while one node loads a different NCCL than the rest of the job."""
     if not any(
@@ -144,6 +214,33 @@ def _nccl_drift(a: Analysis, v: Verdict) -> tuple[list[str], str, list[LogLine]]
     if not odd:
         return None
     return odd, f"NCCL version differs on {', '.join(odd)}", []
+
+
+def _odd_node_error(a: Analysis, v: Verdict) -> tuple[list[str], str, list[LogLine]] | None:
+    """The node(s) whose own ranks print a node-scoped software error that recurs (the CUDA
+    driver too old for the runtime, a module missing from the image) while the job's other
+    nodes print none of their own, only what follows from it (the store they wait on):
+    that node's image differs from its peers' (attribution-labels.md: a driver/library
+    mismatch is system_software; a node whose local state caused the failure is named)."""
+    own: dict[str, LogLine] = {}
+    others: set[str] = set()
+    for e in a.events:
+        if e.origin != "job" or not (e.root and e.serious) or _REACHING_PEER.search(e.line.text):
+            continue
+        scoped = e.match.id in a.registry and a.registry.get(e.match.id).scope == "node"
+        recurs = scoped and a.registry.get(e.match.id).determinism == "recurs"
+        if e.node is None:
+            if recurs and e.category == Category.SYSTEM_SOFTWARE:
+                return None  # (printed by ranks of unknown nodes too: maybe everywhere)
+            continue
+        if e.category == Category.SYSTEM_SOFTWARE and recurs:
+            own.setdefault(e.node, e.line)
+        elif scoped:
+            others.add(e.node)
+    if not own or others - set(own) or len(_known_nodes(a) - set(own)) == 0:
+        return None
+    nodes = sorted(own)
+    return nodes, f"only {', '.join(nodes)}'s own ranks report it", list(own.values())
 
 
 def _memory_holder(a: Analysis, v: Verdict) -> tuple[list[str], str, list[LogLine]] | None:
@@ -185,7 +282,9 @@ def _node_files(a: Analysis, v: Verdict) -> tuple[list[str], str, list[LogLine]]
             continue
         if e.node is None or not a.in_job(e.node):
             continue
-        if e.match.id not in a.registry or a.registry.get(e.match.id).scope != "node":
+        # (Signatures only node-side files carry, such as Fabric Manager's systemd unit
+        # failing, are about the node that logged them.)
+        if e.match.id in a.registry and a.registry.get(e.match.id).scope != "node":
             continue
         hit.setdefault(e.node, e.line)
     if not hit:

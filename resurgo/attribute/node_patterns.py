@@ -123,6 +123,9 @@ _ENTRIES: list[dict[str, Any]] = [
             r"|^\s*(?:Pending|Remapping Failure Occurred)\s*:\s*Yes\s*$"
             r"|^\|\s*(?:Memory|Memory Bandwidth|Diagnostic|Targeted Stress|Targeted Power|"
             r"SM Stress|PCIe|NVLink)\s*\|\s*Fail\b"
+            # A test some GPUs pass: dcgmi lists the failing ones on the row below
+            # (`| GPU Memory | Pass - GPUs: 1, 2, ... |` then `|  | Fail - GPU: 0 |`).
+            r"|^\|\s+\|\s*Fail - GPUs?: ?\d"
         ),
         "kind": "crash",
         "category": "hardware_gpu",
@@ -135,11 +138,14 @@ _ENTRIES: list[dict[str, Any]] = [
             "\t Link 1: <inactive>",
             "        Pending                           : Yes",
             "| Memory                    | Fail - All                                     |",
+            # stas00/ml-engineering compute/accelerator/nvidia/debug.md (dcgmi diag -r 2)
+            "|                           | Fail - GPU: 0                                  |",
         ],
         "near_misses": [
             "\t Link 0: 26.562 GB/s",
             "        Pending                           : No",
             "| Memory                    | Pass - All                                     |",
+            "| GPU Memory                | Pass - GPUs: 1, 2, 3, 4, 5, 6, 7               |",
         ],
     },
     {

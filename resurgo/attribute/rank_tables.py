@@ -9,8 +9,11 @@ Formats read (public sources):
   MxRtt/Rnk: 4109.62ms/21 | ...` per report: the slowest rank and how far behind it is.
 - Megatron-LM timers with `--timing-log-option all` (megatron/core/timers.py): `times across
   ranks (ms):`, then a timer name line (`  batch-generator:`) and `rank  N: 1.80` lines.
+- Composer's GlobalStragglerDetector (mosaicml/composer#3342): `MinThroughput/Rank:
+  58.41TF/Rank-0` and `MaxThroughput/Rank: 129.99TF/Rank-12` per report.
 - nccl-tests (NVIDIA/nccl-tests): `# Avg bus bandwidth    : 187.01` after a run whose command
   line names its nodes (`srun -N2 -w gpu-c-17,gpu-c-18 ... all_reduce_perf`): pairwise sweeps.
+- The job's own per-rank phase timers and Horovod's stall reports (`rank_phases`).
 
 `read_rank_reports` returns the slow ranks (or nodes) reported consistently, and whether the
 reports instead name a different rank each time (jitter that moves around: no culprit).
@@ -24,6 +27,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from resurgo.attribute.analysis import Analysis
+from resurgo.attribute.rank_phases import lagging_in_stalls, phase_reports
+from resurgo.attribute.section_reports import section_reports
+from resurgo.attribute.slow_node_reports import ranks_per_node, slow_nodes_named
 from resurgo.contracts import LogLine
 from resurgo.detect.lines import strip_prefixes
 from resurgo.slurm.errors import ParseError
@@ -43,6 +49,14 @@ _PERF_DICT = re.compile(r"GPUs relative perf: \{([^{}]*)\}")
 _MEGATRON_RTT = re.compile(
     r"\bMnRtt/Rnk:\s*(?P<mn>\d+(?:\.\d+)?)ms/(?P<mnr>\d+)\s*\|\s*MxRtt/Rnk:\s*"
     r"(?P<mx>\d+(?:\.\d+)?)ms/(?P<mxr>\d+)"
+)
+# Composer's GlobalStragglerDetector (mosaicml/composer#3342, callbacks/
+# global_straggler_detector.py, after Megatron-LM's): rank 0 logs each metric's extreme and
+# its rank, `MinThroughput/Rank: 58.41TF/Rank-0` (its `_ValueWithRank.__str__`; some loggers
+# print `58.41TF/0`). The lowest throughput's rank is the slowest one.
+_COMPOSER_EXTREME = re.compile(
+    r"\b(?P<which>Min|Max)Throughput/Rank:\s*(?P<value>\d+(?:\.\d+)?)\s*[A-Za-z]*/(?:Rank-)?"
+    r"(?P<rank>\d{1,7})\b"
 )
 _TIMER_HEADER = re.compile(r"^\s*times across ranks \(ms\):\s*$")
 _TIMER_NAME = re.compile(r"^\s*([\w.-][\w .-]{0,60}):\s*$")
@@ -65,6 +79,8 @@ class RankReports:
     rotating: bool = False
     """Reports named a slow rank, but a different one each time."""
     lines: list[LogLine] = field(default_factory=list)
+    phase: str = ""
+    """The job's own timer column that singled the slow ranks out (`rank_phases`)."""
 
 
 def _bodies(a: Analysis) -> list[tuple[int, str]]:
@@ -130,6 +146,12 @@ def _megatron_detector(a: Analysis, bodies: list[tuple[int, str]], out: RankRepo
         low, high = float(m.group("mn")), float(m.group("mx"))
         if low > 0 and high / low >= MEGATRON_SPREAD:
             slow.append((int(m.group("mxr")), order))
+    _blame_recurring(a, slow, out)
+
+
+def _blame_recurring(a: Analysis, slow: list[tuple[int, int]], out: RankReports) -> None:
+    """(rank, line) of each report naming a slow rank: the rank most recent reports name, or
+    `rotating` when no one rank dominates."""
     if len(slow) < MIN_REPORTS:
         return
     recent = slow[-RECENT_REPORTS:]
@@ -140,6 +162,26 @@ def _megatron_detector(a: Analysis, bodies: list[tuple[int, str]], out: RankRepo
     else:
         out.rotating = True
         out.lines += [a.lines[o] for _, o in recent[-2:]]
+
+
+def _composer_detector(a: Analysis, bodies: list[tuple[int, str]], out: RankReports) -> None:
+    """Composer's reports: the lowest-throughput rank, when the highest is MEGATRON_SPREAD
+    above it, report after report (the same test as Megatron's round-trip extremes)."""
+    slow: list[tuple[int, int]] = []
+    low: tuple[float, int, int] | None = None
+    for order, body in bodies:
+        m = _COMPOSER_EXTREME.search(body) if "Throughput/Rank" in body else None
+        if m is None:
+            continue
+        value, rank = float(m["value"]), int(m["rank"])
+        out.world = max(out.world, rank + 1)
+        if m["which"] == "Min":
+            low = (value, rank, order)
+        elif low is not None:
+            if low[0] > 0 and value / low[0] >= MEGATRON_SPREAD:
+                slow.append((low[1], low[2]))
+            low = None
+    _blame_recurring(a, slow, out)
 
 
 def _megatron_timers(a: Analysis, bodies: list[tuple[int, str]], out: RankReports) -> None:
@@ -339,6 +381,44 @@ def _slowest_lists(a: Analysis, bodies: list[tuple[int, str]], out: RankReports)
         out.lines += [a.lines[o] for o in lines[-2:]]
 
 
+def _phase_tables(a: Analysis, bodies: list[tuple[int, str]], out: RankReports) -> None:
+    """The job's own per-rank phase tables and Horovod's stall reports (`rank_phases`)."""
+    tables = phase_reports(a, bodies)
+    for rank, host in tables.known.items():
+        out.known.setdefault(rank, host)
+    out.world = max(out.world, tables.world)
+    before = len(out.ranks)
+    if any(tables.reports):
+        _consistent(tables.reports, out)
+    if len(out.ranks) > before:
+        out.phase = Counter(tables.phases[-RECENT_REPORTS:]).most_common(1)[0][0]
+        out.lines += tables.lines[-2:]
+        return
+    stalls, stalled = lagging_in_stalls(a)
+    if len(stalls) >= MIN_REPORTS:
+        _consistent(stalls, out)
+        out.world = max(out.world, *(r + 1 for s in stalls for r, _ in s))
+        if len(out.ranks) > before:
+            out.lines += stalled[-2:]
+
+
+def _section_tables(a: Analysis, out: RankReports) -> None:
+    """Per-section straggler reports (`section_reports`): the ranks they name consistently,
+    and the section where those ranks lose their time."""
+    reports = section_reports(a.lines)
+    if not any(rep.ranks for rep in reports):
+        return  # (reports of no straggler: nothing moves around either)
+    before = len(out.ranks)
+    _consistent([{(r, rep.nodes.get(r)) for r in rep.ranks} for rep in reports], out)
+    if len(out.ranks) > before:
+        named = [rep for rep in reports if rep.ranks]
+        out.phase = out.phase or named[-1].phase()
+        out.lines += named[-1].lines[-2:]
+        for rep in named:
+            for rank, node in rep.nodes.items():
+                out.known.setdefault(rank, node)
+
+
 def read_rank_reports(a: Analysis) -> RankReports:
     cached: RankReports | None = getattr(a, "_rank_reports", None)
     if cached is not None:
@@ -347,12 +427,23 @@ def read_rank_reports(a: Analysis) -> RankReports:
     bodies = _bodies(a)
     _nvrx(a, bodies, out)
     _megatron_detector(a, bodies, out)
+    _composer_detector(a, bodies, out)
     _megatron_timers(a, bodies, out)
     _pairwise(a, bodies, out)
     _per_host_fields(a, bodies, out)
     _slowest_lists(a, bodies, out)
+    _phase_tables(a, bodies, out)
+    _section_tables(a, out)
+    if not out.nodes:
+        named, lines = slow_nodes_named(a)  # per-node lists, pairwise tests (slow_node_reports)
+        out.nodes |= named
+        out.lines += lines
     if not out.nodes:
         _per_host_summary(a, bodies, out)
+    per_node = ranks_per_node(a) if out.ranks and not out.world and a.node_list else None
+    if per_node and max(out.ranks) < per_node * len(a.node_list):
+        # Reports that name ranks only: placed node-major from the GPUs per node the job says.
+        out.world = per_node * len(a.node_list)
     if out.ranks or out.nodes:
         out.rotating = False
     a._rank_reports = out  # type: ignore[attr-defined]

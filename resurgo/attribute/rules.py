@@ -34,8 +34,16 @@ from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
 from resurgo.attribute.analysis import Analysis, Kind, Verdict, fingerprint
+from resurgo.attribute.app_hangs import application_hang
 from resurgo.attribute.bundle import Bundle
 from resurgo.attribute.engine_fault import survives_engine_faults
+from resurgo.attribute.kind_bounds import (
+    died_of_node_fault,
+    ended_by_error,
+    progressing_at_time_limit,
+    running_kind,
+)
+from resurgo.attribute.launch_mismatch import launch_exceeds_allocation
 from resurgo.attribute.liveness import noted_running, running_fine, still_progressing
 from resurgo.attribute.log_header import nodes_in_log
 from resurgo.attribute.node_local import (
@@ -43,7 +51,9 @@ from resurgo.attribute.node_local import (
     name_node_local,
     path_error_after_fs_loss,
 )
+from resurgo.attribute.node_software import node_software
 from resurgo.attribute.scheduler import job_id_in_log, parse_scheduler
+from resurgo.attribute.shared_services import hung_on_shared_service, shared_outage
 from resurgo.attribute.site_notes import noted_fabric_outage
 from resurgo.attribute.stages_hardware import (
     _hardware,
@@ -52,6 +62,7 @@ from resurgo.attribute.stages_hardware import (
 )
 from resurgo.attribute.stages_launch import (
     agent_never_started,
+    store_outside_allocation,
     unreachable_node,
     waiting_for_debugger,
     world_larger_than_launched,
@@ -147,6 +158,8 @@ def analyse(
     live_straggler = anomaly is not None and anomaly.kind == AnomalyKind.STRAGGLER
     verdict = (
         _healthy(a, outcome)
+        or application_hang(a, outcome)  # (stuck on its own code: however it ended)
+        or hung_on_shared_service(a, outcome)  # (stuck on a lost file system: however it ended)
         or _owner_cancel(a, outcome)
         or _node_failure(a, outcome)
         or stuck_in_job_code(a)
@@ -157,11 +170,14 @@ def analyse(
         )  # (pending again after a requeue: not running)
         or _repeating_gpu_exception(a)
         or unreachable_node(a)
+        or progressing_at_time_limit(a, outcome)  # (ran past any node fault until the limit)
         or _hardware(a)
         or _suspended(a)
         or (stragglers(a) if live_straggler else None)
+        or launch_exceeds_allocation(a)  # (waited for peers its allocation never had)
         or agent_never_started(a)
         or world_larger_than_launched(a)
+        or store_outside_allocation(a)
         or _root_failure(a)
         or waiting_for_debugger(a, outcome)
         or _scheduler(a, outcome)
@@ -171,6 +187,8 @@ def analyse(
     )
     verdict = explain_unknown(a, noted_fabric_outage(a, name_node_local(a, verdict)))
     verdict = switch_port_down(a, path_error_after_fs_loss(a, verdict))
+    verdict = ended_by_error(a, node_software(a, shared_outage(a, verdict)))
+    verdict = running_kind(a, died_of_node_fault(a, verdict))
     if (
         anomaly is not None
         and anomaly.suspects

@@ -36,6 +36,12 @@ MIN_BASELINE_SAMPLES = 5
 TIGHT_SPREAD = 0.005
 TIGHT_SLOWDOWN_RATIO = 1.03
 MIN_TIGHT_BASELINE_SAMPLES = 3
+# A short series (a few reports, hours apart) shows a step change: every sample from some
+# point on STEP_RATIO slower than all before it, the samples on each side within STEP_SPREAD
+# of each other. Noise is neither that large nor that steady.
+STEP_RATIO = 1.3
+STEP_SPREAD = 0.05
+MIN_STEP_AFTER = 2
 MIN_SLOWDOWN_MS = 50.0  # below this, a slower step is the noise of very short steps
 WARMUP_SAMPLES = 2  # the first intervals include compilation and data-loader start-up
 
@@ -49,8 +55,14 @@ _METRICS: list[tuple[str, re.Pattern[str], float, bool]] = [
     ("iteration_ms", re.compile(r"(?i)\bstep_time_ms[:= ]\s*" + _NUM), 1.0, True),
     ("iteration_ms", re.compile(r"(?<![\w.])" + _NUM + r"\s*s/(?:it|iter|step)\b"), 1000.0,
      True),
-    ("iteration_ms", re.compile(r"(?<![\w.])" + _NUM + r"\s*ms/(?:it|iter|step)\b"), 1.0, True),
+    ("iteration_ms", re.compile(r"(?<![\w.])" + _NUM + r"\s*ms/(?:it|iter|step|batch)\b"), 1.0,
+     True),
+    # pytorch/examples word_language_model: `| 200/ 2983 batches | lr 20.00 | ms/batch 45.84 |`
+    ("iteration_ms", re.compile(r"\bms/batch\s+" + _NUM), 1.0, True),
     ("samples_per_s", re.compile(r"\bCurrSamplesPerSec[=:]\s*" + _NUM), 1.0, False),
+    # DeepSpeed's ThroughputTimer before 0.6 (deepspeed/utils/timer.py): `0/4000,
+    # SamplesPerSec=412.61` (not the lagging `RunningAvgSamplesPerSec` of later versions)
+    ("samples_per_s", re.compile(r"\bSamplesPerSec[=:]\s*" + _NUM), 1.0, False),
     ("samples_per_s", re.compile(r"(?i)\bsamples_per_sec(?:ond)?['\"]?[:=]\s*" + _NUM), 1.0, False),
     ("samples_per_s", re.compile(r"(?i)\bsamples?/s(?:ec)?[:=]\s*" + _NUM), 1.0, False),
     ("samples_per_s", re.compile(r"(?i)(?<![\w.])" + _NUM + r"\s*samples?/s(?:ec)?\b"), 1.0,
@@ -73,13 +85,14 @@ _METRICS: list[tuple[str, re.Pattern[str], float, bool]] = [
     ("tflops", re.compile(r"(?i)(?<![\w./])tflops[:=]\s*" + _NUM), 1.0, False),
     # torchtitan `mfu: 16.99%`, nanoGPT `mfu 30.21%`
     ("mfu", re.compile(r"(?i)(?<![\w.])mfu[:=]?\s*" + _NUM + r"\s*%"), 1.0, False),
-    ("it_per_s", re.compile(r"(?<![\w.])" + _NUM + r"it/s\b"), 1.0, False),
+    # tqdm `1.18it/s`; progress tables that space the unit, `| step 500 | 4.19 it/s |`
+    ("it_per_s", re.compile(r"(?<![\w.])" + _NUM + r" ?it/s\b"), 1.0, False),
     ("it_per_s", re.compile(r"(?<![\w.])\"?ups\"?[=:]\s*\"?" + _NUM), 1.0, False),
 ]  # fmt: skip
 _SEPARATED_UNIT = ("s |", "s\t", ")\t", "s,", "s (")
 _TIME_GATE = gated(re.compile(r"time|\bt_|\bdt\b|ms\b"))
 _GATE = gated(re.compile(
-    r"(?i)/s|s/(?:it|iter|step)\b|per[ _]?sec|persec|per iteration|timing|step_time|tps|"
+    r"(?i)/s|s/(?:it|iter|step|batch)\b|per[ _]?sec|persec|per iteration|timing|step_time|tps|"
     r"seconds: |wps|ups|tflops|mfu"
 ))  # fmt: skip
 # Every line of the output goes through these: each regex first tests for its own literals.
@@ -163,14 +176,14 @@ def _samples(order: int, text: str, low: str | None) -> list[Sample]:
     `in` on it, the cheapest test per line. A literal found in a prefix only runs a regex
     for nothing; the regexes decide."""
     if low is not None:
-        for literal in _gate_literals():
+        for literal in _GATE_LITERALS if _GATE_LITERALS is not None else _gate_literals():
             if literal in low:
                 break
         else:
             return []
     body = strip_prefixes(text).body
     out: list[Sample] = []
-    for metric, literals, regexes in _plan():
+    for metric, literals, regexes in _PLAN if _PLAN is not None else _plan():
         if literals and low is not None:
             for literal in literals:
                 if literal in low:
@@ -191,7 +204,7 @@ def _gate_literals() -> tuple[str, ...]:
     if _GATE_LITERALS is None:
         literals = _GATE._gate()  # sets `_lower`
         # A case-sensitive gate's literals cannot be tested on the lower-cased copy.
-        _GATE_LITERALS = literals if _GATE._lower else ()
+        _GATE_LITERALS = _minimal(literals) if _GATE._lower else ()
     return _GATE_LITERALS
 
 
@@ -208,6 +221,7 @@ def read_series(a: Analysis) -> dict[str, list[Sample]]:
     # a synchronous job every rank's step lasts as long as the slowest one's, so when they all
     # rise together the whole job slowed down. The actor printing most stands for all.
     fields: dict[str, dict[object, list[Sample]]] = {}
+    names: dict[str, str] = {}  # field key → its metric name (made once, not on every line)
     time_literals = _TIME_GATE._gate()
     time_folded = _TIME_GATE._lower
     for order, entry in enumerate(a.lines):
@@ -233,10 +247,14 @@ def read_series(a: Analysis) -> dict[str, list[Sample]]:
         prefix = strip_prefixes(text)
         actor = prefix.task if prefix.task is not None else prefix.rank
         for key, ms in timing_fields(prefix.body).items():
-            metric = f"field:{key}"
-            fields.setdefault(metric, {}).setdefault(actor, []).append(
-                Sample(order, metric, ms, True)
-            )
+            metric = names.get(key) or names.setdefault(key, f"field:{key}")
+            by_actor = fields.get(metric)
+            if by_actor is None:
+                by_actor = fields[metric] = {}
+            taken = by_actor.get(actor)
+            if taken is None:
+                taken = by_actor[actor] = []
+            taken.append(Sample(order, metric, ms, True))
     a._actor_fields = fields  # type: ignore[attr-defined]
     for metric, by_actor in fields.items():
         taken = max(by_actor.values(), key=len)
@@ -286,6 +304,9 @@ def jobwide_slowdown(a: Analysis) -> Slowdown | None:
             1 for s in samples[:WARMUP_SAMPLES] if steady > 0 and _slowness(s, steady) >= 1.1
         )
         if len(samples) < warm + MIN_TIGHT_BASELINE_SAMPLES + RECENT_SAMPLES:
+            step = _step_change(a, metric, samples[warm:])
+            if step is not None and (best is None or step.ratio > best.ratio):
+                best = step
             continue
         body = samples[warm:]
         if all(x.value < y.value for x, y in itertools.pairwise(body)):
@@ -325,3 +346,36 @@ def jobwide_slowdown(a: Analysis) -> Slowdown | None:
                 best = found
             break
     return best
+
+
+def _within(values: list[float], spread: float) -> bool:
+    centre = statistics.median(values)
+    return centre > 0 and all(abs(v - centre) <= spread * centre for v in values)
+
+
+def _step_change(a: Analysis, metric: str, body: list[Sample]) -> Slowdown | None:
+    """A short series whose last MIN_STEP_AFTER samples or more are all STEP_RATIO slower than
+    the steady ones before them: a new, slower rhythm (a few progress reports far apart)."""
+    if len(body) < 1 + MIN_STEP_AFTER:
+        return None
+    first = body[0].value
+    run = 0
+    while run < len(body) - 1 and _slowness(body[-1 - run], first) >= STEP_RATIO:
+        run += 1
+    before = [s.value for s in body[: len(body) - run]]
+    after = [s.value for s in body[len(body) - run :]]
+    if run < MIN_STEP_AFTER or not _within(before, STEP_SPREAD) or not _within(after, STEP_SPREAD):
+        return None
+    baseline, recent = statistics.median(before), statistics.median(after)
+    ratio = _slowness(Sample(0, metric, recent, body[0].lower_is_better), baseline)
+    if ratio < STEP_RATIO:
+        return None
+    if (metric == "iteration_ms" or metric.startswith("field:")) and (
+        recent - baseline < MIN_SLOWDOWN_MS
+    ):
+        return None
+    onset = body[len(body) - run].order
+    return Slowdown(
+        metric, baseline, recent, ratio, onset,
+        [a.lines[body[len(body) - run - 1].order], a.lines[onset], a.lines[body[-1].order]],
+    )  # fmt: skip

@@ -10,6 +10,8 @@ another process holds is the node's state, not the job's.
 
 from __future__ import annotations
 
+import re
+
 from resurgo.attribute.analysis import Analysis, Verdict, event_node
 from resurgo.attribute.causes import (
     _first_to_exit,
@@ -39,6 +41,65 @@ NONDETERMINISTIC_APP = frozenset(
 # A path the job names that is missing or forbidden: on one node a mount (retry elsewhere), on
 # every rank of every node the job's own data or configuration (failure taxonomy B.8).
 CONFIGURED_PATHS = frozenset({"file_not_found", "permission_denied"})
+
+
+# PyTorch's OOM message accounts for the GPU's memory (c10/cuda/CUDACachingAllocator.cpp): since
+# 2.1 `GPU 2 has a total capacity of 79.11 GiB of which 1.06 GiB is free. [Process N has ...]
+# Including non-PyTorch memory, this process has 3.12 GiB memory in use`, before it `(GPU 0;
+# 11.17 GiB total capacity; 505.96 MiB already allocated; 12.50 MiB free; 530.00 MiB reserved
+# in total by PyTorch)`. What is neither free nor this process's is held by other processes on
+# that GPU ("something else is hanging on to the memory", pytorch/pytorch#40863).
+_SIZE = r"(?P<{0}>[\d.]+) (?P<{0}_unit>bytes|[KMG]iB)"
+_TOTAL_FREE = re.compile(
+    r"\bGPU (?P<gpu>\d+) has a total capac(?:i)?ty of "
+    + _SIZE.format("total")
+    + " of which "
+    + _SIZE.format("free")
+    + " is free"
+)
+_THIS_PROCESS = re.compile(r"\bthis process has " + _SIZE.format("own") + " memory in use")
+_BEFORE_2_1 = re.compile(
+    r"\(GPU (?P<gpu>\d+); " + _SIZE.format("total") + r" total capacity; [\d.]+ (?:bytes|[KMG]iB) "
+    r"already allocated; "
+    + _SIZE.format("free")
+    + " free; "
+    + _SIZE.format("own")
+    + r" reserved in total by PyTorch\)"
+)
+_GIB = {"bytes": 1 / 1024**3, "KiB": 1 / 1024**2, "MiB": 1 / 1024, "GiB": 1.0}
+
+
+def _gib(m: re.Match[str], name: str) -> float:
+    return float(m[name]) * _GIB[m[f"{name}_unit"]]
+
+
+def _accounting(message: str) -> tuple[str, float, float, float] | None:
+    """(GPU index, total, free, this process's) GiB from an OOM message, if it says."""
+    if (old := _BEFORE_2_1.search(message)) is not None:
+        return old["gpu"], _gib(old, "total"), _gib(old, "free"), _gib(old, "own")
+    tf, own = _TOTAL_FREE.search(message), _THIS_PROCESS.search(message)
+    if tf is None or own is None:
+        return None
+    return tf["gpu"], _gib(tf, "total"), _gib(tf, "free"), _gib(own, "own")
+
+
+def _held_outside(message: str, same: list[Event], a: Analysis) -> bool:
+    """Most of the GPU is held by processes other than the one that ran out (at least half
+    of it neither free nor its own): another job's leftover, unless two of this job's ranks
+    on one node ran out on the same GPU index (the job mapped them onto one GPU)."""
+    acc = _accounting(message)
+    if acc is None:
+        return False
+    gpu, total, free, own = acc
+    if total - free - own < 0.5 * total:
+        return False
+    shared: dict[str | None, set[int | str | None]] = {}
+    for e in same:
+        if (other := _accounting(e.message)) is not None and other[0] == gpu:
+            shared.setdefault(event_node(a, e), set()).add(
+                e.rank if e.rank is not None else e.actor
+            )
+    return all(len(ranks) < 2 for ranks in shared.values())
 
 
 def application_verdict(
@@ -79,6 +140,8 @@ def application_verdict(
         mid in a.registry and a.registry.get(mid).scope == "job"
     )
     held = _held_by_other(first.message) if mid == "cuda_oom" else None
+    if mid == "cuda_oom" and held is None and _held_outside(first.message, same, a):
+        held = "gpu"
     if held is not None and not held_by_the_job(a, first.message):
         # Another process holds the GPU's memory (a leftover of an earlier job): the
         # node's state, not the job's batch size (attribution-labels tie-breaker 4).

@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable
 from datetime import datetime
 
-from resurgo.attribute.analysis import Analysis, Verdict
+from resurgo.attribute.analysis import Analysis, Verdict, event_node
 from resurgo.attribute.bundle import line_time
 from resurgo.attribute.events import ElasticFailure, Event
 from resurgo.attribute.scheduler import node_failed
@@ -171,17 +171,41 @@ _GOVERNING_SETTING = {
 }
 
 
+# An operator's note saying where a setting comes from (`# job script (user-owned) contains:
+# export NCCL_SOCKET_IFNAME=eth2`): the job's own script, or the site's (task prolog, nccl.conf,
+# the image) (attribution-labels.md: a `#` line states a fact; tie-breaker 6 on ownership).
+_JOBS_OWN = re.compile(r"(?i)\b(?:job|sbatch|batch|submission|user'?s?) ?script\b|\buser-owned\b")
+_SITES_OWN = re.compile(r"(?i)\b(?:site|prolog|epilog|nccl\.conf|/etc/|image|module|admin)")
+
+
+def _noted_as_the_jobs(text: str, name: str) -> bool:
+    """A `#` note whose clause naming `name=` says the job's script sets it (and not the site)."""
+    if not text.lstrip().startswith("#") or f"{name}=" not in text:
+        return False
+    clause = next((c for c in re.split(r"[;.]\s", text) if f"{name}=" in c), "")
+    said = clause[: clause.find(f"{name}=")]
+    return bool(_JOBS_OWN.search(said)) and not _SITES_OWN.search(said)
+
+
 def _set_by_job(
     a: Analysis, first: Event, summary: str, ranks: list[int], evidence: list[LogLine]
 ) -> Verdict | None:
     """The job script's own trace (`+ export NCCL_SOCKET_IFNAME=eth2`, bash -x) sets the
     setting this error is about: the job owns it, an application failure (attribution-labels
-    tie-breaker 6) that a retry cannot fix."""
-    name = _GOVERNING_SETTING.get(first.match.id)
-    if name is None or first.category != Category.SYSTEM_SOFTWARE:
+    tie-breaker 6) that a retry cannot fix. The setting may be named by the detail NCCL prints
+    under a generic `DistBackendError` (`Last error: ncclSocketInit: ...`) rather than by the
+    first line, so the job's other root lines are asked too."""
+    if first.category != Category.SYSTEM_SOFTWARE:
         return None
+    details = (e for e in a.events if e.root and e.origin == "job")
+    about = next((e for e in (first, *details) if e.match.id in _GOVERNING_SETTING), None)
+    if about is None:
+        return None
+    name = _GOVERNING_SETTING[about.match.id]
     traced = re.compile(rf"^\+* ?(?:export )?{name}=")
     owned = next((e for e in a.header + a.lines[:200] if traced.match(e.text)), None)
+    if owned is None:
+        owned = next((e for e in a.header if _noted_as_the_jobs(e.text, name)), None)
     if owned is None:
         return None
     return Verdict(
@@ -192,6 +216,65 @@ def _set_by_job(
         ranks=ranks,
         evidence=[owned, *evidence],
     )
+
+
+def said_everywhere(
+    a: Analysis, first: Event, same: list[Event], primaries: list[Event], victims: set[str]
+) -> bool:
+    """Every process (or every node) of the job printed the first error, and no other kind
+    of failure shows: the same fault everywhere (attribution-labels.md tie-breakers 3 and 6)."""
+    actors = {e.actor for e in same if e.actor is not None}
+    others = {e.actor for e in primaries if e.actor is not None and e.key != first.key}
+    world = a.topo.world_size() or len(a.actors())
+    everywhere = (
+        len(actors) >= 2
+        and not victims
+        and not (others - actors)
+        and (len(actors) >= world or (world >= 3 and len(actors) >= world - 1))
+    )
+    ranks = {int(x[1:]) for x in actors if x.startswith("r")}
+    if everywhere and ranks and len(ranks) == len(actors) and _ranks_outnumber_tasks(a):
+        # Ranks counted against srun's tasks (several ranks per task, how many unknown) say
+        # nothing; srun terminating some tasks while the others exited with their own error
+        # says the error was not everybody's.
+        everywhere = not any(x.status == "terminated" for x in a.scan.exit_order)
+    if len(actors) >= 2 and all(x.startswith("h") for x in actors):
+        # Host prefixes only (pdsh, `srun --label` off with a host tag): several ranks share
+        # one actor, so "everywhere" means every node of the job said it.
+        known = set(a.node_list) or {
+            n for h in a.topo.hosts_seen if (n := a.topo.hosts.canonical(h))
+        }
+        covered = {a.node_of_actor(x) for x in actors}
+        everywhere = not victims and not (others - actors) and covered >= known
+    if not actors and world >= 2:
+        # No labels or rank prefixes: the same error printed once per process, by every one.
+        unlabeled = [e for e in same if e.actor is None and e.origin == "job"]
+        everywhere = len({e.line.line_no for e in unlabeled}) >= world and not others
+    return everywhere or _every_node_said(a, first, same, primaries, victims)
+
+
+def _ranks_outnumber_tasks(a: Analysis) -> bool:
+    topo = a.topo
+    return (
+        topo.world is None
+        and not topo.rank_is_task
+        and bool(topo.tasks_seen)
+        and bool(topo.ranks_seen)
+        and max(topo.ranks_seen) >= len(topo.tasks_seen)
+    )
+
+
+def _every_node_said(
+    a: Analysis, first: Event, same: list[Event], primaries: list[Event], victims: set[str]
+) -> bool:
+    """The error's own lines name their hosts (NCCL's `host:pid:tid [dev]` prefix) and cover
+    every node of the job, and whatever else failed is the same kind of fault (torch's generic
+    `DistBackendError` over NCCL's own warning)."""
+    if victims or any(e.category != first.category for e in primaries):
+        return False
+    known = set(a.node_list) or {x.node for x in a.scan.exit_order if x.node}
+    covered = {n for e in same if (n := event_node(a, e)) is not None}
+    return len(known) >= 2 and covered >= known
 
 
 def _rank(e: Event) -> int | None:

@@ -17,6 +17,7 @@ import re
 
 from resurgo.attribute.analysis import Analysis, Verdict, event_node
 from resurgo.attribute.events import Event
+from resurgo.attribute.fault_order import in_time_order, stuck_before_node_loss
 from resurgo.attribute.metrics import Finding
 from resurgo.attribute.peer_ends import common_end, numbered_owners
 from resurgo.attribute.scheduler import node_failed
@@ -95,7 +96,11 @@ def _node_failure(a: Analysis, outcome: str | None) -> Verdict | None:
     return Verdict(
         category, "node_failure", f"node failure: {where} failed or stopped responding",
         0.9 if culprits else 0.7, culprits=culprits, evidence=evidence,
-        kind=AnomalyKind.CRASH,
+        # (Slurm's kill alone is a crash; a hardware fault that left the node silent while its
+        # peers waited is a hang, unless the node's kernel died of it.)
+        kind=AnomalyKind.HANG
+        if specific and stuck_before_node_loss(a, set(culprits))
+        else AnomalyKind.CRASH,
         # (srun's `Node failure on` ends the step whatever else the output shows.)
         outcome="node_fail" if node_fail or not a.running or said_by_srun else None,
     )  # fmt: skip
@@ -191,6 +196,8 @@ def _hardware(a: Analysis) -> Verdict | None:
     fatal_metrics += _drain_findings(a)
     if not events and not fatal_metrics:
         return None
+    if not fatal_metrics and _software_behind_transport(a, events):
+        return None
     by_node: dict[str, list[Event]] = {}
     unplaced: list[Event] = []
     blamed = _blamed_peers(a, events)
@@ -221,7 +228,7 @@ def _hardware(a: Analysis) -> Verdict | None:
             if n in corroborated
             or any(e.match.id not in AMBIGUOUS_HARDWARE for e in by_node.get(n, []))
         ]  # fmt: skip
-    ordered = sorted(events, key=lambda e: (e.origin != "job", e.order))
+    ordered = in_time_order(events)  # (the earliest node fault in time, whichever file)
     placed = [e for e in ordered if event_node(a, e) in nodes]
     ordered = placed + [e for e in ordered if e not in placed] if placed else ordered
     first_cat = ordered[0].category if ordered else fatal_metrics[0].category
@@ -265,7 +272,11 @@ def _hardware(a: Analysis) -> Verdict | None:
     return Verdict(
         first_cat, key, f"{what} on {', '.join(nodes) or 'an unidentified node'}", confidence,
         culprits=nodes, ranks=[r for r in ranks if r is not None], gpus=sorted(set(gpus)),
-        evidence=evidence, kind=AnomalyKind.HANG if _silent_until_killed(a) else None,
+        evidence=evidence,
+        kind=AnomalyKind.HANG
+        if _silent_until_killed(a)
+        or (first_cat == Category.HARDWARE_NETWORK and _waited_out(a))
+        else None,
     )  # fmt: skip
 
 
@@ -288,6 +299,37 @@ def _silent_until_killed(a: Analysis) -> bool:
     ):
         return False
     return not any(x.order < cut and x.status != "terminated" for x in a.scan.exit_order)
+
+
+def _software_behind_transport(a: Analysis, events: list[Event]) -> bool:
+    """The only "hardware" is the job's transport errors (retries exhausted, which a peer whose
+    address or GID changed produces as well as a dead link), while a node's own files show its
+    network software failing (a DHCP lease replacing the RoCE address): the node's software,
+    left to the software stages (attribution-labels.md tie-breaker 1: the first node-level
+    fault decides)."""
+    if not events or any(e.origin != "job" or e.match.id not in AMBIGUOUS_HARDWARE for e in events):
+        return False
+    return any(
+        e.root and e.serious and e.category == Category.SYSTEM_SOFTWARE and a.in_job(e.node)
+        and (e.match.id not in a.registry or a.registry.get(e.match.id).scope == "node")
+        for e in a.node_events
+    )  # fmt: skip
+
+
+def _waited_out(a: Analysis) -> bool:
+    """The job's output shows only network transport errors (NCCL's `Got completion from peer`
+    warning) and then every process's collective timing out: no process died of the error, the
+    job stopped making progress and the watchdog ended it (attribution-labels.md: a hang)."""
+    said = [e for e in a.events if e.origin == "job" and e.serious and (e.root or e.cascade)]
+    waits = [e for e in said if e.match.kind == AnomalyKind.HANG]
+    if not waits or not any(e.category == Category.HARDWARE_NETWORK for e in said):
+        return False
+    first_wait = min(e.order for e in waits)
+    if any(x.order < first_wait and x.status != "terminated" for x in a.scan.exit_order):
+        return False  # a process ended before anyone waited: it died, the job did not hang
+    return all(
+        e.match.kind == AnomalyKind.HANG or e.category == Category.HARDWARE_NETWORK for e in said
+    )
 
 
 def _blamed_peers(a: Analysis, events: list[Event]) -> dict[int, str]:
@@ -384,6 +426,21 @@ XID_BURST_SECONDS = 180.0
 _AMBIGUOUS_XID = "xid_application"
 
 
+def _noted_before(a: Analysis, node: str, bus: str) -> bool:
+    """An operator's note says an earlier attempt saw an Xid on this node's same GPU (`# attempt
+    1 ...: blk-g-03 dmesg then showed Xid 13 on PCI:0000:ca:00`): with this attempt's Xid, the
+    same physical GPU failed across restarts (attribution-labels.md tie-breaker 3)."""
+    short = bus.split(":", 1)[1] if bus.count(":") >= 2 else bus  # `ca:00` without the domain
+    for line in a.header:
+        text = line.text.lstrip()
+        if not (text.startswith("#") and "Xid" in text and node in text):
+            continue
+        # The GPU's PCI address, not a clock time that happens to read `01:00`.
+        if re.search(rf"(?i)\bPCI:?\s*(?:[0-9a-f]{{4}}:)?{re.escape(short)}\b", text):
+            return True
+    return False
+
+
 def _repeating_gpu_exception(a: Analysis) -> Verdict | None:
     """Xid 13/31/43 on one GPU only, in two or more separate bursts (the job's restarts)."""
     gpus: dict[tuple[str, str], list[Event]] = {}
@@ -401,7 +458,7 @@ def _repeating_gpu_exception(a: Analysis) -> Verdict | None:
         if (after - before).total_seconds() > XID_BURST_SECONDS:
             bursts += 1
     pids = {p for e in events if (p := re.search(r"\bpid=(\d+)", e.line.text))}
-    if bursts < 2 and len({p.group(1) for p in pids}) < 2:
+    if bursts < 2 and len({p.group(1) for p in pids}) < 2 and not _noted_before(a, node, bus):
         return None
     return Verdict(
         Category.HARDWARE_GPU, f"xid_repeat|{events[0].match.groups.get('xid', '')}",

@@ -13,6 +13,7 @@ import re
 
 from resurgo.attribute.analysis import Analysis, Verdict
 from resurgo.attribute.liveness import last_progress
+from resurgo.attribute.log_header import STORE_HOST
 from resurgo.contracts import AnomalyKind, Category
 from resurgo.detect.lines import parse_nccl_prefix, strip_prefixes
 from resurgo.policy.decide import AGENT_NEVER_STARTED_KEY
@@ -34,8 +35,15 @@ def _spoke(a: Analysis) -> set[int]:
 
 
 # torch.distributed.elastic dynamic_rendezvous.py: `The node '<id>' attempts to join the next
-# round of the rendezvous '<run id>'.`
-_JOINING = re.compile(r"attempts to join the next round of the rendezvous")
+# round of the rendezvous '<run id>'.`, `... added itself to the participants of round 0 of
+# the rendezvous '<run id>'. Pending sync.` (or to its wait list), or any other line torch's
+# logger prints from that module (`... torch/distributed/elastic/rendezvous/
+# dynamic_rendezvous.py:1134] ...`): the agent is in the rendezvous.
+_JOINING = re.compile(
+    r"attempts to join the next round of the rendezvous"
+    r"|added itself to the (?:participants|wait list) of round \d+ of the rendezvous"
+    r"|/rendezvous/dynamic_rendezvous\.py:\d+\]"
+)
 
 
 def agent_never_started(a: Analysis) -> Verdict | None:
@@ -149,8 +157,10 @@ def world_larger_than_launched(a: Analysis) -> Verdict | None:
             evidence.append(entry)
         elif (j := _JOINED.search(entry.text)) is not None:
             ranks.add(int(j["rank"]))
+    if not worlds:
+        return _members_short_of_world(a) or _jax_tasks_never_launched(a)
     if len(worlds) != 1:
-        return None  # no barrier, or the count moved (workers were still arriving)
+        return None  # the count moved (workers were still arriving)
     ((world, count),) = worlds
     # How many processes the job started: srun's task ids where it reports them (one task per
     # rank), else the ranks the log shows (collectors drop repeated lines, so at most).
@@ -164,6 +174,94 @@ def world_larger_than_launched(a: Analysis) -> Verdict | None:
         f"of {world} that never came: the launch starts fewer processes than the job's "
         "declared world size", 0.85,
         evidence=evidence[:2] + evidence[-1:], kind=AnomalyKind.HANG,
+    )  # fmt: skip
+
+
+# Lightning announces each process as it joins the process group (lightning/fabric/utilities/
+# distributed.py `_init_dist_connection`): `Initializing distributed: GLOBAL_RANK: 4, MEMBER:
+# 5/8`; the world it waits for is what the Trainer was told (devices x num_nodes).
+_MEMBER = re.compile(
+    r"\bInitializing distributed: GLOBAL_RANK: (?P<rank>\d+), MEMBER: \d+/(?P<world>\d+)\b"
+)
+
+
+_NUM_TASKS = re.compile(r"\bNumTasks=(?P<n>\d+)\b")
+
+
+def _num_tasks_shown(a: Analysis) -> int | None:
+    """`NumTasks=` from a grep'd `scontrol show job` beside sacct's table (which lacks it)."""
+    found = {int(m["n"]) for e in a.facts.lines if (m := _NUM_TASKS.search(e.text))}
+    return found.pop() if len(found) == 1 else None
+
+
+def _members_short_of_world(a: Analysis) -> Verdict | None:
+    """Every process Slurm started announced itself, as a member of a larger world than were
+    started (Trainer(devices=4, num_nodes=2) under --ntasks-per-node=1), and the job ended
+    without one training step or error: it waited for members that were never launched."""
+    if a.running or last_progress(a) is not None:
+        return None
+    if any(e.root and e.serious and e.origin == "job" for e in a.events):
+        return None
+    worlds: set[int] = set()
+    ranks: set[int] = set()
+    evidence = []
+    for entry in a.lines:
+        if "MEMBER" in entry.text and (m := _MEMBER.search(entry.text)) is not None:
+            worlds.add(int(m["world"]))
+            ranks.add(int(m["rank"]))
+            evidence.append(entry)
+    tasks = len(a.topo.tasks_seen)
+    started = a.facts.num_tasks or _num_tasks_shown(a) or (tasks if tasks > 1 else None)
+    if len(worlds) != 1 or started is None:
+        return None
+    (world,) = worlds
+    if not len(ranks) == started < world:
+        return None  # some started process never announced itself: not the job's count
+    return Verdict(
+        Category.APPLICATION, "launch|world_larger_than_launched",
+        f"all {started} processes the job started joined a world of {world} that never came: "
+        "the launch starts fewer processes than the job's declared world size", 0.85,
+        evidence=evidence[:3], kind=AnomalyKind.HANG,
+    )  # fmt: skip
+
+
+# JAX's coordination service (XLA tsl coordination_service.cc, jax.distributed.initialize):
+# `XlaRuntimeError: DEADLINE_EXCEEDED: Barrier timed out. Id: PjRT_Client_Connect. Timed out
+# task names:` (older: `Barrier_id: ...`; newer XLA adds `# of tasks that reached the barrier:
+# 2/4.` and `Some timed out task names:`), then one `/job:jax_worker/replica:0/task:N` line per
+# missing process (ayaka14732/llama-2-jax#20, AI-Hypercomputer/gpu-recipes#2).
+_JAX_BARRIER = re.compile(r"\bDEADLINE_EXCEEDED: Barrier timed out\. (?:Barrier_id|Id): \S+")
+_JAX_TASK = re.compile(r"^/job:[\w-]+/replica:\d+/task:(?P<task>\d+)\s*$")
+
+
+def _jax_tasks_never_launched(a: Analysis) -> Verdict | None:
+    """JAX's start-up barrier timed out waiting for exactly the process ids from the number Slurm
+    started upward (`num_processes=8` under 4 tasks): the job's own arguments declare processes
+    its launch never starts (marin-community/marin#1933: "you don't launch all the workers"),
+    an application failure that recurs."""
+    started = a.facts.num_tasks or _num_tasks_shown(a) or len(a.topo.tasks_seen)
+    if started < 1 or a.running or last_progress(a) is not None:
+        return None
+    missing: set[int] = set()
+    evidence = []
+    reading = False
+    for entry in a.lines:
+        body = strip_prefixes(entry.text).body.strip()
+        if "Barrier timed out" in body and _JAX_BARRIER.search(body):
+            evidence.append(entry)
+        if "imed out task names:" in body:
+            reading = True  # (newer XLA: `... Some timed out task names:` two lines below)
+        elif reading and (m := _JAX_TASK.match(body)) is not None:
+            missing.add(int(m["task"]))
+        else:
+            reading = False
+    if not missing or sorted(missing) != list(range(started, max(missing) + 1)):
+        return None  # a launched process is missing too (or ids of another numbering)
+    return Verdict(
+        Category.APPLICATION, "launch|world_larger_than_launched",
+        f"JAX's start-up barrier timed out waiting for processes {started}-{max(missing)}, but "
+        f"the job started {started}: its num_processes is larger than its launch", 0.85,
+        evidence=evidence[:3], kind=AnomalyKind.CRASH,
     )  # fmt: skip
 
 
@@ -184,4 +282,55 @@ def waiting_for_debugger(a: Analysis, outcome: str | None) -> Verdict | None:
         Category.APPLICATION, "launch|waiting_for_debugger",
         "the job was launched to wait for a debugger (debugpy --wait-for-client) and never "
         "started training before its time limit", 0.85, evidence=[said], kind=AnomalyKind.HANG,
+    )  # fmt: skip
+
+
+# The c10d TCPStore client naming the host it could not reach (torch/csrc/distributed/c10d
+# socket.cpp): `The client socket has timed out after 60s while trying to connect to (login02,
+# 29500).`, `... has failed to connect to [node1]:29500 (errno: 111 ...)`.
+_STORE_TARGET = re.compile(
+    r"client socket has (?:failed to connect|timed out after \d+s? while trying to connect) to "
+    r"\(?\[?(?P<host>[A-Za-z][\w.-]*?)\]?(?:, |:)\d+"
+)
+# torchrun's static and c10d rendezvous host the TCPStore in one of the job's own processes
+# (torch.distributed.elastic rendezvous: the agent on the endpoint's host serves it), so an
+# endpoint outside the allocation has nothing listening on it, on every attempt.
+_STORE_CONNECT = frozenset({"store_connect_failed"})
+# What torchrun's agent raises on top of that connect failure (patterns.json).
+_STORE_FAMILY = _STORE_CONNECT | _WAITING
+
+
+def store_outside_allocation(a: Analysis) -> Verdict | None:
+    """Every attempt to reach the rendezvous store goes to a host that is not one of the job's
+    nodes, and the job's own launch (its `--rdzv_endpoint`, `--master_addr`, `MASTER_ADDR`)
+    points there: the job script's arguments (pytorch/pytorch#79388), an application failure
+    that recurs until someone changes them (attribution-labels.md tie-breaker 6)."""
+    allocation = {n.split(".", 1)[0] for n in a.node_list}
+    if len(allocation) < 2:
+        return None  # without the job's node list nothing says the host is outside it
+    roots = [e for e in a.events if e.root and e.serious and e.origin == "job"]
+    failed = [e for e in roots if e.match.id in _STORE_CONNECT]
+    targets = {m["host"].split(".", 1)[0] for e in failed if (m := _STORE_TARGET.search(e.message))}
+    if len(targets) != 1 or any(e.match.id not in _STORE_FAMILY for e in roots):
+        return None  # another failure (or several store hosts) in the job: not this rule's
+    (host,) = targets
+    if any(host.startswith(n) or n.startswith(host) for n in allocation):
+        return None  # the node under another of its names (`gpu01-ib`, `gpu01.cluster`)
+    launch = next(
+        (
+            e
+            for e in a.lines[:300]
+            if not e.text.startswith("#")
+            and (m := STORE_HOST.search(e.text[:2000])) is not None
+            and m.group(1).split(".", 1)[0] == host
+        ),
+        None,
+    )
+    if launch is None:
+        return None  # nothing shows the job chose it (a site's setting is not the job's)
+    return Verdict(
+        Category.APPLICATION, "launch|store_outside_allocation",
+        f"the job's launch points its rendezvous store at {host}, which is not one of its nodes "
+        f"({failed[0].message[:120]})", 0.85,
+        evidence=[launch, *(e.line for e in failed[:3])], kind=AnomalyKind.CRASH,
     )  # fmt: skip

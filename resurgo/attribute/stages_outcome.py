@@ -16,14 +16,18 @@ import statistics
 from datetime import datetime
 
 from resurgo.attribute.analysis import Analysis, Verdict
+from resurgo.attribute.collective_stalls import mismatched_collectives
 from resurgo.attribute.liveness import (
     HANG_SILENCE_FACTOR,
     HANG_SILENCE_FLOOR_SECONDS,
+    _any_time,
     last_progress,
     progress_times,
     running_fine,
 )
-from resurgo.attribute.stack_dumps import deadlocked_in_job_code
+from resurgo.attribute.scheduler import owner_cancelled
+from resurgo.attribute.series import read_series
+from resurgo.attribute.stack_dumps import deadlocked_in_job_code, diverged_collective
 from resurgo.attribute.stragglers import stragglers
 from resurgo.contracts import AnomalyKind, Category, LogLine
 
@@ -57,6 +61,11 @@ def refine_outcome(a: Analysis, outcome: str | None) -> str | None:
         # state says otherwise): requeued (scontrol requeue, or the job's own signal handler),
         # whatever sacct's rows say.
         outcome = "requeued"
+    if outcome is None and a.state is None and a.facts.cancelled_by is not None:
+        # Slurm's record says who cancelled the job (`CANCELLED by 31007`, a kill RPC's uid)
+        # though no job state was kept: cancelled, by its owner unless that is known otherwise
+        # (the job's output may only show its step's `*** STEP ... CANCELLED AT` line).
+        outcome = "admin_cancelled" if owner_cancelled(a.facts) is False else "owner_cancelled"
     if outcome is None and "TIMEOUT" in a.facts.step_states.values():
         outcome = "timeout"  # the step's own time limit (`srun -t`), the batch script went on
     if outcome == "timeout" and _never_checkpointed(a):
@@ -91,8 +100,10 @@ def _healthy(a: Analysis, outcome: str | None = None) -> Verdict | None:
 
 
 def _owner_cancel(a: Analysis, outcome: str | None) -> Verdict | None:
-    if outcome != "owner_cancelled":
-        return None
+    if outcome != "owner_cancelled" or _timed_out_before_the_kill(a):
+        return None  # (stuck first: a cancel ends a hang, however it ended; the timeouts decide)
+    if diverged_before_the_kill(a):
+        return None  # (the owner stopped a run whose loss had diverged: the divergence decides)
     lines = [e.line for e in a.events if e.match.id == "slurm_job_cancelled"][:3]
     return Verdict(
         Category.SCHEDULER, "owner_cancelled", "the job was cancelled by its owner", 0.95,
@@ -100,11 +111,36 @@ def _owner_cancel(a: Analysis, outcome: str | None) -> Verdict | None:
     )  # fmt: skip
 
 
+# The loss or the gradients turned NaN/Inf (Megatron's `grad norm: nan`, `lm loss: nan`).
+NONFINITE_IDS = frozenset({"loss_nan", "nonfinite_values"})
+
+
+def diverged_before_the_kill(a: Analysis) -> bool:
+    """Training turned non-finite before the job was killed and never printed a finite step
+    again: a run cancelled because it diverged (a transient spike it recovered from is not)."""
+    cut = a.kill_order
+    nan = [e for e in a.events if e.match.id in NONFINITE_IDS and (cut is None or e.order < cut)]
+    if not nan:
+        return False
+    flagged = {e.order for e in nan}
+    later = [o for o in a.scan.advances if o > nan[0].order and (cut is None or o < cut)]
+    return all(o in flagged for o in later)
+
+
 def _scheduler(a: Analysis, outcome: str | None) -> Verdict | None:
     if outcome not in ("timeout", "timeout_no_checkpoint", "preempted", "admin_cancelled",
                        "requeued"):  # fmt: skip
         return None
     lines = [e.line for e in a.events if e.match.id.startswith("slurm_")][:3]
+    if outcome == "admin_cancelled" and _timed_out_before_the_kill(a):
+        return None  # stuck first: the cancel only ended the hang
+    if outcome in ("timeout", "timeout_no_checkpoint"):
+        if (diverged := ranks_diverged(a)) is not None:
+            return diverged  # the job's ranks deadlocked in its own collectives
+        if _timed_out_before_the_kill(a):
+            return None  # stuck first: the collectives' timeouts decide (cascades)
+        if (idle := _never_progressed(a, lines)) is not None:
+            return idle
     if outcome == "timeout" and (hung := _hung_until_time_limit(a, lines)) is not None:
         if (place := deadlocked_in_job_code(a.node_logs, a.lines)) is not None:
             # Stack dumps of the stuck ranks show every one blocked at the same place in the
@@ -124,6 +160,65 @@ def _scheduler(a: Analysis, outcome: str | None) -> Verdict | None:
     }[outcome]
     return Verdict(Category.SCHEDULER, outcome, what, 0.9, evidence=lines,
                    kind=AnomalyKind.CRASH, outcome=outcome)  # fmt: skip
+
+
+def ranks_diverged(a: Analysis) -> Verdict | None:
+    """The job stalled with its ranks in different collectives: Horovod's stall report shows
+    ranks waiting on tensors the others never submit, or stack dumps show the odd ranks
+    blocked in a collective at another place of the job's code than the rest (a
+    rank-0-only barrier). The job's own deadlock: application, stop (attribution-labels.md)."""
+    stall = mismatched_collectives(a.lines, a.topo.world_size())
+    if stall is not None:
+        return Verdict(
+            Category.APPLICATION, "hang|collective_mismatch|stall_report", "the ranks stalled "
+            "submitting different collectives (each waits on tensors the others never "
+            "submit)", 0.85, evidence=[stall], kind=AnomalyKind.HANG,
+        )  # fmt: skip
+    dumps = [*a.lines, *(e for lines in a.node_logs.values() for e in lines)]
+    if (place := diverged_collective(dumps)) is not None:
+        return Verdict(
+            Category.APPLICATION, "hang|collective_mismatch|stack_dumps", "stack dumps show "
+            f"some ranks blocked in a collective at {place[-120:]} that the others, stopped "
+            "elsewhere in the job's code, never reach", 0.85, evidence=a.lines[-3:],
+            kind=AnomalyKind.HANG,
+        )  # fmt: skip
+    return None
+
+
+def _timed_out_before_the_kill(a: Analysis) -> bool:
+    """Collectives timed out (ranks reported waiting for their peers) before Slurm's time
+    limit: the job was stuck first, the limit only ended it."""
+    cut = a.kill_order
+    return cut is not None and any(
+        e.cascade and e.serious and e.match.kind == AnomalyKind.HANG and e.order < cut
+        for e in a.events
+    )
+
+
+def _never_progressed(a: Analysis, kill: list[LogLine]) -> Verdict | None:
+    """The time limit ended a job that never printed a training step, its output silent for
+    far longer than a start-up takes: it idled, a hang (attribution-labels.md: a job whose
+    training step never started and idled until the time limit is a hang)."""
+    if a.scan.advances or last_progress(a) is not None or read_series(a):
+        return None
+    killed = next((m.group(1) for e in kill if (m := _KILLED_AT.search(e.text))), None)
+    if killed is None:
+        return None
+    # The last time the output shows; without one, when Slurm started the job (the whole
+    # run then passed without a step).
+    before = a.lines[: a.kill_order] if a.kill_order is not None else a.lines
+    stamps = [t for e in before if (t := _any_time(e.text)) is not None]
+    if a.job is not None and a.job.start_time is not None:
+        stamps.append(a.job.start_time.replace(tzinfo=None))
+    end = datetime.fromisoformat(killed)
+    last = max((t for t in stamps if t <= end), default=None)
+    if last is None or (end - last).total_seconds() <= OUTPUT_SILENCE_SECONDS:
+        return None
+    return Verdict(
+        Category.UNKNOWN, "hang|never_started", "no training step was ever printed, from "
+        f"{last} (its last time stamp, else its start) until the time limit at {end}", 0.6,
+        evidence=[*a.lines[-2:], *kill[:1]], kind=AnomalyKind.HANG, outcome="timeout",
+    )  # fmt: skip
 
 
 def _hung_until_time_limit(a: Analysis, kill: list[LogLine]) -> Verdict | None:
@@ -166,9 +261,11 @@ OUTPUT_SILENCE_SECONDS = 3600.0
 
 
 # An operator's note of the same fact: `# last progress line written 2026-07-04 10:41 (job
-# log mtime)`, `# job.out last modified 2026-07-04T10:41:07`.
+# log mtime)`, `# job.out last modified 2026-07-04T10:41:07`, `# last line above at
+# 2026-12-02T03:12`.
 _NOTED_WRITTEN = re.compile(
-    r"^#.*?\b(?:last (?:\w+ )?(?:line )?(?:written|modified)|mtime)\b\D{0,40}?"
+    r"^#.*?\b(?:last (?:\w+ )?(?:line )?(?:written|modified)|last (?:\w+ )?line above at"
+    r"|mtime)\b\D{0,40}?"
     r"(\d{4}-\d\d-\d\d)[T ](\d\d:\d\d(?::\d\d)?)\b"
 )
 

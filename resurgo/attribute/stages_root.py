@@ -17,7 +17,9 @@ import re
 from datetime import datetime
 
 from resurgo.attribute.analysis import Analysis, Verdict, actor_node, event_node
+from resurgo.attribute.cascade_roots import elastic_verdict, silent_rank_errors
 from resurgo.attribute.causes import (
+    OOM_KILLS,
     _collective_mismatch,
     _drifted_node,
     _explain_by_node,
@@ -28,8 +30,10 @@ from resurgo.attribute.causes import (
     _version_drift,
     crashed_in_job_code,
     job_owned_path,
+    oom_verdict,
 )
 from resurgo.attribute.events import Event, TaskExit, normalise
+from resurgo.attribute.oom_blocks import oom_blocks
 from resurgo.attribute.stages_application import application_verdict
 from resurgo.attribute.stages_common import (
     _backed,
@@ -42,7 +46,9 @@ from resurgo.attribute.stages_common import (
     _shared_service,
     _watchdog_aborts,
     after_the_kill,
+    said_everywhere,
 )
+from resurgo.attribute.stages_outcome import ranks_diverged
 from resurgo.contracts import AnomalyKind, Category
 
 # System-software failures that live on one node (driver, device, mount, image, launch).
@@ -118,6 +124,11 @@ def _root_failure(a: Analysis) -> Verdict | None:
     )
     if shared is not None:
         return shared
+    if not primaries and (hidden := silent_rank_errors(a, victims)):
+        # A rank that raised while its peers timed out waiting for it: its task's first
+        # line was another rank's timeout, but its own error is the root.
+        primaries = hidden
+        victims = victims - {e.actor for e in hidden if e.actor is not None}
     if primaries:
         return _from_primaries(a, primaries, victims, deaths, node_app)
     if deaths:
@@ -139,6 +150,8 @@ def _root_failure(a: Analysis) -> Verdict | None:
         explained = _explain_by_node(a, node, node_app)
         if explained is not None:
             return explained
+        if (own := elastic_verdict(a, f, node)) is not None:
+            return own  # the child's own exception, as torchrun's record carries it
         signal = f"signal {-f.exitcode}" if f.exitcode is not None and f.exitcode < 0 else (
             f"exit code {f.exitcode}")  # fmt: skip
         # SIGSEGV/SIGABRT/SIGBUS/SIGILL/SIGFPE: a native crash; SIGKILL & co: cause unknown.
@@ -180,6 +193,8 @@ def _root_failure(a: Analysis) -> Verdict | None:
         )  # fmt: skip
     if node_app:
         e = node_app[0]
+        if e.match.id in OOM_KILLS and (owned := oom_verdict(a, e)) is not None:
+            return owned  # (whose memory it was, from the kernel's own report)
         return Verdict(
             e.category, e.key, f"{e.match.id} on {e.node}", 0.65,
             culprits=[e.node] if e.match.id in NODE_LOCAL_SYSTEM and e.node else [],
@@ -215,10 +230,44 @@ def _from_death(a: Analysis, x: TaskExit, node_app: list[Event]) -> Verdict:
     # A native crash (SIGSEGV/SIGABRT/SIGBUS/SIGILL/SIGFPE) with no hardware fault on its host
     # is the framework's or the node's software; a bare SIGKILL says nothing about the cause.
     native = x.status == "signal"
+    node = x.node
+    if node is not None and _quiet_node(a, node) and not _backed(a, node):
+        # Its node's logs were looked at and show nothing at all: the signal alone says
+        # neither why nor that the node is bad (attribution-labels.md tie-breaker 2).
+        return Verdict(
+            Category.UNKNOWN, f"signal|{normalise(x.what)}", f"task {x.task} on {node} died "
+            f"first: {x.what}; its node's logs show no fault", 0.5, ranks=[x.task],
+            evidence=[x.line],
+        )  # fmt: skip
     return Verdict(
         Category.SYSTEM_SOFTWARE if native else Category.UNKNOWN,
         f"signal|{normalise(x.what)}", f"task {x.task} on {x.node} died first: {x.what}",
         0.6, culprits=[x.node] if x.node else [], ranks=[x.task], evidence=[x.line],
+    )  # fmt: skip
+
+
+# What a node file holds when the node was checked and its kernel had nothing to say
+# (attribution-labels.md: "(no kernel messages in the job window)").
+_NOTHING_LOGGED = re.compile(r"^\s*\(no kernel messages\b[^)]*\)\s*$")
+_KERNEL_FILES = ("dmesg_", "journal_", "syslog_", "console_")
+
+
+def _quiet_node(a: Analysis, node: str) -> bool:
+    """The bundle holds this node's kernel log and it says nothing of this job's window but
+    an operator's notes or other jobs' OOM kills (their cgroups name other jobs)."""
+    files = [
+        lines for name, lines in a.node_logs.items()
+        if a.topo.hosts.canonical(name) == node and lines
+        and lines[0].source.startswith(_KERNEL_FILES)
+    ]  # fmt: skip
+    if not files:
+        return False
+    job_id = a.job.job_id if a.job is not None else None
+    others = [b for b in oom_blocks(a.node_logs) if b.of_another_job(job_id)]
+    return all(
+        not e.text.strip() or e.text.lstrip().startswith("#") or _NOTHING_LOGGED.match(e.text)
+        or any(b.holds(e) for b in others)
+        for lines in files for e in lines
     )  # fmt: skip
 
 
@@ -230,35 +279,25 @@ def _from_primaries(
     node_app: list[Event],
 ) -> Verdict:
     first = _specific_cause(min(primaries, key=lambda e: e.order), primaries)
+    if first.match.id in OOM_KILLS:
+        # Slurm or the kernel killed a task for memory: the node's own OOM report may show
+        # another user's process holding that memory (the node's state, not the job's).
+        for e in node_app:
+            owned = oom_verdict(a, e) if e.match.id in OOM_KILLS else None
+            if owned is not None and owned.category == Category.SYSTEM_SOFTWARE:
+                owned.evidence.append(first.line)
+                return owned
     same = [e for e in primaries if e.key == first.key]
     actors = {e.actor for e in same if e.actor is not None}
-    others = {e.actor for e in primaries if e.actor is not None and e.key != first.key}
-    world = a.topo.world_size() or len(a.actors())
-    everywhere = (
-        len(actors) >= 2
-        and not victims
-        and not (others - actors)
-        and (len(actors) >= world or (world >= 3 and len(actors) >= world - 1))
-    )
-    if len(actors) >= 2 and all(x.startswith("h") for x in actors):
-        # Host prefixes only (pdsh, `srun --label` off with a host tag): several ranks share
-        # one actor, so "everywhere" means every node of the job said it.
-        known = set(a.node_list) or {
-            n for h in a.topo.hosts_seen if (n := a.topo.hosts.canonical(h))
-        }
-        covered = {a.node_of_actor(x) for x in actors}
-        everywhere = not victims and not (others - actors) and covered >= known
-    if not actors and world >= 2:
-        # No labels or rank prefixes: the same error printed once per process, by every one.
-        unlabeled = [e for e in same if e.actor is None and e.origin == "job"]
-        everywhere = len({e.line.line_no for e in unlabeled}) >= world and not others
+    everywhere = said_everywhere(a, first, same, primaries, victims)
     nodes = sorted({n for e in same if (n := event_node(a, e)) is not None})
     if not nodes and first.category == Category.SYSTEM_SOFTWARE:
         # Slurm's own line names the node (`Task launch for StepId=5.0 failed on node cn131`).
         said = {a.topo.hosts.canonical(e.match.groups.get("node")) for e in same}
         nodes = sorted(n for n in said if n is not None and a.in_job(n))
-    if not nodes and not everywhere and first.actor is None:
-        # An unlabelled crash report: srun's verdict says whose process died of a signal.
+    if not nodes and not everywhere and event_node(a, first) is None:
+        # An unlabelled crash report (or a rank whose node the log does not say): srun's
+        # verdict says whose process died.
         dead = {x.node for x in deaths if x.node and not x.after_termination} or {
             x.node for x in a.scan.exit_order
             if x.node and x.status == "exit" and x.code and x.actor not in victims
@@ -381,6 +420,10 @@ def _from_primaries(
         return Verdict(Category.APPLICATION, f"native_crash|{own}", f"{summary} in the job's "
                        f"own {own[-120:]}", 0.85, ranks=ranks, evidence=evidence)  # fmt: skip
     named = mid not in SHARED_UNKNOWN and not everywhere
+    if named and nodes and all(_quiet_node(a, n) and not _backed(a, n) for n in nodes):
+        # A death of no known cause on nodes whose kernel logs were checked and say nothing:
+        # no evidence names them (attribution-labels.md tie-breaker 2).
+        named = False
     category = Category.SYSTEM_SOFTWARE if mid in NATIVE_CRASH else Category.UNKNOWN
     return Verdict(
         category, first.key, summary, 0.6 if named else 0.5,
@@ -395,6 +438,11 @@ def _cascade_only(a: Analysis) -> Verdict | None:
     mismatch = _collective_mismatch(cascades)
     if mismatch is not None:
         return mismatch
+    if (
+        any(e.match.kind == AnomalyKind.HANG for e in cascades)
+        and (diverged := ranks_diverged(a)) is not None
+    ):
+        return diverged  # timed out waiting in different collectives of the job's code
     reporting = {e.actor for e in cascades}
     actors = a.actors()
     # Silent: an actor of the kind that reported (ranks vs srun tasks vs hosts name the same

@@ -12,6 +12,7 @@ import statistics
 
 from resurgo.attribute.analysis import Analysis, Verdict
 from resurgo.attribute.node_diagnostics import degraded_nodes, diagnose_slow_nodes
+from resurgo.attribute.rank_phases import COMPUTE, HOST_WORK, node_quiet, own_work_lines
 from resurgo.attribute.rank_tables import read_rank_reports
 from resurgo.attribute.series import actor_fields, jobwide_slowdown
 from resurgo.attribute.stack_dumps import _DISTRIBUTED, _LIBRARY, main_thread_stacks
@@ -53,6 +54,7 @@ _TRACE_DUMP = re.compile(
     r"(?i)\bdumping profiler traces? at step|(?<!finished )\b(?:export|dump|sav|writ)\w* (?:the )?"
     r"(?:profiler|chrome|kineto) traces?\b"
 )
+_NO_STRAGGLER = re.compile(r"(?i)\bno stragglers? (?:detected|found)\b")
 _UNEVEN_PIPELINE = re.compile(
     r"--(?:decoder-(?:first|last)-pipeline-num-layers|num-layers-in-(?:first|last)-pipeline-stage"
     r"|pipeline-model-parallel-layout)\b"
@@ -110,7 +112,7 @@ def stragglers(a: Analysis, *, timings_only: bool = False) -> Verdict | None:
         (slow, node_of, _), slow_key = max(
             found, key=lambda f: (bool(f[0][0]), f[0][2]), default=(([], {}, 0.0), "")
         )
-    summary_nodes, summary_lines = _slow_in_summaries(a)
+    summary_nodes, summary_ranks, summary_lines = _slow_in_summaries(a)
     reports = read_rank_reports(a)
     for rank, node in reports.ranks.items():
         host = a.topo.hosts.canonical(node) if node else a.topo.node_of(rank, rank)
@@ -123,18 +125,24 @@ def stragglers(a: Analysis, *, timings_only: bool = False) -> Verdict | None:
     summary_lines += reports.lines[-4:]
     if timings_only and not slow and not summary_nodes:
         return None
-    summary_ranks = {int(r) for e in summary_lines for r in _SUMMARY_RANK.findall(e.text)}
+    summary_ranks |= {int(r) for e in summary_lines for r in _SUMMARY_RANK.findall(e.text)}
+    phase = slow_key or reports.phase  # the job's own timer that singled the slow ranks out
     code = _application_straggler(
         a,
         sorted(set(slow) | summary_ranks),
         reports.rotating,
         reports.ranks,
         reports.known,
-        extra_work=bool(_EXTRA_WORK_KEY.search(slow_key)),
+        extra_work=bool(_EXTRA_WORK_KEY.search(slow_key) or HOST_WORK.search(reports.phase)),
+        compute=bool(COMPUTE.search(phase) and not HOST_WORK.search(phase)),
     )
     if code is not None:
         return code
-    report = [e for e in a.events if e.match.id == "straggler_report"]
+    # (FlagScale's report says `No stragglers detected.` when there are none)
+    report = [
+        e for e in a.events
+        if e.match.id == "straggler_report" and not _NO_STRAGGLER.search(e.line.text)
+    ]  # fmt: skip
     degraded = [f for f in a.metric_findings if f.severity == "degraded" and a.in_job(f.host)]
     warn = [
         e for e in a.node_events
@@ -193,6 +201,21 @@ def stragglers(a: Analysis, *, timings_only: bool = False) -> Verdict | None:
         evidence = diagnosed[1] + evidence
     evidence += _last_timing_lines(a, slow)
     evidence += [e.line for e in report] + summary_lines
+    if (
+        category == Category.UNKNOWN
+        and HOST_WORK.search(phase)
+        and node_quiet(a, culprits, checked=True)
+    ):
+        # The slow ranks lose their time in host-side work of the job's own code (input
+        # pipeline, callbacks, logging) and their nodes' own logs, checked, show nothing.
+        return Verdict(
+            Category.APPLICATION, "straggler|application",
+            f"straggler in the application ({phase} is where rank"
+            f"{'s' if len(set(slow)) > 1 else ''} {', '.join(map(str, sorted(set(slow))))} "
+            "lose their time; their nodes show no fault)", 0.6,
+            ranks=sorted(set(slow)), evidence=evidence,
+            kind=AnomalyKind.STRAGGLER,
+        )  # fmt: skip
     where = ", ".join(culprits) or "unknown nodes"
     slow = sorted(set(slow))
     which = f" (rank{'s' if len(slow) > 1 else ''} {', '.join(map(str, slow))})" if slow else ""
@@ -231,33 +254,37 @@ def _said_by(text: str, rank: int) -> bool:
     return rank in (pre.rank, pre.task)
 
 
-def _slow_in_summaries(a: Analysis) -> tuple[set[str], list[LogLine]]:
-    """The node cross-rank timer summaries keep naming as the slowest, far behind the median.
+def _slow_in_summaries(a: Analysis) -> tuple[set[str], set[int], list[LogLine]]:
+    """The node (and rank) cross-rank timer summaries keep naming as the slowest, far behind.
 
     One slow report is noise (a checkpoint, a GC pause); the same node slowest by
-    STRAGGLER_RATIO in most of the last reports, at least three times, is a straggler.
+    STRAGGLER_RATIO in most of the last reports, at least three times, is a straggler; so is
+    one named slowest in every report and far behind in three of them (its periodic extra
+    work: every Nth step's logging).
     """
     recent = a.scan.slowest[-STRAGGLER_WINDOW:]
     slow = [(node, line) for node, _, ratio, line in recent if ratio >= STRAGGLER_RATIO and node]
     counts: dict[str, int] = {}
     for node, _ in slow:
         counts[node] = counts.get(node, 0) + 1
-    nodes = {n for n, c in counts.items() if c >= 3 and c * 2 > len(recent)}
-    return nodes, [line for node, line in slow if node in nodes][-2:]
+    always = {n for n, _, _, _ in recent} if len({r for _, r, _, _ in recent}) == 1 else set()
+    nodes = {n for n, c in counts.items() if c >= 3 and (c * 2 > len(recent) or n in always)}
+    ranks = {r for n, r, ratio, _ in recent if n in nodes and ratio >= STRAGGLER_RATIO}
+    return nodes, ranks, [line for node, line in slow if node in nodes][-2:]
 
 
 def _shares_node_with_peers(
     a: Analysis, rank: int, reported: dict[int, str | None], known: dict[int, str]
 ) -> bool:
     """Other ranks run on this rank's node (so the node itself is not what is slow)."""
-    node = reported.get(rank) or a.topo.node_of(rank, rank)
+    world = min(max(a.topo.world_size() or 0, read_rank_reports(a).world), 4096)
+    node = reported.get(rank) or a.topo.node_of(rank, rank) or _node_major(a, rank, world)
     if node is None:
         return False
     if any(n == node for r, n in reported.items() if r != rank):
         return False
     if any(n == node for r, n in known.items() if r != rank):
         return True
-    world = min(max(a.topo.world_size() or 0, read_rank_reports(a).world), 4096)
     peers = [
         r for r in range(world)
         if r != rank and (a.topo.node_of(r, r) or _node_major(a, r, world)) == node
@@ -273,6 +300,7 @@ def _application_straggler(
     known: dict[int, str],
     *,
     extra_work: bool = False,
+    compute: bool = False,
 ) -> Verdict | None:
     """Slowness that is the code's: only rank 0 (it does the job's extra work: logging,
     evaluation, checkpoint I/O, as the NVRx usage guide notes), a slowest rank that moves
@@ -286,7 +314,14 @@ def _application_straggler(
     why = ""
     if slow and own:
         why = "the slow ranks' own output shows the code's recompilation or garbage collection"
-    elif slow == [0] and (extra_work or _shares_node_with_peers(a, 0, reported, known)):
+    elif slow and (work := own_work_lines(a, slow)) and node_quiet(a, _nodes_of(a, slow, reported)):
+        why = "the slow ranks' own output shows the job's extra work (evaluation, logging)"
+        own = work
+    elif (
+        slow == [0]
+        and not compute
+        and (extra_work or _shares_node_with_peers(a, 0, reported, known))
+    ):
         why = "only rank 0 is slow: it does extra work for the whole job"
     elif rotating and not slow:
         why = "the slowest rank changes from report to report"
@@ -304,6 +339,11 @@ def _application_straggler(
         "straggler|application", f"straggler in the application ({why})", 0.6,
         ranks=slow, evidence=own[-3:], kind=AnomalyKind.STRAGGLER,
     )  # fmt: skip
+
+
+def _nodes_of(a: Analysis, ranks: list[int], reported: dict[int, str | None]) -> list[str]:
+    found = (reported.get(r) or a.topo.node_of(r, r) for r in ranks)
+    return [n for n in found if n is not None]
 
 
 def _own_work(a: Analysis) -> Verdict | None:

@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from resurgo.attribute.rank_layout import RankEvidence, rank_layout
 from resurgo.contracts import LogLine
 from resurgo.detect.lines import parse_nccl_prefix, strip_prefixes
 from resurgo.slurm.errors import ParseError
@@ -56,8 +57,8 @@ def detect_host_prefixes(lines: Iterable[LogLine], hosts: HostMap) -> frozenset[
     for index, entry in enumerate(lines):
         if index > 50_000:
             break
-        m = _HOST_PREFIX.match(strip_prefixes(entry.text).body)
-        if m:
+        body = strip_prefixes(entry.text).body
+        if ": " in body and (m := _HOST_PREFIX.match(body)):  # (its literal first)
             counts[m.group("host")] = counts.get(m.group("host"), 0) + 1
     out: set[str] = set()
     loose: dict[str, int] = {}
@@ -172,6 +173,9 @@ class Topology:
     """Whether the output carries srun -l task labels."""
     rank_is_task: bool = False
     """No labels, one process per srun task: a rank prefix names the srun task too."""
+    ranks_are_tasks: bool = False
+    """Nothing says a launcher runs several ranks per srun task (torchrun/accelerate/DeepSpeed
+    under one task per node): a global rank may be looked up as a task index."""
     world: int | None = None
     hosts: HostMap = field(default_factory=HostMap)
 
@@ -180,7 +184,13 @@ class Topology:
             return self.task_node[task]
         if rank is not None and rank in self.rank_node:
             return self.rank_node[rank]
-        if task is None and rank is not None and rank in self.task_node and not self.rank_node:
+        if (
+            task is None
+            and rank is not None
+            and self.ranks_are_tasks
+            and rank in self.task_node
+            and not self.rank_node
+        ):
             return self.task_node[rank]  # srun without labels: rank == task
         return None
 
@@ -213,10 +223,14 @@ def learn_topology(
     weak_rank: dict[int, str] = {}
     worlds: list[int] = []
     pending_host: str | None = None
+    evidence = RankEvidence()
     lines = list(lines)
     topo.host_prefixes = detect_host_prefixes(lines, hosts)
+    host_prefixes = topo.host_prefixes
     for entry in lines:
-        prefix_host, text = split_host_prefix(entry.text, topo.host_prefixes)
+        text, prefix_host = entry.text, None
+        if host_prefixes:
+            prefix_host, text = split_host_prefix(text, host_prefixes)
         pre = strip_prefixes(text)
         task, rank, body = pre.task, pre.rank, pre.body
         if (
@@ -237,6 +251,7 @@ def learn_topology(
             topo.labelled = True
         if rank is not None:
             topo.ranks_seen.add(rank)
+        evidence.read(body, rank, pre.local_rank)
         if "srun: error" in body and (m := SRUN_TASK.search(body)):
             for t, name in task_nodes(m.group("node"), expand_tasks(m.group("tasks"))):
                 topo.tasks_seen.add(t)
@@ -288,9 +303,13 @@ def learn_topology(
         elif pending_host and (m4 := _ELASTIC_RANK.match(body)):
             weak_rank.setdefault(int(m4.group("rank")), pending_host)
             pending_host = None
+    for said, host in evidence.mapped.items():
+        if (node := hosts.canonical(host)) is not None:
+            weak_rank.setdefault(said, node)
     topo.task_node = {**weak_task, **strong}
     topo.rank_node = weak_rank
-    if not topo.labelled and topo.ranks_seen and topo.tasks_seen:
+    several = _several_ranks_per_task(topo, evidence, num_tasks)
+    if not topo.labelled and topo.ranks_seen and topo.tasks_seen and not several:
         # srun verdicts without labels: ranks are tasks when the counts agree.
         tasks = num_tasks or (max(topo.tasks_seen) + 1)
         topo.rank_is_task = (
@@ -302,12 +321,30 @@ def learn_topology(
             for rank, node in weak_rank.items():
                 topo.task_node.setdefault(rank, node)
             topo.tasks_seen |= topo.ranks_seen
+    topo.ranks_are_tasks = not several
+    if several:
+        # Ranks are not tasks: place them by their own layout when it is certain, else not at all.
+        placed = rank_layout(evidence, node_list, weak_rank, topo.ranks_seen, num_tasks)
+        for said, node in placed.items():
+            topo.rank_node.setdefault(said, node)
     if num_tasks:
         topo.world = num_tasks
     elif worlds:
         topo.world = max(worlds)
     _block_layout(topo, node_list)
     return topo
+
+
+def _several_ranks_per_task(topo: Topology, evidence: RankEvidence, num_tasks: int | None) -> bool:
+    """Whether the log shows more ranks than srun tasks (a launcher per node under srun)."""
+    tasks = num_tasks or (max(topo.tasks_seen) + 1 if topo.tasks_seen else None)
+    if evidence.several_per_task(tasks, len(topo.hosts.nodes)):
+        return True
+    if not tasks:
+        return False
+    if topo.ranks_seen and max(topo.ranks_seen) >= tasks:
+        return True
+    return any(w > tasks for w in evidence.world) if num_tasks else False
 
 
 def _block_layout(topo: Topology, node_list: list[str]) -> None:

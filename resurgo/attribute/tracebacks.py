@@ -97,13 +97,17 @@ class TracebackTracker:
     def feed(self, actor: str | None, body: str) -> bool:
         """Take one line; True when it is a frame (or a frame's source line) and nothing else
         should read it."""
-        stack = self.stacks.setdefault(actor, _Stack())
+        stack = self.stacks.get(actor)
+        if stack is None:  # (not `setdefault`: no throw-away _Stack for every line)
+            stack = self.stacks[actor] = _Stack()
         if "Traceback" in body and _TRACEBACK.search(body):
             # (A chained traceback, "During handling of the above exception", starts afresh:
             # its frames are the outer call.)
             self.stacks[actor] = _Stack(open=True)
             return False
-        frame = _FRAME.match(body) or (_RICH_FRAME.match(body) if stack.open else None)
+        frame = _FRAME.match(body) if '", line ' in body else None  # (its literal first)
+        if frame is None and stack.open:
+            frame = _RICH_FRAME.match(body)
         if frame is not None:
             if not stack.open:  # (no header before it: a traceback quoted from its middle)
                 stack = self.stacks[actor] = _Stack(open=True)

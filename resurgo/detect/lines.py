@@ -6,7 +6,8 @@ never raises on any input and costs a few C-level string operations per line.
 
 Prefixes handled (in the order launchers add them):
 - `srun -l` task labels: `0: text`, ` 12: text` (srun pads the number to a common width);
-- PyTorch rank prefixes: `[rank3]: text`, `[rank3]:[E ...] text`, `[Rank 3] text`;
+- PyTorch rank prefixes: `[rank3]: text`, `[rank3]:[E ...] text`, `[Rank 3] text`, also behind
+  a host (`[node-7][rank3]: text`);
 - NCCL's own `host:pid:tid [dev] NCCL ...` prefix (parsed, not stripped).
 """
 
@@ -34,7 +35,11 @@ _COMMON = re.compile(r"(?: {0,8}(\d{1,7}): )?(?:\[[Rr]ank ?(\d{1,7})\](?::? ?))?
 _LOCAL_PREFIX = re.compile(r"\[default(\d{1,5})\]:? ?", re.ASCII)
 _MPI_PREFIX = re.compile(r"\[\d{1,7},(\d{1,7})\]<std(?:out|err)>: ?", re.ASCII)
 # Host names: letters, digits, dots and hyphens (never an underscore), at most 63 per label.
-_BRACKET_HOST = re.compile(r"\[(?P<host>[A-Za-z][A-Za-z0-9.-]{0,62})\]:? ", re.ASCII)
+# (Directly followed by a rank label too: `[node-773][rank13]: ` from a wrapper that puts the
+# host before PyTorch's own rank prefix.)
+_BRACKET_HOST = re.compile(
+    r"\[(?P<host>[A-Za-z][A-Za-z0-9.-]{0,62})\](?::? |(?=\[(?:[Rr]ank ?|default)\d))", re.ASCII
+)
 _COLON_HOST = re.compile(r"(?P<host>[A-Za-z][A-Za-z0-9.-]{0,62}): (?=\S)", re.ASCII)
 # Names that look like hosts but are devices, log levels or counters.
 _NOT_HOST = re.compile(
@@ -349,7 +354,8 @@ def rank_of(line: str) -> int | None:
 def parse_nccl_prefix(line: str) -> NcclPrefix | None:
     """Parse NCCL's `host:pid:tid [dev] ` prefix, after any srun label or rank prefix."""
     # The body is a suffix of the line, except for a shipper's JSON record (decoded text).
-    if line[:1] != "{" and _NCCL_GATE.search(line) is None:
+    # (`"] "` first: the gate's one literal, absent from most lines, costs less than its regex)
+    if line[:1] != "{" and ("] " not in line or _NCCL_GATE.search(line) is None):
         return None
     pre = strip_prefixes(line)
     m = _NCCL_PREFIX.match(pre.body)

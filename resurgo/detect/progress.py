@@ -46,7 +46,7 @@ PATTERN_MAX_MEM = 2 << 20
 _FLAGS = re.ASCII
 
 # Cheap gate: a line without any of these cannot be a built-in progress line.
-_GATE = gated(re.compile(r"(?i)iter|step|%\||it \[|epoch|\bit[ =:]|train: |num_updates"))
+_GATE = gated(re.compile(r"(?i)iter|step|%\||it \[|epoch|\bit[ =:]|train: |num_updates|\[batch="))
 _RESUME = re.compile(
     r"(?i)\b(?:resum\w*|restor\w*|load(?:ed|ing)?\s+(?:the\s+)?(?:\w+\s+)?checkpoint"
     r"|checkpoint\s+loaded)\b"
@@ -64,6 +64,10 @@ _EPOCH_BATCH = re.compile(
     r"\s*(\d{1,15})/(\d{1,15})\b",
     _FLAGS,
 )
+# Composer's console logger when the run's duration is in batches (composer/loggers/
+# console_logger.py `_log_to_console`: `[batch=120/20000]:` opens the block of that batch's
+# metrics, one `\t Train ...: value` line each).
+_COMPOSER_BATCH = re.compile(r"^\s*\[batch=(\d{1,15})/\d{1,15}\]", _FLAGS)
 _TQDM = re.compile(r"(?:^|\s)\d{1,3}%\|[^|]{0,200}\|\s*(\d{1,15})/(?:\d{1,15}|\?)\s*\[", _FLAGS)
 _TQDM_UNKNOWN_TOTAL = re.compile(r"(?:^|\s)(\d{1,15})it \[\d", _FLAGS)
 _KEYED = re.compile(
@@ -73,8 +77,12 @@ _KEYED = re.compile(
 )
 
 # `it 7425 | loss 2.22`, `it: 120, loss ...`: the short key, only where a field separator follows
-# (prose such as "did it 3 times" stays out).
-_SHORT_IT = re.compile(r"(?i)(?<![\w.])it\s*[=:]?\s*(\d{1,15})\s*(?:\||,|/\s*\d)", _FLAGS)
+# (prose such as "did it 3 times" stays out); `it=100 loss=2.18`: key=value fields.
+_SHORT_IT = re.compile(
+    r"(?i)(?<![\w.])it\s*[=:]?\s*(\d{1,15})\s*(?:\||,|/\s*\d)"
+    r"|(?<![\w.])it=(\d{1,15}) +(?=[A-Za-z_]\w{0,40}=)",
+    _FLAGS,
+)
 
 _STEP_TIME = re.compile(
     r"elapsed time per iteration \(ms\):\s*(\d{1,12}(?:\.\d{1,12})?)"
@@ -113,6 +121,11 @@ _TIME_KEY = re.compile(
 _SEPARATED_FIELD = re.compile(
     r"(?i)(?:[|,\t])\s*(?P<key>[a-z][a-z0-9_+/-]{0,30}?)\s+"
     r"(?P<value>\d{1,9}(?:\.\d{1,9})?)(?:\s?(?P<unit>ms|s)\b(?!/)|(?=\s+\(\s*\d+\.\d+\)))"
+)
+_UNIT_FIELD = re.compile(
+    r"(?<![\w.+-])(?P<key>[A-Za-z][A-Za-z0-9_]{0,30})=(?P<value>\d{1,9}(?:\.\d{1,9})?)"
+    r"(?P<unit>ms|s)(?![\w/])",
+    _FLAGS,
 )
 _MS_PHASE = re.compile(r"\|\s*([A-Za-z][\w.-]{0,60}):\s*(\d{1,9}(?:\.\d{1,9})?)(?![\d.])")
 _KEY_VALUE = re.compile(r"\b([A-Za-z_]\w{0,40})=([^\s,;|]{1,256})", _FLAGS)
@@ -280,6 +293,8 @@ def _parse_builtin(line: str, body: str | None = None) -> int | None:
         if epoch is None or n is None or size is None:
             return None
         return epoch * size + n if epoch * size + n <= MAX_ITERATION else None
+    if "[batch=" in text and (m := _COMPOSER_BATCH.match(text)) is not None:
+        return _to_iteration(m.group(1))
     last = _last(_TQDM, text) if "%|" in text else None
     if last is not None:
         return _to_iteration(last.group(1))
@@ -294,7 +309,7 @@ def _parse_builtin(line: str, body: str | None = None) -> int | None:
     if m is None and "it" in folded:
         m = _SHORT_IT.search(text)
     if m is not None:
-        return _to_iteration(m.group(1))
+        return _to_iteration(m.group(1) or m.group(2))
     return None
 
 
@@ -343,14 +358,29 @@ def keyed_fields(text: str) -> dict[str, float]:
     if "=" not in text and ":" not in text:
         return out
     for m in _TOKEN_FIELD.finditer(text):
-        key = m.group("key")
-        if _TIME_KEY.fullmatch(key) is None:
+        key, value, unit = m.groups()
+        known = _TIME_KEYS.get(key)
+        if known is None:
+            known = _time_key(key)
+        if not known:
             continue
-        key = key.lower()
-        unit = (m.group("unit") or "").lower() or ("ms" if key.endswith("ms") else "s")
-        if (dur := _duration_ms(m.group("value"), unit)) is not None:
-            out.setdefault(key, dur)
+        unit = (unit or "").lower() or ("ms" if known.endswith("ms") else "s")
+        if (dur := _duration_ms(value, unit)) is not None:
+            out.setdefault(known, dur)
     return out
+
+
+_TIME_KEYS: dict[str, str] = {}
+"""Token → its lower-cased key if `_TIME_KEY` takes it, else "": a job prints the same few
+keys on every line, so each is tried once (bounded: a flood of distinct tokens is not kept)."""
+_TIME_KEYS_MAX = 4096
+
+
+def _time_key(token: str) -> str:
+    known = token.lower() if _TIME_KEY.fullmatch(token) is not None else ""
+    if len(_TIME_KEYS) < _TIME_KEYS_MAX:
+        _TIME_KEYS[token] = known
+    return known
 
 
 def _duration_ms(value: str, unit: str) -> float | None:
@@ -382,6 +412,13 @@ def timing_fields(text: str) -> dict[str, float]:
                 out.setdefault(key, dur)
     if not out and (spelled := parse_step_duration(text)) is not None:
         out["step"] = spelled
+    if "=" in text:
+        # A value that carries its unit is a duration whatever its key: a per-rank phase
+        # line `timing step 5 data=0.902s total=1.215s` (after the spellings above, which
+        # decide whether a line has a step time of its own).
+        for m in _UNIT_FIELD.finditer(text):
+            if (dur := _duration_ms(m.group("value"), m.group("unit").lower())) is not None:
+                out.setdefault(m.group("key").lower(), dur)
     return out
 
 

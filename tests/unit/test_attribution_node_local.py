@@ -122,3 +122,34 @@ def test_pipeline_stages_waiting_in_send_and_recv_are_not_a_collective_mismatch(
     job = "\n".join(work.format(r=r, op="SEND" if r % 2 else "RECV") for r in range(4))
     a = _run(job)
     assert a.category != Category.APPLICATION
+
+
+# NCCL's misc/ibvwrap.cc warning as four nodes print it when their queue pairs to one peer's
+# RoCE address fail; the peer's NetworkManager journal shows the DHCP lease that moved it.
+_QP = (
+    "{t}: gpu0{n}:4112{t}:4138{t} [3] ibvwrap.c:262 NCCL WARN Call to ibv_modify_qp failed with "
+    "110 Connection timed out, on dev mlx5_3:1, curr state INIT, next state RTR, local GID index "
+    "3, local GID ::ffff:10.60.3.1{n}, remote GID ::ffff:10.60.7.44"
+)
+_LEASE = (
+    "Dec 02 06:51:12 gpu05 NetworkManager[2201]: <info>  [1764658272.1184] dhcp4 (ens41np0): "
+    "state changed new lease, address=10.60.7.44"
+)
+
+
+def _qp_job() -> str:
+    lines = [_QP.format(t=t, n=t + 1) for t in range(4)]
+    return "\n".join([*lines, "srun: error: gpu01: task 0: Exited with exit code 1"])
+
+
+def test_the_peer_address_every_failing_connection_ends_at_is_named_by_the_node_holding_it() -> (
+    None
+):
+    logs = {"gpu05": _lines(_LEASE, "journal_gpu05.txt")}
+    a = attribute(Registry.default(), None, _lines(_qp_job()), None, [], [], node_logs=logs)
+    assert a.culprit_nodes == ["gpu05"]
+
+
+def test_an_address_no_node_file_holds_is_never_named_as_a_node() -> None:
+    a = attribute(Registry.default(), None, _lines(_qp_job()), None, [], [], node_logs={})
+    assert "10.60.7.44" not in a.culprit_nodes

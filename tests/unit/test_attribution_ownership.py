@@ -141,6 +141,60 @@ def test_the_same_setting_exported_by_the_job_script_is_the_application() -> Non
     assert (a.category, a.culprit_nodes) == (Category.APPLICATION, [])
 
 
+# NCCL 2.27 prints no warning for a missing NCCL_SOCKET_IFNAME interface and fails on the
+# unset address instead (NVIDIA/nccl#1837): torch's generic DistBackendError, then NCCL's detail.
+NO_INTERFACE_SILENT = """\
+# site TaskProlog exports NCCL_SOCKET_IFNAME=eth2 (the job script sets no NCCL_* variables)
+0: trainer0:1958:1958 [0] NCCL INFO NCCL_SOCKET_IFNAME set by environment to eth2
+1: trainer1:1958:1958 [0] NCCL INFO NCCL_SOCKET_IFNAME set by environment to eth2
+0: [rank0]: torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/\
+c10d/ProcessGroupNCCL.cpp:3356, internal error - please report this issue to the NCCL developers, \
+NCCL version 2.27.7
+0: [rank0]: ncclInternalError: Internal check failed.
+0: [rank0]: Last error:
+0: [rank0]: ncclSocketInit: connecting to address  with family 59936 is neither AF_INET(2) nor \
+AF_INET6(10)
+1: [rank8]: torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/\
+c10d/ProcessGroupNCCL.cpp:3356, internal error - please report this issue to the NCCL developers, \
+NCCL version 2.27.7
+1: [rank8]: ncclInternalError: Internal check failed.
+1: [rank8]: Last error:
+1: [rank8]: ncclSocketInit: connecting to address  with family 59936 is neither AF_INET(2) nor \
+AF_INET6(10)
+srun: error: trainer0: task 0: Exited with exit code 1
+srun: error: trainer1: task 1: Exited with exit code 1
+"""
+
+
+def test_a_site_interface_setting_nccl_fails_on_silently_names_every_node_and_stops() -> None:
+    a = _run(NO_INTERFACE_SILENT, ["trainer0", "trainer1"])
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["trainer0", "trainer1"])
+    assert default_advice(a).kind == AdviceKind.STOP
+
+
+def test_the_interface_exported_by_the_job_is_the_application_under_a_generic_error() -> None:
+    job = "+ export NCCL_SOCKET_IFNAME=eth2\n" + NO_INTERFACE_SILENT.split("\n", 1)[1]
+    a = _run(job, ["trainer0", "trainer1"])
+    assert (a.category, a.culprit_nodes) == (Category.APPLICATION, [])
+    assert default_advice(a).kind == AdviceKind.STOP
+
+
+def test_an_operators_note_that_the_job_script_exports_it_is_the_application() -> None:
+    note = "# job script (user-owned) contains: export NCCL_SOCKET_IFNAME=eth2  NCCL_IB_DISABLE=1\n"
+    a = _run(note + NO_INTERFACE_SILENT.split("\n", 1)[1], ["trainer0", "trainer1"])
+    assert (a.category, a.culprit_nodes) == (Category.APPLICATION, [])
+    assert default_advice(a).kind == AdviceKind.STOP
+
+
+def test_a_note_that_the_site_exports_it_and_the_job_script_does_not_stays_the_sites() -> None:
+    note = (
+        "# site: /etc/slurm/task_prolog.d/50-nccl.sh exports NCCL_SOCKET_IFNAME=eth2; the job "
+        "script sets no NCCL_* variables\n"
+    )
+    a = _run(note + NO_INTERFACE_SILENT.split("\n", 1)[1], ["trainer0", "trainer1"])
+    assert a.category == Category.SYSTEM_SOFTWARE
+
+
 def test_a_site_setting_broken_on_some_nodes_excludes_them() -> None:
     nodes = ["a40-19", "a40-20", "a40-21", "a40-22"]
     job = (

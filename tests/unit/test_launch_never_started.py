@@ -55,3 +55,44 @@ def test_the_silent_task_of_a_rendezvous_waiting_to_the_time_limit_is_named(
 def test_every_task_joined_names_no_node(tmp_path: Path) -> None:
     log = LAUNCH + "".join(_join(t, f"gpu-q0{5 + t}") for t in range(4)) + KILL
     assert verdict(tmp_path, log)[2] == []
+
+
+def _participant(task: int, host: str) -> str:
+    # dynamic_rendezvous.py `_add_to_participants`: `The node '<id>' added itself to the
+    # participants of round <n> of the rendezvous '<run id>'. Pending sync.`
+    return (
+        f"{task}: I0222 08:00:12.002000 5511 torch/distributed/elastic/rendezvous/"
+        f"dynamic_rendezvous.py:1134] The node '{host}_5511_0' added itself to the participants "
+        "of round 0 of the rendezvous 'none'. Pending sync.\n"
+    )
+
+
+def test_agents_added_to_the_rendezvous_round_wait_for_the_silent_task(tmp_path: Path) -> None:
+    log = LAUNCH + _participant(0, "gpu-q05") + _participant(1, "gpu-q06")
+    log += _participant(3, "gpu-q08") + KILL
+    assert verdict(tmp_path, log) == ("hang", "unknown", ["gpu-q07"], "requeue_excluding_nodes")
+
+
+# Lightning's per-process line (lightning/fabric/utilities/distributed.py, as quoted in
+# Lightning-AI/pytorch-lightning#6206): `Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/8`.
+MEMBERS = (
+    "GPU available: True (cuda), used: True\n"
+    "Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/8\n"
+    "Initializing distributed: GLOBAL_RANK: 4, MEMBER: 5/8\n"
+)
+
+
+def _with_tasks(tmp_path: Path, num_tasks: int) -> tuple[str, str, list[str], str]:
+    (tmp_path / "scheduler.txt").write_text(
+        "$ scontrol show job 449021 | grep NumTasks\n"
+        f"   NumNodes=2 NumCPUs=32 NumTasks={num_tasks}\n"
+    )
+    return verdict(tmp_path, MEMBERS + KILL)
+
+
+def test_every_started_process_joined_a_larger_world_is_the_launch(tmp_path: Path) -> None:
+    assert _with_tasks(tmp_path, 2) == ("hang", "application", [], "stop")
+
+
+def test_started_processes_that_never_joined_are_not_the_launch(tmp_path: Path) -> None:
+    assert _with_tasks(tmp_path, 8)[1] != "application"

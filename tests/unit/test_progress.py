@@ -53,6 +53,7 @@ MEGATRON = (
         ("2026-01-01 00:00:00,000 INFO trainer: step: 300 loss: 1.5", 300),
         ("[2024-07-02 10:28:10] it 7425 | loss 2.2257 | it_time 1.13s", 7425),
         ("it: 120, loss 3.1", 120),
+        ("1: rank1 05:01:21 it=100 loss=2.1800 rss=62.8GiB", 100),
     ],
 )  # fmt: skip
 def test_builtin_formats(line: str, iteration: int) -> None:
@@ -66,6 +67,7 @@ def test_builtin_formats(line: str, iteration: int) -> None:
         "  Total optimization steps = 1000",
         "  Gradient Accumulation steps = 1",
         "max_steps=1000 warmup_steps=100",
+        "split=3 it=2",
         "step_time_ms=12.5",
         "number of nan iterations:   0",
         " loading checkpoint from /ckpt at iteration 200",
@@ -284,6 +286,18 @@ def test_literal_gates_change_no_result(line: str) -> None:
     assert ProgressParser().parse(line, body) == _reference_iteration(line)
     assert parse_step_duration(line) == _reference_duration(line)
     assert progress.keyed_fields(line) == _reference_fields(line, fallback=False)
+
+
+def test_time_keys_memory_is_bounded_and_changes_no_result() -> None:
+    # A flood of distinct tokens (keys made up on every line) fills the memory of tried keys
+    # up to its bound; keys seen after that are still read, just not remembered.
+    lines = [
+        f"f{i}_time={i % 7}.5 tok{i}=3 step_time_ms=2" for i in range(progress._TIME_KEYS_MAX + 50)
+    ]
+    for line in lines:
+        assert progress.keyed_fields(line) == _reference_fields(line, fallback=False)
+    assert len(progress._TIME_KEYS) <= progress._TIME_KEYS_MAX
+    assert progress.keyed_fields(lines[-1]) == {"f4145_time": 1500.0, "step_time_ms": 2.0}
 
 
 def _reference_fields(text: str, *, fallback: bool = True) -> dict[str, float]:

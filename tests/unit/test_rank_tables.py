@@ -138,3 +138,40 @@ def test_rank_0_alone_slow_in_a_code_section_of_a_16_rank_job_is_the_application
     got = verdict(tmp_path, (steps + report) * 3)
     assert (got["kind"], got["category"], got["culprit_nodes"]) == ("straggler", "application", [])
     assert got["action"] == "none"
+
+
+class TestComposerStragglerDetector:
+    """Composer's GlobalStragglerDetector (mosaicml/composer#3342, callbacks/
+    global_straggler_detector.py): rank 0 logs `MinThroughput/Rank: 58.41TF/Rank-0` and
+    `MaxThroughput/Rank: 129.99TF/Rank-12` per report (`_ValueWithRank.__str__`)."""
+
+    def report(self, batch: int, low_rank: int, low: float = 58.41) -> str:
+        return (
+            f"0: [batch={batch}/8000]:\n"
+            f"0: \t Train time/batch: {batch}\n"
+            f"0: \t Train loss/train/total: 2.8950\n"
+            f"0: \t Train MinThroughput/Rank: {low:.2f}TF/Rank-{low_rank}\n"
+            f"0: \t Train MaxThroughput/Rank: 129.99TF/Rank-15\n"
+        )
+
+    def scheduler(self) -> str:
+        # 16 ranks on two nodes: ranks 0-7 on gpu001 (node-major), so rank 0 shares its node.
+        return SCONTROL
+
+    def test_rank_0_the_slowest_in_every_report_of_a_16_rank_job_is_the_application(
+        self, tmp_path: Path
+    ) -> None:
+        # Fails without the reader: a running job with no per-rank times was healthy.
+        log = "".join(self.report(10 + 70 * k, 0) for k in range(6))
+        v = verdict(tmp_path, log, self.scheduler())
+        assert (v["kind"], v["category"], v["culprit_nodes"], v["action"]) == (
+            "straggler", "application", [], "none",
+        )  # fmt: skip
+
+    def test_a_lowest_rank_that_moves_every_report_names_no_node(self, tmp_path: Path) -> None:
+        log = "".join(self.report(10 + 70 * k, 3 + 2 * k) for k in range(6))
+        assert verdict(tmp_path, log, self.scheduler())["culprit_nodes"] == []
+
+    def test_close_throughputs_are_not_a_straggler(self, tmp_path: Path) -> None:
+        log = "".join(self.report(10 + 70 * k, 9, 127.5) for k in range(6))
+        assert verdict(tmp_path, log, self.scheduler())["kind"] == "none"

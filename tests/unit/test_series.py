@@ -163,3 +163,46 @@ def test_a_running_total_is_not_a_slowdown(tmp_path: Path) -> None:
     # grows: it is no step rhythm.
     log = "".join(f"step={100 * i} loss=11.5 elapsed_time={60 * i}s\n" for i in range(1, 31))
     assert verdict(tmp_path, log)["kind"] == "none"
+
+
+@pytest.mark.parametrize(
+    ("line", "metric", "value"),
+    [
+        # DeepSpeed's ThroughputTimer before 0.6 (deepspeed/utils/timer.py, issue #1617's logs)
+        ("[2021-12-08 10:00:12,102] [INFO] [timer.py:157:stop] 0/4000, SamplesPerSec=412.61",
+         "samples_per_s", 412.61),
+        ("| step 12500 | 4.19 it/s |", "it_per_s", 4.19),
+    ],
+)  # fmt: skip
+def test_older_and_spaced_throughput_formats_yield_their_sample(
+    line: str, metric: str, value: float
+) -> None:
+    got = {s.metric: s.value for s in samples_of(0, line)}
+    assert got.get(metric) == pytest.approx(value)
+
+
+def old_deepspeed(rates: list[float]) -> str:
+    return "".join(
+        f"[2021-12-08 {10 + i:02d}:00:12,102] [INFO] [timer.py:157:stop] "
+        f"0/{4000 + 1000 * i}, SamplesPerSec={r}\n"
+        for i, r in enumerate(rates)
+    )
+
+
+class TestStepChange:
+    def test_a_few_reports_hours_apart_that_drop_for_good_are_a_slowdown(
+        self, tmp_path: Path
+    ) -> None:
+        # Fails before the step-change rule: three samples were too few for any baseline.
+        v = verdict(tmp_path, old_deepspeed([412.61, 233.90, 231.07]))
+        assert (v["kind"], v["category"], v["culprit_nodes"], v["action"]) == (
+            "straggler", "unknown", [], "none",
+        )  # fmt: skip
+
+    def test_one_slow_report_at_the_end_is_not_a_slowdown(self, tmp_path: Path) -> None:
+        # (a silence of hours past the last line may make it a hang: never a slowdown)
+        assert verdict(tmp_path, old_deepspeed([412.61, 410.2, 231.07]))["kind"] != "straggler"
+
+    def test_a_small_or_unsteady_drop_is_not_a_slowdown(self, tmp_path: Path) -> None:
+        assert verdict(tmp_path, old_deepspeed([412.61, 350.0, 345.0]))["kind"] != "straggler"
+        assert verdict(tmp_path, old_deepspeed([412.61, 233.9, 150.0]))["kind"] != "straggler"

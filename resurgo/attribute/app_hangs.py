@@ -1,0 +1,283 @@
+"""Hangs the job's own code or configuration caused: evidence that the ranks can never meet.
+
+Three kinds of evidence show that a stuck job waits for something its own code or launch never
+provides, so a retry runs into it again (attribution-labels.md: collective mismatches and
+deadlocks in user code are `application`; wrong launch scripts too; action stop):
+
+- PyTorch's ProcessGroupNCCL watchdog names, per rank, the work that timed out (`WorkNCCL(
+  SeqNum=21, OpType=ALLGATHER, NumelIn=1, NumelOut=8, ...)`, torch/csrc/distributed/c10d/
+  ProcessGroupNCCL.cpp). Sequence numbers count the collectives each rank issued in one process
+  group, so at the same number every rank must be in the same collective with the same element
+  count (NCCL requires matching counts for all-reduce, broadcast, reduce, all-gather,
+  reduce-scatter). Ranks in different collectives, or in one all-reduce with different sizes,
+  at one sequence number issued different collectives: a rank-dependent branch (evaluation or
+  logging on rank 0 only, rank-dependent metric keys). TORCH_DISTRIBUTED_DEBUG=DETAIL reports
+  the same as `Collectives differ in the following aspects` (ProcessGroupWrapper.cpp).
+- vLLM's Ray executor warns `The number of required GPUs exceeds the total number of available
+  GPUs in the placement group` when the Ray cluster it joined has fewer GPUs than its parallel
+  size, then waits for the placement group (`Waiting for creating a placement group of specs
+  for N seconds`, vllm/executor/ray_utils.py `_wait_until_pg_ready`). Waiting until the job is
+  killed, the job asked for more than it gave Ray (a tensor-parallel size over the job's GPUs,
+  a local Ray instance started because RAY_ADDRESS was not set; vllm-project/vllm#8908).
+- py-spy dumps of a stuck job where one process waits on its DataLoader workers' queue
+  (torch/utils/data/dataloader.py `_try_get_data`, which only gives up when a worker dies) while
+  the other processes wait in a collective for it: the job's data pipeline deadlocked, its
+  peers wait forever (pytorch/pytorch#76287; bigscience tr11 chronicles). Not when a node's
+  logs show a fault (a file system that stopped answering stalls the workers alike).
+- py-spy dumps of a stuck job whose processes are each blocked in a different collective the
+  job's own code calls at different places (`barrier` under a rank-0-only `save_best`, the others
+  in the next epoch's `all_reduce`): they can never meet (pytorch/pytorch#54059). Only where the
+  collectives are called straight from the job's code (not a parallel framework's process
+  groups, where ranks wait in different groups' collectives behind one lost rank) and no
+  node shows a fault.
+"""
+
+from __future__ import annotations
+
+import re
+
+from resurgo.attribute.analysis import Analysis, Verdict
+from resurgo.attribute.cascade_roots import mismatch_report
+from resurgo.attribute.stack_dumps import _LIBRARY
+from resurgo.attribute.stages_common import _rank
+from resurgo.contracts import AnomalyKind, Category, LogLine
+from resurgo.detect.lines import strip_prefixes
+
+_WORK = re.compile(
+    r"\bWorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)(?:, NumelIn=(?P<numel>\d+))?"
+)
+_PG = re.compile(r"\bPG(?: ID)? (\d+)\b")
+# Collectives whose element count is the same on every rank (NCCL's count argument must match);
+# all-to-all, gather/scatter and point-to-point sizes differ by rank legitimately.
+_SAME_COUNT = frozenset(
+    {
+        "ALLREDUCE",
+        "BROADCAST",
+        "REDUCE",
+        "ALLGATHER",
+        "_ALLGATHER_BASE",
+        "REDUCE_SCATTER",
+        "_REDUCE_SCATTER_BASE",
+    }
+)
+_POINT_TO_POINT = frozenset({"SEND", "RECV", "RECVANYSOURCE", "_SEND", "_RECV"})
+
+
+def watchdog_mismatch(a: Analysis) -> Verdict | None:
+    """Watchdog timeouts at one sequence number of one process group naming different
+    collectives, or one collective with different element counts: the ranks issued different
+    collectives (the job's code)."""
+    at: dict[str, dict[tuple[str, str], list[LogLine]]] = {}
+    ranks: dict[tuple[str, str, str], set[int]] = {}
+    for e in a.events:
+        if not (e.cascade and e.match.kind == AnomalyKind.HANG) or "WorkNCCL(" not in e.message:
+            continue
+        if a.kill_order is not None and e.order > a.kill_order:
+            continue
+        m = _WORK.search(e.message)
+        if m is None or m["op"] in _POINT_TO_POINT:
+            continue
+        pg = _PG.search(e.message)
+        where = f"{pg.group(1) if pg else '?'}/{m['seq']}"
+        what = (m["op"], m["numel"] or "")
+        at.setdefault(where, {}).setdefault(what, []).append(e.line)
+        if (r := _rank(e)) is not None:
+            ranks.setdefault((where, *what), set()).add(r)
+    for where, kinds in at.items():
+        ops = {op for op, _ in kinds}
+        sizes = {n for op, n in kinds if op in _SAME_COUNT and n}
+        if len(ops) < 2 and not (len(ops) == 1 and ops <= _SAME_COUNT and len(sizes) >= 2):
+            continue
+        groups = sorted(kinds.items(), key=lambda kv: len(kv[1]))
+        odd = sorted(ranks.get((where, *groups[0][0]), set()))
+        described = ", ".join(
+            f"{op}{f' of {n} elements' if n else ''} on {len(ls)} rank(s)" for (op, n), ls in groups
+        )
+        return Verdict(
+            Category.APPLICATION, f"hang|collective_mismatch|{'/'.join(sorted(ops))}",
+            f"the ranks timed out in different collectives at sequence number "
+            f"{where.split('/')[-1]} ({described}): the job's code issued different collectives "
+            "on some ranks", 0.85, ranks=odd,
+            evidence=[line for _, ls in groups for line in ls[:2]], kind=AnomalyKind.HANG,
+        )  # fmt: skip
+    return None
+
+
+_PG_SHORT = re.compile(r"\bThe number of required \w+s exceeds the total number of available "
+                       r"\w+s in the placement group\b")  # fmt: skip
+_PG_WAIT = re.compile(r"\bWaiting for creating a placement group of specs for \d+ seconds\b")
+_KILLED = frozenset({"timeout", "timeout_no_checkpoint", "owner_cancelled", "admin_cancelled"})
+
+
+def _ended(outcome: str | None) -> str | None:
+    """How Slurm ended it, kept for a time limit; a cancel of a stuck job is not the owner
+    giving up on a healthy one (the hang decides what to do)."""
+    return outcome if outcome in ("timeout", "timeout_no_checkpoint") else None
+
+
+def placement_never_satisfied(a: Analysis, outcome: str | None) -> Verdict | None:
+    """vLLM found fewer GPUs in its Ray cluster than it needs and then waited for its placement
+    group until the job was killed: the job's launch asked for what it never gave Ray."""
+    if outcome not in _KILLED:
+        return None
+    before = a.lines[: a.kill_order] if a.kill_order is not None else a.lines
+    first = next((i for i, e in enumerate(before) if _PG_SHORT.search(e.text)), None)
+    if first is None:
+        return None
+    short = before[first]
+    waits = [e for e in before[first:] if _PG_WAIT.search(e.text)]
+    tail = [e for e in before[-5:] if e.text.strip() and not e.text.lstrip().startswith("#")]
+    if len(waits) < 2 or not tail or not _PG_WAIT.search(tail[-1].text):
+        return None  # the placement group was granted after all (the job moved on)
+    return Verdict(
+        Category.APPLICATION, "hang|placement_group_unsatisfiable", "the job's Ray cluster has "
+        "fewer GPUs than vLLM's parallel size needs; it waited for its placement group until "
+        "the job was killed (the launch's parallel size or Ray cluster)", 0.8,
+        evidence=[short, waits[-1]], kind=AnomalyKind.HANG, outcome=_ended(outcome),
+    )  # fmt: skip
+
+
+# py-spy's dump (`Thread 688514 (idle): "MainThread"`, then `function (file:line)` frames,
+# innermost first), as pasted in the job's output or an operator's note (`# ` before it).
+_THREAD = re.compile(r'^\s*Thread (?:0x[0-9A-Fa-f]+|\d+) \([^)]*\): "(?P<name>[^"]*)"')
+_FRAME = re.compile(r"^\s+(?P<func>[\w<>.]+) \((?P<file>[^():]+):\d+\)\s*$")
+_DATALOADER_WAIT = re.compile(r"torch/utils/data/dataloader\.py:_(?:try_get_data|get_data)$")
+_COLLECTIVE_FRAME = re.compile(
+    r"\b(?:broadcast|all_reduce|all_gather\w*|reduce_scatter\w*|barrier|recv|send) "
+    r"\((?:\S*/)?torch/distributed/distributed_c10d\.py:\d+\)"
+)
+
+
+def _body(entry: LogLine) -> str:
+    body = strip_prefixes(entry.text).body
+    return body[2:] if body.startswith("# ") else body[1:] if body.startswith("#") else body
+
+
+def _main_threads(lines: list[LogLine]) -> list[list[str]]:
+    stacks: list[list[str]] = []
+    current: list[str] | None = None
+    for entry in lines:
+        body = _body(entry)
+        if (t := _THREAD.match(body)) is not None:
+            current = [] if t["name"] == "MainThread" else None
+            if current is not None:
+                stacks.append(current)
+        elif current is not None and (f := _FRAME.match(body)) is not None:
+            current.append(f"{f['file']}:{f['func']}")
+        elif current is not None and body.strip():
+            current = None
+    return [s for s in stacks if s]
+
+
+def dataloader_deadlock(a: Analysis, outcome: str | None) -> Verdict | None:
+    """A stuck job's dump shows a process waiting on its DataLoader workers, not in any
+    collective, while the others wait in collectives; no node shows a fault."""
+    hung = any(e.cascade and e.match.kind == AnomalyKind.HANG for e in a.events)
+    if outcome not in _KILLED and not hung:
+        return None
+    lines = [*a.lines, *(e for ls in a.node_logs.values() for e in ls)]
+    stacks = _main_threads(lines)
+    waiting = [
+        s for s in stacks
+        if any(_DATALOADER_WAIT.search(f) for f in s[:8])
+        and not any("torch/distributed/" in f for f in s)
+    ]  # fmt: skip
+    if not waiting:
+        return None
+    if not any(_COLLECTIVE_FRAME.search(_body(e)) for e in lines):
+        return None  # nothing shows the others waiting for it
+    if not _nodes_clean(a):
+        return None
+    frames = waiting[0]
+    last = max(i for i, f in enumerate(frames) if "torch/utils/data/" in f)
+    where = frames[last + 1] if last + 1 < len(frames) else frames[last]  # its caller
+    return Verdict(
+        Category.APPLICATION, "hang|dataloader_deadlock", "a process waits forever on its "
+        "DataLoader workers (py-spy: torch/utils/data/dataloader.py _try_get_data under "
+        f"{where[-100:]}) while its peers wait in a collective for it", 0.8,
+        evidence=[*a.lines[-2:]], kind=AnomalyKind.HANG, outcome=_ended(outcome),
+    )  # fmt: skip
+
+
+# Collectives of torch.distributed (distributed_c10d.py), wrapped by c10d_logger.py's `wrapper`
+# in recent releases; point-to-point sends and receives wait at different places by design.
+_C10D = re.compile(r"torch/distributed/(?:distributed_c10d|c10d_logger)\.py:(?P<func>\w+)$")
+_COLLECTIVES = frozenset(
+    {
+        "barrier",
+        "monitored_barrier",
+        "all_reduce",
+        "broadcast",
+        "reduce",
+        "all_gather",
+        "all_gather_into_tensor",
+        "all_gather_object",
+        "broadcast_object_list",
+        "reduce_scatter",
+        "reduce_scatter_tensor",
+        "gather",
+        "scatter",
+        "all_to_all",
+        "all_to_all_single",
+    }
+)
+
+
+def _called_collective(frames: list[str]) -> tuple[str, str] | None:
+    """The collective a dumped main thread is blocked in and the job's own frame that called
+    it, when it is called straight from the job's code."""
+    op, i = None, 0
+    while i < len(frames) and (m := _C10D.search(frames[i])) is not None:
+        op = op or m["func"]
+        i += 1
+    if op not in _COLLECTIVES or i >= len(frames):
+        return None
+    caller = frames[i]
+    return None if _LIBRARY.search(caller.rsplit(":", 1)[0]) else (op or "", caller)
+
+
+def _nodes_clean(a: Analysis) -> bool:
+    """Some node's kernel log was looked at, and nothing but the job's own errors is serious."""
+    kernel = ("dmesg_", "journal_", "syslog_", "console_")
+    if not any(ls and ls[0].source.startswith(kernel) for ls in a.node_logs.values()):
+        return False  # nodes not looked at: a stalled file system would look the same
+    return not any(
+        e.serious and e.root and e.category != Category.APPLICATION
+        for e in (*a.node_events, *a.events)
+    )
+
+
+def dumps_in_different_collectives(a: Analysis, outcome: str | None) -> Verdict | None:
+    """Every dumped process of a stuck job blocked in a collective its own code calls, in
+    different collectives at different places: the ranks took different paths."""
+    hung = any(e.cascade and e.match.kind == AnomalyKind.HANG for e in a.events)
+    if outcome not in _KILLED and not hung and not a.running:
+        return None
+    stacks = _main_threads([*a.lines, *(e for ls in a.node_logs.values() for e in ls)])
+    waits = [_called_collective(s) for s in stacks]
+    if len(waits) < 2 or any(w is None for w in waits):
+        return None
+    ops = {w[0] for w in waits if w}
+    callers = sorted({w[1] for w in waits if w})
+    if len(ops) < 2 or len(callers) < 2 or not _nodes_clean(a):
+        return None
+    return Verdict(
+        Category.APPLICATION, "hang|collective_mismatch|py_spy", "py-spy dumps show the "
+        f"processes blocked in different collectives ({', '.join(sorted(ops))}) called from "
+        f"different places of the job's code ({', '.join(c[-60:] for c in callers[:3])}): "
+        "they can never meet", 0.8, evidence=a.lines[-2:], kind=AnomalyKind.HANG,
+        outcome=_ended(outcome),
+    )  # fmt: skip
+
+
+def application_hang(a: Analysis, outcome: str | None) -> Verdict | None:
+    """Evidence that a stuck job waits on its own code or launch (see the module's doc)."""
+    if any(e.hardware and e.serious for e in (*a.events, *a.node_events)):
+        return None  # a hardware fault explains a stall first (stages_hardware decides)
+    return (
+        mismatch_report(a)
+        or watchdog_mismatch(a)
+        or placement_never_satisfied(a, outcome)
+        or dataloader_deadlock(a, outcome)
+        or dumps_in_different_collectives(a, outcome)
+    )

@@ -1,0 +1,209 @@
+"""The node whose own software state broke the job, where a stage named none or the wrong one.
+
+attribution-labels.md: system_software covers full local disks and NCCL/network
+misconfiguration (SOCKET_IFNAME, a RoCE GID changed by DHCP); culprit_nodes are the hosts
+whose hardware or node-local software state caused the failure. Four joins:
+
+- a full node-local disk (ENOSPC on /tmp & co.): the node whose own `df` shows that mount at
+  100%, else the one node whose tasks srun saw fail (`name_full_disk`);
+- NCCL's bootstrap advertising, on one node, an interface none of the others uses (a libvirt
+  bridge `virbr0`, a docker bridge): every failing connect goes to that node's address, so it
+  is that node's interface setup, not the network of the node that reported it
+  (`odd_bootstrap_interface`; NCCL picks the first non-loopback, non-docker interface unless
+  NCCL_SOCKET_IFNAME says otherwise);
+- peers' verbs errors towards one node whose own logs show its address replaced by DHCP just
+  before (its RoCE GID derives from the address): that node's configuration, not a link
+  (`gid_changed_by_dhcp`);
+- a GPU fault pasted into the job's output by an operator (`# ... NVRM: Xid ...`) without a
+  host: the host whose process id the Xid names (NCCL's `host:pid:tid` prefix), or the host the
+  note says the kernel log is from (`name_pasted_gpu_fault`).
+
+Before them, `site_software` decides whose software failed on every node: the job's own
+container (application) or the site's image (every node named, no retry helps).
+"""
+
+from __future__ import annotations
+
+import re
+
+from resurgo.attribute.analysis import Analysis, Verdict
+from resurgo.attribute.site_software import (
+    container_without_gpus,
+    jobs_own_container,
+    site_software_everywhere,
+)
+from resurgo.contracts import Category, LogLine
+from resurgo.detect.lines import parse_nccl_prefix
+
+_LOCAL_MOUNT = re.compile(
+    r"^(?:/tmp|/var/tmp|/dev/shm|/local|/localscratch|/scratch/local|/raid|/nvme|/mnt/local|"
+    r"/lscratch|/ssd)\b"
+)
+# `df -h` rows: `/dev/nvme0n1p3  100G  100G     0 100% /tmp`.
+_DF_FULL = re.compile(r"^\S+\s+\S+\s+\S+\s+\S+\s+(?:99|100)%\s+(?P<mount>/\S*)\s*$")
+# NCCL's `Bootstrap : Using ib0:10.12.7.7<0>` and `NET/Socket : Using [0]eth0:10.0.0.1<0>`.
+_BOOTSTRAP = re.compile(
+    r"\bBootstrap ?: Using (?:\[\d+\])?(?P<ifname>[\w.@-]+):(?P<ip>\d{1,3}(?:\.\d{1,3}){3})<"
+)
+_CONNECT_TO = re.compile(
+    r"\b(?:socketStartConnect|socketConnect|socketPollConnect): Connect to "
+    r"(?P<ip>\d{1,3}(?:\.\d{1,3}){3})<\d+> failed"
+)
+# Interfaces that are no host's fabric: hypervisor and container bridges, virtual pairs.
+_VIRTUAL_IF = re.compile(r"^(?:virbr|docker|br-|veth|vnet|cni|flannel|lxcbr|podman)")
+_XID_PID = re.compile(r"\bNVRM: Xid \([^)]*\): \d+, pid=(?P<pid>\d+)")
+_NOTE_HOST = re.compile(
+    r"^#\s*(?:kernel log|dmesg|journal|syslog|console)\b.{0,20}?\bof\s+(?P<host>[\w.-]+)", re.I
+)
+_REMOVED_IP = re.compile(r"\baddress (?P<ip>\d{1,3}(?:\.\d{1,3}){3}) (?:removed|lease expired)")
+DHCP_IDS = frozenset({"dhcp_address_changed"})
+_NETWORKISH = (Category.HARDWARE_NETWORK, Category.SYSTEM_SOFTWARE, Category.UNKNOWN)
+
+
+def node_software(a: Analysis, v: Verdict) -> Verdict:
+    """`v` with the node (and category) its own software state says, where one does."""
+    for join in (jobs_own_container, container_without_gpus, site_software_everywhere,
+                 name_full_disk, odd_bootstrap_interface, gid_changed_by_dhcp,
+                 name_pasted_gpu_fault):  # fmt: skip
+        v = join(a, v)
+    return v
+
+
+def _job_nodes(a: Analysis) -> list[str]:
+    return list(a.node_list) or sorted({x.node for x in a.scan.exit_order if x.node})
+
+
+def _fits(a: Analysis, nodes: list[str]) -> bool:
+    known = _job_nodes(a)
+    return bool(nodes) and all(a.in_job(n) for n in nodes) and (
+        len(known) < 2 or set(nodes) < set(known)
+    )  # fmt: skip
+
+
+def name_full_disk(a: Analysis, v: Verdict) -> Verdict:
+    if v.category != Category.SYSTEM_SOFTWARE or v.culprits:
+        return v
+    shown = {(x.source, x.line_no) for x in v.evidence}
+    full = [
+        e for e in a.events
+        if e.match.id == "fs_no_space" and (e.line.source, e.line.line_no) in shown
+        and re.search(r"['\"\s](?:/tmp|/var/tmp|/dev/shm|/local|/raid|/nvme|/ssd)\b", e.message)
+    ]  # fmt: skip
+    if not full or any(e.checkpoint_save for e in full):
+        # (A checkpoint only the saving rank writes says nothing about whose disk is full.)
+        return v
+    nodes: dict[str, LogLine] = {}
+    for host, lines in a.node_logs.items():
+        node = a.topo.hosts.canonical(host)
+        for entry in lines:
+            m = _DF_FULL.match(entry.text.strip())
+            if node and m and _LOCAL_MOUNT.match(m["mount"]):
+                nodes.setdefault(node, entry)
+    why = "its own df shows the local disk full"
+    if not nodes:
+        failed = {
+            x.node: x.line for x in a.scan.exit_order
+            if x.node and x.status == "exit" and x.code and not x.after_termination
+        }  # fmt: skip
+        nodes, why = (failed, "the only node whose tasks failed") if len(failed) == 1 else ({}, "")
+    if not _fits(a, sorted(nodes)):
+        return v
+    v.culprits = sorted(nodes)
+    v.summary = f"{v.summary} ({', '.join(v.culprits)}: {why})"
+    v.evidence = [*nodes.values(), *v.evidence]
+    v.confidence = max(v.confidence, 0.8)
+    return v
+
+
+def odd_bootstrap_interface(a: Analysis, v: Verdict) -> Verdict:
+    if v.category not in _NETWORKISH:
+        return v
+    used: dict[str, tuple[str, str, LogLine]] = {}  # host -> (interface, address, line)
+    targets: dict[str, LogLine] = {}
+    for entry in a.lines:
+        if "Connect to" in entry.text and (c := _CONNECT_TO.search(entry.text)):
+            targets.setdefault(c["ip"], entry)
+        if "Bootstrap" not in entry.text or (m := _BOOTSTRAP.search(entry.text)) is None:
+            continue
+        nccl = parse_nccl_prefix(entry.text)
+        node = a.topo.hosts.canonical(nccl.host) if nccl is not None else None
+        if node is not None:
+            used.setdefault(node, (m["ifname"], m["ip"], entry))
+    if len(targets) != 1 or len(used) < 3:
+        return v
+    ip = next(iter(targets))
+    owners = [n for n, (_i, addr, _l) in used.items() if addr == ip]
+    if len(owners) != 1:
+        return v
+    owner = owners[0]
+    ifname = used[owner][0]
+    others = {i for n, (i, _a, _l) in used.items() if n != owner}
+    if ifname in others or not (_VIRTUAL_IF.match(ifname) or len(others) == 1):
+        return v
+    return Verdict(
+        Category.SYSTEM_SOFTWARE, "nccl_bootstrap_interface|odd_one",
+        f"NCCL on {owner} bootstraps over {ifname} ({ip}), an interface no other node uses; "
+        f"every failing connect goes to it: {owner}'s network setup", 0.8,
+        culprits=[owner], ranks=v.ranks, evidence=[used[owner][2], targets[ip], *v.evidence],
+        kind=v.kind, outcome=v.outcome,
+    )  # fmt: skip
+
+
+def gid_changed_by_dhcp(a: Analysis, v: Verdict) -> Verdict:
+    """Peers' failing connections all go to the address a node's own logs say DHCP took
+    away from it (`ipv4 address 10.40.3.57 removed`)."""
+    if v.category not in _NETWORKISH or len(v.culprits) > 1:
+        return v
+    for e in a.node_events:
+        if e.match.id not in DHCP_IDS or e.node is None or not a.in_job(e.node):
+            continue
+        if (m := _REMOVED_IP.search(e.line.text)) is None:
+            continue
+        if any(x.hardware and x.root and x.serious for x in a.node_events if x.node == e.node):
+            continue  # (its own link or HCA failed: the hardware it is)
+        towards = re.compile(rf"(?:remote ?Gids?:? ?::ffff:|peer ){re.escape(m['ip'])}\b", re.I)
+        lines = [
+            x.line for x in a.events
+            if x.origin == "job" and (x.root or x.cascade) and towards.search(x.line.text)
+            and x.node != e.node
+        ]  # fmt: skip
+        if not lines:
+            continue
+        return Verdict(
+            Category.SYSTEM_SOFTWARE, e.key, f"peers' connections to {m['ip']} failed: DHCP "
+            f"replaced {e.node}'s address just before (its RoCE GID with it), the node's "
+            "configuration", 0.8, culprits=[e.node], ranks=v.ranks,
+            evidence=[e.line, *lines[:4], *v.evidence], kind=v.kind, outcome=v.outcome,
+        )  # fmt: skip
+    return v
+
+
+def name_pasted_gpu_fault(a: Analysis, v: Verdict) -> Verdict:
+    if v.category != Category.HARDWARE_GPU or v.culprits:
+        return v
+    noted = [x for x in v.evidence if x.source == "job.log" and x.text.lstrip().startswith("#")]
+    pids = {m["pid"] for x in noted if (m := _XID_PID.search(x.text))}
+    if not noted:
+        return v
+    hosts: set[str] = set()
+    for entry in a.lines:
+        nccl = parse_nccl_prefix(entry.text) if pids and "NCCL" in entry.text else None
+        node = a.topo.hosts.canonical(nccl.host) if nccl and str(nccl.pid) in pids else None
+        if node is not None:
+            hosts.add(node)
+    if not hosts:
+        first = min(x.line_no for x in noted)
+        header = [x for x in a.lines if x.line_no < first and x.text.lstrip().startswith("#")]
+        for x in reversed(header[-3:]):
+            if (m := _NOTE_HOST.match(x.text.strip())) and (
+                node := a.topo.hosts.canonical(m["host"])
+            ) is not None:  # fmt: skip
+                hosts.add(node)
+                break
+    if len(hosts) != 1:
+        return v
+    v.culprits = sorted(hosts)
+    node = v.culprits[0]
+    v.summary = f"{v.summary.replace('an unidentified node', node)} (the kernel log is {node}'s)"
+    v.confidence = max(v.confidence, 0.8)
+    return v

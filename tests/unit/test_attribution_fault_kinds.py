@@ -1,0 +1,57 @@
+"""Crash or hang when a node fault ends the job (attribution-labels.md, kind).
+
+A rank killed by its node's fault (SIGBUS from a DIMM's uncorrected error) while only the other
+ranks' collectives time out is a crash; output ending in the exceptions its ranks raised is a
+crash; a job still RUNNING with no step since its fault is a hang. Lines as PyTorch, srun and
+the kernel print them.
+"""
+
+# ruff: noqa: E501  (real log lines are long)
+from __future__ import annotations
+
+from resurgo.attribute.rules import attribute
+from resurgo.contracts import AnomalyKind, Attribution, LogLine
+from resurgo.detect.registry import Registry
+
+
+def _lines(text: str, source: str) -> list[LogLine]:
+    return [LogLine(source=source, line_no=i + 1, text=t) for i, t in enumerate(text.splitlines())]
+
+
+def _run(job: str, nodes: list[str], node_logs: dict[str, str] | None = None) -> Attribution:
+    return attribute(
+        Registry.default(), None, _lines(job, "job.log"), None, [], nodes,
+        node_logs={n: _lines(t, f"journal_{n}.txt") for n, t in (node_logs or {}).items()},
+    )  # fmt: skip
+
+
+STEPS = "".join(f"0: iter {50 * i} | loss 2.7 | 813 ms/step\n" for i in range(1, 6))
+
+
+def test_a_rank_killed_by_its_hosts_memory_error_is_a_crash() -> None:
+    timeouts = "".join(
+        f"{r}: [rank{r}]:[E1203 04:12:55.100000 ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9012, OpType=ALLREDUCE, NumelIn=16777216, NumelOut=16777216, Timeout(ms)=600000) ran for 600010 milliseconds before timing out.\n"
+        for r in range(4)
+    )
+    # (one task per node under SLURM_JOB_NODELIST: task 4 is n5)
+    death = "4: Fatal Python error: Bus error\nsrun: error: n5: task 4: Bus error (core dumped)\n"
+    journal = (
+        "Dec 03 04:02:18 n5 kernel: mce: [Hardware Error]: Machine check events logged\n"
+        "Dec 03 04:02:18 n5 kernel: EDAC MC0: 1 UE memory read error on CPU_SrcID#0_MC#1_Chan#0_DIMM#1\n"
+        "Dec 03 04:02:18 n5 kernel: Memory failure: 0x3f1a22: Sending SIGBUS to python:99120 due to hardware memory corruption\n"
+    )
+    nodes = ["n1", "n2", "n3", "n4", "n5"]
+    a = _run("SLURM_JOB_NODELIST=n[1-5]\n" + STEPS + timeouts + death, nodes, {"n5": journal})
+    assert "n5" in a.culprit_nodes
+    assert a.kind == AnomalyKind.CRASH
+
+
+def test_output_ending_in_the_ranks_raised_store_errors_is_a_crash() -> None:
+    # pytorch/pytorch#121944: every agent loses the TCPStore when its host's NIC resets.
+    ends = "".join(
+        f"[tn-00{i}] torch.distributed.DistStoreError: Connection reset by peer (tn-001:29500)\n"
+        for i in (2, 3, 4)
+    )
+    dmesg = "[Wed Dec  2 15:33:02 2026] NETDEV WATCHDOG: eno1 (ixgbe): transmit queue 5 timed out\n[Wed Dec  2 15:33:04 2026] ixgbe 0000:18:00.0 eno1: NIC Link is Down\n"
+    a = _run(ends, ["tn-001", "tn-002", "tn-003", "tn-004"], {"tn-001": dmesg})
+    assert a.kind == AnomalyKind.CRASH

@@ -1,0 +1,117 @@
+"""Failures the job's own launch or code caused, read against what Slurm started: a launch that
+waits for more peers than the allocation has, and an exception raised in the job's own code
+behind a `[host][rankN]:` prefix. Each rule with a real line."""
+
+from __future__ import annotations
+
+from resurgo.attribute.offline import default_advice
+from resurgo.attribute.rules import attribute
+from resurgo.contracts import AdviceKind, AnomalyKind, Attribution, Category, LogLine
+from resurgo.detect.lines import strip_prefixes
+from resurgo.detect.registry import Registry
+
+
+def _lines(text: str, source: str) -> list[LogLine]:
+    return [LogLine(source=source, line_no=i + 1, text=t) for i, t in enumerate(text.splitlines())]
+
+
+def _run(job: str, scheduler: str = "") -> Attribution:
+    return attribute(
+        Registry.default(), None, _lines(job, "job.log"), None, [], [],
+        scheduler_lines=_lines(scheduler, "scheduler.txt"),
+    )  # fmt: skip
+
+
+def _stops(a: Attribution) -> bool:
+    return default_advice(a).kind == AdviceKind.STOP
+
+
+# torchrun --nnodes=4 in a one-node allocation: the c10d rendezvous waits for three agents that
+# were never requested (torch/distributed/elastic/rendezvous/dynamic_rendezvous.py;
+# pytorch/examples#1279).
+TORCHRUN = """\
++ torchrun --nnodes={n} --nproc_per_node=8 --rdzv_id=titan --rdzv_endpoint=gpu-n041:29400 train.py
+I1201 13:00:02.902000 7781 torch/distributed/elastic/rendezvous/dynamic_rendezvous.py:1112] \
+The node 'gpu-n041_7781_0' attempts to join the next round of the rendezvous 'titan'.
+Traceback (most recent call last):
+  File "/opt/venv/lib/python3.11/site-packages/torch/distributed/elastic/rendezvous/\
+dynamic_rendezvous.py", line 667, in run
+    raise RendezvousTimeoutError
+torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError
+srun: error: gpu-n041: task 0: Exited with exit code 1
+"""
+ONE_NODE = """\
+JobId=912004 JobName=titan JobState=FAILED Reason=NonZeroExitCode ExitCode=1:0
+   NodeList=gpu-n041 NumNodes=1 NumTasks=1
+"""
+
+
+def test_torchrun_waiting_for_more_nodes_than_the_allocation_has_is_the_launch() -> None:
+    a = _run(TORCHRUN.format(n=4), ONE_NODE)
+    assert (a.kind, a.category, a.culprit_nodes) == (AnomalyKind.CRASH, Category.APPLICATION, [])
+    assert _stops(a)
+    # --nnodes matching the allocation: the rendezvous timing out is not the arguments'
+    b = _run(TORCHRUN.format(n=1), ONE_NODE)
+    assert b.category != Category.APPLICATION
+
+
+# jax.distributed.initialize(num_processes=4) under two Slurm tasks: the coordination
+# service's connect barrier times out (xla/pjrt/distributed/client.cc; llama-2-jax#20).
+JAX = """\
+# launch.sh: jax.distributed.initialize(coordinator_address=f'{{head}}:8476', \
+num_processes={n}, process_id=int(os.environ['SLURM_PROCID']))
+I1130 15:20:02.118 distributed.py:127] Connecting to JAX distributed service on jx-h001:8476
+2026-11-30 15:25:02.337182: E external/xla/xla/pjrt/distributed/client.cc:80] Failed to connect \
+to distributed JAX controller: DEADLINE_EXCEEDED: Barrier timed out. Id: PjRT_Client_Connect.
+jaxlib.xla_extension.XlaRuntimeError: DEADLINE_EXCEEDED: Barrier timed out. Id: PjRT_Client_Connect.
+srun: error: jx-h001: task 0: Exited with exit code 1
+srun: error: jx-h002: task 1: Exited with exit code 1
+"""
+TWO_TASKS = "JobId=4410772 JobState=FAILED\n   NodeList=jx-h[001-002] NumNodes=2 NumTasks=2\n"
+
+
+def test_jax_num_processes_other_than_the_tasks_slurm_started_is_the_launch() -> None:
+    a = _run(JAX.format(n=4), TWO_TASKS)
+    assert (a.category, a.culprit_nodes) == (Category.APPLICATION, [])
+    assert _stops(a)
+    assert _run(JAX.format(n=2), TWO_TASKS).category != Category.APPLICATION
+
+
+# A wrapper that prints the host before PyTorch's own rank label; the KeyError is raised in the
+# job's dataset (pytorch/pytorch#116974), torchrun's summary names the host.
+KEYERROR = """\
+[node-771][rank0] {'loss': 0.9800, 'learning_rate': 2e-05, 'epoch': 0.00}
+[node-773][rank13]: Traceback (most recent call last):
+[node-773][rank13]:   File "/home/aj/sft/train.py", line 199, in main
+[node-773][rank13]:     trainer.train()
+[node-773][rank13]:   File "/opt/conda/lib/python3.11/site-packages/torch/utils/data/_utils/\
+fetch.py", line 52, in fetch
+[node-773][rank13]:     data = [self.dataset[idx] for idx in possibly_batched_index]
+[node-773][rank13]:   File "/home/aj/sft/data.py", line 88, in __getitem__
+[node-773][rank13]:     prompt = ex["conversations"][0]["value"]
+[node-773][rank13]: KeyError: 'conversations'
+E1028 13:44:02.118000 5512 torch/distributed/elastic/multiprocessing/api.py:869] failed \
+(exitcode: 1) local_rank: 5 (pid: 5518) of binary: /opt/conda/bin/python
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-10-28_13:44:01
+  host      : node-773
+  rank      : 13 (local_rank: 5)
+  exitcode  : 1 (pid: 5518)
+============================================================
+"""
+
+
+def test_host_then_rank_prefix_is_peeled() -> None:
+    p = strip_prefixes("[node-773][rank13]: KeyError: 'conversations'")
+    assert (p.host, p.rank, p.body) == ("node-773", 13, "KeyError: 'conversations'")
+    # a log level in brackets is no host
+    assert strip_prefixes("[INFO][rank0]: x").host is None
+
+
+def test_exception_in_the_jobs_own_code_behind_a_host_rank_prefix_is_the_application() -> None:
+    a = _run(KEYERROR)
+    assert (a.category, a.culprit_nodes) == (Category.APPLICATION, [])
+    assert _stops(a)

@@ -1,0 +1,102 @@
+"""Whose memory a node's OOM kill was about, and a lone signal on a node whose log is clean.
+
+The kernel's OOM report (Linux mm/oom_kill.c) names the cgroup that ran out (Slurm's
+`job_<id>` paths) and lists each process's uid and rss: another job's OOM on a shared node is not
+this job's; a global OOM where another user's leftover process holds the memory is the node's
+state (attribution-labels.md tie-breaker 4), the job's own processes holding it is the job's.
+A task killed by a signal on a node whose kernel log was checked and is empty names no node
+(tie-breaker 2: only evidence names a node). Lines as a real run's srun and kernel printed them.
+"""
+
+# ruff: noqa: E501  (real kernel lines are long)
+from __future__ import annotations
+
+from resurgo.attribute.offline import default_advice
+from resurgo.attribute.rules import attribute
+from resurgo.contracts import AdviceKind, Attribution, Category, LogLine
+from resurgo.detect.registry import Registry
+
+NODES = ["node1", "node2", "node3"]
+SCONTROL = "JobId={job} JobName=ddp-train\n   JobState=FAILED Reason=NonZeroExitCode ExitCode=1:0\n   NodeList=node[1-3]\n"
+
+
+def _lines(text: str, source: str) -> list[LogLine]:
+    return [LogLine(source=source, line_no=i + 1, text=t) for i, t in enumerate(text.splitlines())]
+
+
+def _run(job: str, dmesg: dict[str, str], job_id: int = 9) -> Attribution:
+    logs = {h: _lines(t, f"dmesg_{h}.txt") for h, t in dmesg.items()}
+    return attribute(
+        Registry.default(), None, _lines(job, "job.log"), None, [], NODES, node_logs=logs,
+        scheduler_lines=_lines(SCONTROL.format(job=job_id), "scheduler.txt"),
+    )  # fmt: skip
+
+
+CLEAN = "(no kernel messages in the job window)\n"
+PROGRESS = "".join(
+    f"0: 2026-12-05 05:03:5{i} [rank0|node1] step {i}/150 loss=2.31 step_time=0.33s\n"
+    for i in range(1, 4)
+)
+SEGV = PROGRESS + (
+    "srun: error: node2: task 1: Segmentation fault (core dumped)\n"
+    "srun: error: node1: task 0: Exited with exit code 1\n"
+    "srun: error: node3: task 2: Exited with exit code 1\n"
+)
+MEMCG_OOM = (
+    "[Sat Dec  5 05:04:06 2026] python invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0, oom_score_adj=0\n"
+    "[Sat Dec  5 05:04:06 2026] Memory cgroup stats for /slurm/uid_0/job_{job}/step_0/task_1:\n"
+    "[Sat Dec  5 05:04:06 2026] oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,oom_memcg=/slurm/uid_0/job_{job}/step_0/task_1,task_memcg=/slurm/uid_0/job_{job}/step_0/task_1,task=python,pid=27047,uid=0\n"
+    "[Sat Dec  5 05:04:06 2026] Memory cgroup out of memory: Killed process 27047 (python) total-vm:1344768kB, anon-rss:714612kB, file-rss:88560kB, shmem-rss:0kB, UID:0 pgtables:1904kB oom_score_adj:0\n"
+)
+
+
+def test_a_signal_on_a_node_whose_kernel_log_is_clean_names_no_node() -> None:
+    a = _run(SEGV, {"node1": CLEAN, "node2": CLEAN, "node3": CLEAN})
+    assert (a.category, a.culprit_nodes) == (Category.UNKNOWN, [])
+    assert default_advice(a).kind == AdviceKind.REQUEUE
+
+
+def test_another_jobs_oom_kill_on_the_node_is_not_this_jobs() -> None:
+    a = _run(SEGV, {"node1": CLEAN, "node2": MEMCG_OOM.format(job=10), "node3": CLEAN})
+    assert (a.category, a.culprit_nodes) == (Category.UNKNOWN, [])
+    assert default_advice(a).kind != AdviceKind.STOP
+
+
+def test_this_jobs_own_oom_kill_is_the_jobs() -> None:
+    killed = PROGRESS + "srun: error: node2: task 1: Killed\n"
+    a = _run(killed, {"node1": CLEAN, "node2": MEMCG_OOM.format(job=9), "node3": CLEAN})
+    assert (a.category, a.culprit_nodes) == (Category.APPLICATION, [])
+    assert default_advice(a).kind == AdviceKind.STOP
+
+
+LEFTOVER = (
+    "[Sat Dec  5 05:11:37 2026] python invoked oom-killer: gfp_mask=0x140cca(GFP_HIGHUSER_MOVABLE|__GFP_COMP), order=0, oom_score_adj=0\n"
+    "[Sat Dec  5 05:11:37 2026] Tasks state (memory values in pages):\n"
+    "[Sat Dec  5 05:11:37 2026] [  pid  ]   uid  tgid total_vm      rss pgtables_bytes swapents oom_score_adj name\n"
+    "[Sat Dec  5 05:11:37 2026] [  77121] 41234 77121 98211741 93122817 752312320        0             0 python3\n"
+    "[Sat Dec  5 05:11:37 2026] [  88410] 43017 88410 17301210 16412200 133214208        0             0 python\n"
+    "[Sat Dec  5 05:11:37 2026] oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,mems_allowed=0-1,global_oom,task_memcg=/system.slice/slurmstepd.scope/job_9/step_0/user/task_0,task=python,pid=88410,uid=43017\n"
+    "[Sat Dec  5 05:11:37 2026] Out of memory: Killed process 88410 (python) total-vm:69204840kB, anon-rss:65648800kB, file-rss:0kB, shmem-rss:0kB, UID:43017 pgtables:130092kB oom_score_adj:0\n"
+)
+
+
+def test_a_global_oom_held_by_another_users_process_excludes_the_node() -> None:
+    job = PROGRESS + (
+        "slurmstepd: error: Detected 1 oom_kill event in StepId=9.0. Some of the step tasks have been OOM Killed.\n"
+        "srun: error: node2: task 1: Out Of Memory\n"
+    )
+    a = _run(job, {"node1": CLEAN, "node2": LEFTOVER, "node3": CLEAN})
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["node2"])
+    assert default_advice(a).kind == AdviceKind.REQUEUE_EXCLUDING
+
+
+def test_a_launchers_report_of_a_killed_rank_on_a_clean_node_names_no_node() -> None:
+    # DeepSpeed's launcher (deepspeed/launcher/launch.py sigkill_handler) on node2.
+    job = PROGRESS + (
+        "node2: [2026-12-05 05:04:09,004] [ERROR] [launch.py:325:sigkill_handler] "
+        "['/usr/bin/python', '-u', 'train.py', '--local_rank=1'] exits with return code = -9\n"
+    )
+    a = _run(job, {"node1": CLEAN, "node2": CLEAN, "node3": CLEAN})
+    assert (a.category, a.culprit_nodes) == (Category.UNKNOWN, [])
+    a = _run(job, {"node1": CLEAN, "node3": CLEAN})  # node2's log not in the bundle: suspect
+    assert a.culprit_nodes == ["node2"]

@@ -1,0 +1,87 @@
+"""A time limit that ended a job already stuck is a hang, not a scheduler crash.
+
+attribution-labels.md: a job whose training step never started and idled until the time limit
+is a hang; collectives timing out before the limit mean progress stopped first. Lines as a real
+gloo DDP run under srun and slurmstepd printed them.
+"""
+
+# ruff: noqa: E501  (real log lines are long)
+from __future__ import annotations
+
+from resurgo.attribute.rules import attribute
+from resurgo.contracts import AnomalyKind, Attribution, Category, LogLine
+from resurgo.detect.registry import Registry
+
+NODES = ["node1", "node2"]
+SCONTROL = (
+    "JobId=13 JobName=ddp-train\n   JobState=TIMEOUT Reason=TimeLimit\n"
+    "   StartTime={start} EndTime=2026-12-05T06:02:10\n   NodeList=node[1-2]\n"
+)
+KILL = "slurmstepd: error: *** JOB 13 ON node1 CANCELLED AT 2026-12-05T06:02:10 DUE TO TIME LIMIT ***\n"
+
+
+def _lines(text: str, source: str) -> list[LogLine]:
+    return [LogLine(source=source, line_no=i + 1, text=t) for i, t in enumerate(text.splitlines())]
+
+
+def _run(job: str, start: str = "2026-12-05T04:02:10") -> Attribution:
+    return attribute(
+        Registry.default(), None, _lines(job, "job.log"), None, [], NODES,
+        scheduler_lines=_lines(SCONTROL.format(start=start), "scheduler.txt"),
+    )  # fmt: skip
+
+
+SETUP = (
+    "0: 2026-12-05 04:02:14 [rank0|node1] init_process_group backend=gloo world_size=2\n"
+    "0: [rank0]: starting training loop\n"
+)
+
+
+def test_no_step_in_two_hours_until_the_time_limit_is_a_hang() -> None:
+    a = _run(SETUP + KILL)
+    assert (a.kind, a.category) == (AnomalyKind.HANG, Category.UNKNOWN)
+
+
+def test_a_time_limit_soon_after_start_up_is_the_schedulers() -> None:
+    a = _run(SETUP + KILL, start="2026-12-05T05:50:10")
+    assert a.category == Category.SCHEDULER
+
+
+def test_collectives_timed_out_before_the_time_limit_is_a_hang() -> None:
+    steps = "".join(
+        f"0: 2026-12-05 05:59:{10 + i} [rank0|node1] step {i}/150 loss=2.3105 step_time=0.333s\n"
+        for i in range(1, 6)
+    )
+    timeout = "0: [rank0]: RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 25000ms for recv operation to complete\n"
+    a = _run(steps + timeout + "srun: error: node1: task 0: Exited with exit code 1\n" + KILL)
+    assert a.kind == AnomalyKind.HANG
+    assert a.category != Category.SCHEDULER
+
+
+def test_steps_dated_with_slashes_hours_before_the_time_limit_are_a_hang() -> None:
+    # Python logging with datefmt '%Y/%m/%d %H:%M:%S' (Go's log.Ldate|log.Ltime prints the same).
+    steps = "".join(
+        f"2026/12/05 04:{10 + i}:00 I train.py:201] step {55100 + 20 * i} loss=1.902 lr=2.1e-4\n"
+        for i in range(5)
+    )
+    a = _run(steps + KILL)
+    assert (a.kind, a.category) == (AnomalyKind.HANG, Category.UNKNOWN)
+
+
+def test_an_operators_note_of_the_last_lines_time_dates_the_silence() -> None:
+    steps = "".join(f"[0] iter {50 * i} | loss 3.1 | 817 ms/step\n" for i in range(1, 8))
+    note = "# last line above at 2026-12-05T04:12; nothing further until kill\n"
+    a = _run(steps + note + KILL)
+    assert (a.kind, a.category) == (AnomalyKind.HANG, Category.UNKNOWN)
+
+
+def test_a_cancel_after_the_collectives_timed_out_ends_a_hang() -> None:
+    # open-r1#620: GRPO stuck at its 4th collective on every rank, then cancelled by its owner.
+    timeout = "[rank2]:[E424 01:11:21.160832730 ProcessGroupNCCL.cpp:629] [Rank 2] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=4, OpType=BROADCAST, NumelIn=112, NumelOut=112, Timeout(ms)=1800000) ran for 1800010 milliseconds before timing out.\n"
+    cancel = "slurmstepd: error: *** JOB 13 ON node1 CANCELLED AT 2026-12-05T06:02:10 ***\n"
+    a = attribute(
+        Registry.default(), None, _lines(timeout + cancel, "job.log"), None, [], NODES,
+        scheduler_lines=_lines("JobId=13 JobState=CANCELLED by 40211 NodeList=node[1-2]\n", "s.txt"),
+    )  # fmt: skip
+    assert a.kind == AnomalyKind.HANG
+    assert a.category != Category.SCHEDULER

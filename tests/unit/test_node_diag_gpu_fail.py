@@ -1,0 +1,65 @@
+"""A node's own GPU diagnostics (node_<host>.txt) decide a failure the job's output alone would
+give to the application.
+
+Formats (public sources): `dcgmi diag -r 2/3` tables, where a test some GPUs pass lists the
+failing GPU on the row below (stas00/ml-engineering compute/accelerator/nvidia/debug.md,
+`| GPU Memory | Pass - GPUs: 1, ... |` then `|  | Fail - GPU: 0 |`); Megatron-LM's
+`check_for_nan_in_grad` assertion (megatron/core/distributed/param_and_grad_buffer.py).
+attribution-labels.md: silent data corruption confirmed by a rerun check is hardware_gpu.
+"""
+
+from __future__ import annotations
+
+from resurgo.attribute.node_patterns import node_registry
+from resurgo.attribute.offline import default_advice
+from resurgo.attribute.rules import attribute
+from resurgo.contracts import AdviceKind, Attribution, Category, LogLine
+from resurgo.detect.registry import Registry
+
+NODES = ["gpu001", "gpu002", "gpu003", "gpu004", "gpu005", "gpu006", "gpu007", "gpu008"]
+NAN = """\
+[rank34]: Traceback (most recent call last):
+[rank34]:   File "/opt/megatron-lm/megatron/core/distributed/param_and_grad_buffer.py", line 167, \
+in check_for_nan_in_grad
+[rank34]:     assert not norm_is_nan, (
+[rank34]: AssertionError: Rank 34: found NaN in local grad norm in backward pass before \
+data-parallel communication collective. Device: 2, node: gpu005
+srun: error: gpu005: tasks 32-39: Exited with exit code 1
+"""
+DIAG = """\
+$ dcgmi diag -r 3
++-----  Hardware  ----------+------------------------------------------------+
+| GPU Memory                | Pass - All                                     |
+| Diagnostic                | Pass - GPUs: 0, 1, 3, 4, 5, 6, 7               |
+|                           | Fail - GPU: 2                                  |
+| Warning                   | GPU 2 Error using CUDA API cudaMemcpy          |
+"""
+
+
+def _lines(text: str, source: str) -> list[LogLine]:
+    return [LogLine(source=source, line_no=i + 1, text=t) for i, t in enumerate(text.splitlines())]
+
+
+def _run(node_logs: dict[str, str]) -> Attribution:
+    logs = {h: _lines(t, f"node_{h}.txt") for h, t in node_logs.items()}
+    return attribute(
+        Registry.default(), None, _lines(NAN, "job.log"), None, [], NODES, node_logs=logs
+    )
+
+
+def test_the_node_patterns_examples_match_and_near_misses_do_not() -> None:
+    node_registry().check_examples()
+
+
+def test_a_gpu_failing_dcgm_diag_on_the_nan_ranks_node_is_the_gpu() -> None:
+    a = _run({"gpu005": DIAG})
+    assert (a.category, a.culprit_nodes) == (Category.HARDWARE_GPU, ["gpu005"])
+    assert default_advice(a).kind == AdviceKind.REQUEUE_EXCLUDING
+
+
+def test_a_diag_every_gpu_passes_leaves_the_nan_to_the_application() -> None:
+    passing = DIAG.replace("Pass - GPUs: 0, 1, 3, 4, 5, 6, 7", "Pass - All").replace(
+        "|                           | Fail - GPU: 2                                  |\n", ""
+    )
+    a = _run({"gpu005": passing})
+    assert a.category == Category.APPLICATION

@@ -1,0 +1,181 @@
+"""Stragglers read from the job's own per-rank phase timers: which rank is slow, and whether
+the phase it loses its time in is the GPU's (its node) or the job's own host-side work.
+
+Line formats (public sources):
+- Composer's console logger (mosaicml/composer loggers/console_logger.py): `[batch=20/20000]:`
+  opens each logged batch when the run's duration is in batches.
+- Horovod's stall inspector (horovod/common/stall_inspector.cc): `One or more tensors were
+  submitted to be reduced, gathered or broadcasted by subset of ranks ...`, `Missing ranks:`,
+  `0: [DistributedGradientTape_Allreduce/...]`.
+- Per-rank timer lines and tables of a job's own Timer callback: `timing step 5 data=0.902s
+  total=1.215s`, `per-rank ms/batch (fwd+bwd | callbacks): r0=1060|544 r1=1037|3`, a CSV with a
+  `rank` column.
+
+Knowledge: rank 0 does the job's extra work (logging, evaluation, sample generation) while the
+others wait in the next collective (NVRx usage guide); attribution-labels.md: application-level
+stragglers are `application`, action none while the job still runs.
+"""
+# ruff: noqa: E501  (real log lines are long)
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from resurgo.attribute.offline import analyse_bundle
+from resurgo.detect.progress import ProgressParser, timing_fields
+
+RUNNING = "# job still running\n"
+CLEAN = "(no kernel messages in the job window)\n"
+
+
+def verdict(tmp_path: Path, job_log: str, **files: str) -> tuple[str, str, list[str], str]:
+    (tmp_path / "job.log").write_text(job_log)
+    for name, text in files.items():
+        (tmp_path / f"{name}.txt").write_text(text)
+    v = analyse_bundle(tmp_path).as_json()
+    return v["kind"], v["category"], v["culprit_nodes"], v["action"]
+
+
+def test_composer_batch_progress_and_unit_carrying_fields() -> None:
+    assert ProgressParser().parse("[batch=20/20000]:") == 20
+    assert timing_fields("[rank2|node3] timing step 5 data=0.902s total=1.215s") == {
+        "data": 902.0, "total": 1215.0,
+    }  # fmt: skip
+    # (a step-time spelling of its own still decides the line's step time)
+    assert timing_fields("step 5/400 loss=2.3032 step_time=1.210s") == {"step_time": 1210.0}
+
+
+def _composer(timing: str) -> str:
+    out = [
+        "# SLURM_JOB_NODELIST=ws-gpu[01-02] SLURM_NNODES=2 gpus-per-node=8\n",
+        "[rank0] Callback Generate enabled: interval=1ba (runs on every batch)\n",
+    ]
+    for k in range(1, 6):
+        for b in range(k * 200 - 180, k * 200 + 1, 20):
+            out.append(
+                f"[batch={b}/20000]:\n\t Train loss/train/total: 3.0978\n"
+                "\t Train throughput/batches_per_sec: 0.6113\n"
+            )
+        out.append(f"[rank-timing] per-rank ms/batch (fwd+bwd | callbacks): {timing}\n")
+    return "".join(out) + RUNNING
+
+
+def _row(slow: int, fwd: int, cb: int) -> str:
+    return " ".join(
+        f"r{r}={fwd if r == slow else 1030 + r}|{cb if r == slow else 3}" for r in range(16)
+    )
+
+
+def test_rank0_slow_in_its_callbacks_is_the_application(tmp_path: Path) -> None:
+    log = _composer(_row(0, 1060, 544))
+    files = {"dmesg_ws-gpu01": CLEAN, "dmesg_ws-gpu02": CLEAN}
+    assert verdict(tmp_path, log, **files) == ("straggler", "application", [], "none")
+
+
+def test_one_rank_slow_in_forward_backward_is_its_node(tmp_path: Path) -> None:
+    kind, category, culprits, _ = verdict(tmp_path, _composer(_row(11, 2200, 3)))
+    assert (kind, category, culprits) == ("straggler", "unknown", ["ws-gpu02"])
+
+
+def test_equal_timers_are_a_healthy_composer_run(tmp_path: Path) -> None:
+    assert verdict(tmp_path, _composer(_row(0, 1031, 3)))[0] == "none"
+
+
+def test_a_csv_timer_table_in_the_metrics_file(tmp_path: Path) -> None:
+    rows = "".join(
+        f"{r},mosaic-a-0{1 + r // 8},118{r % 7}.4,{3352.7 if r == 0 else 0.0},"
+        f"{3.1 if r == 0 else 3350.5},4601.2\n"
+        for r in range(16)
+    )
+    metrics = (
+        "# per-rank wall-clock timers (ms, mean over last 100 batches), from the job's own Timer callback\n"
+        "rank,host,forward_backward,generate_samples_rank0,allreduce_wait,batch_total\n" + rows
+    )
+    log = "".join(
+        f"[batch={b}/20000]:\n\t Train loss/train/total: 2.5980\n" for b in range(5, 300, 5)
+    )
+    assert verdict(tmp_path, log + RUNNING, metrics=metrics) == (
+        "straggler", "application", [], "none",
+    )  # fmt: skip
+
+
+def _per_rank_data(slow_data: str) -> str:
+    out = ["# SLURM_JOB_NODELIST=node[1-4] ntasks=4 script=train_shards.py\n"]
+    for step in range(5, 60, 5):
+        for rank in range(4):
+            data = slow_data if rank == 2 else "0.000"
+            out.append(
+                f"{rank}: 2026-12-05 05:06:32 [rank{rank}|node{rank + 1}] timing step {step} "
+                f"data={data}s total=1.215s\n"
+            )
+        out.append(
+            f"0: 2026-12-05 05:06:32 [rank0|node1] step {step}/400 loss=2.3032 step_time=1.210s\n"
+        )
+    return "".join(out) + RUNNING
+
+
+def test_one_rank_waiting_for_its_data_on_a_clean_node_is_the_application(
+    tmp_path: Path,
+) -> None:
+    nodes = {f"dmesg_node{n}": CLEAN for n in range(1, 5)}
+    assert verdict(tmp_path, _per_rank_data("0.902"), **nodes) == (
+        "straggler", "application", [], "none",
+    )  # fmt: skip
+
+
+def test_one_rank_waiting_for_data_on_a_node_nobody_checked_names_the_node(
+    tmp_path: Path,
+) -> None:
+    kind, category, culprits, _ = verdict(tmp_path, _per_rank_data("0.902"))
+    assert (kind, category, culprits) == ("straggler", "unknown", ["node3"])
+
+
+def _horovod(stuck: bool) -> str:
+    out = [
+        "# job still running; nodes v100-[17-20], 4 GPUs each; rank 0 runs evaluate() every 200 steps\n"
+    ]
+    for k in range(4):
+        out += [
+            f"[1,0]<stdout>:2026-06-21 01:0{k}:08: step {200 * k + s}, loss = 2.900 (624.4 examples/sec; 0.410 sec/batch)\n"
+            for s in range(0, 200, 20)
+            if not stuck or k == 0  # (stuck: no step after the first stall report)
+        ]
+        out += [
+            f"[1,0]<stdout>:2026-06-21 01:0{k}:57: running validation on 50000 images (rank 0 only)\n",
+            f"[1,0]<stderr>:[2026-06-21 01:0{k}:57.180403: W /tmp/pip-req-build/horovod/common/stall_inspector.cc:107] One or more tensors were submitted to be reduced, gathered or broadcasted by subset of ranks and are waiting for remainder of ranks for more than 60 seconds. This may indicate that different ranks are trying to submit different tensors or that only subset of ranks is submitting tensors, which will cause deadlock. \n",
+            "[1,0]<stderr>:Missing ranks:\n",
+            "[1,0]<stderr>:0: [DistributedGradientTape_Allreduce/cond_0/HorovodAllreduce_grads_0, DistributedGradientTape_Allreduce/cond_1/HorovodAllreduce_grads_1_0]\n",
+        ]
+    if not stuck:
+        out.append(
+            "[1,0]<stdout>:2026-06-21 01:05:05: step 800, loss = 2.740 (624.4 examples/sec; 0.410 sec/batch)\n"
+        )
+    return "".join(out)
+
+
+def test_horovod_missing_the_same_evaluating_rank_while_training_goes_on(tmp_path: Path) -> None:
+    assert verdict(tmp_path, _horovod(stuck=False)) == ("straggler", "application", [], "none")
+
+
+def test_horovod_stall_reports_after_the_last_step_are_no_straggler(tmp_path: Path) -> None:
+    assert verdict(tmp_path, _horovod(stuck=True))[0] != "straggler"
+
+
+def test_periodic_slowest_rank0_logging_samples_is_the_application(tmp_path: Path) -> None:
+    out = ["# SLURM_JOB_NODELIST=l40-[01-04]; srun -l; job still running\n"]
+    for step in range(1000, 1301, 50):
+        out += [
+            f"0: step {step} loss 0.1842 step_time 4.90s rank_times[min/max]=1.28/4.87 slowest_rank=0\n",
+            "0: [rank0] logging 64 samples to wandb (decode+upload) ... 3.5s\n",
+            f"0: step {step + 25} loss 0.1839 step_time 1.31s rank_times[min/max]=1.28/1.33 slowest_rank=0\n",
+        ]
+    assert verdict(tmp_path, "".join(out) + RUNNING) == ("straggler", "application", [], "none")
+
+
+def test_a_csv_table_of_something_else_than_time_is_no_timer(tmp_path: Path) -> None:
+    rows = "".join(f"{r},mosaic-a-0{1 + r // 8},{88 if r == 3 else 45},700\n" for r in range(16))
+    metrics = "# per-rank GPU readings\nrank,host,gpu_temp_c,power_w\n" + rows
+    log = "".join(
+        f"[batch={b}/20000]:\n\t Train loss/train/total: 2.5980\n" for b in range(5, 300, 5)
+    )
+    assert verdict(tmp_path, log + RUNNING, metrics=metrics)[0] == "none"
