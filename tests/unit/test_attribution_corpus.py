@@ -99,12 +99,27 @@ FLOORS = {
     "s8-": (1.0, 1.0, 1.0, 0),
     "s9-": (1.0, 1.0, 1.0, 0),
     "s10-": (1.0, 1.0, 1.0, 0),
-    # Sets 11-13 (session 6), added after being scored blind: on arrival and after that round.
-    "s11-": (0.91, 0.87, 0.93, 0),
-    "s12-": (0.82, 0.92, 0.86, 1),
-    "s13-": (0.88, 0.96, 0.93, 1),
+    # Sets 11-16 were scored blind on arrival (README); floors at the scores after the rule rounds.
+    "s11-": (1.0, 1.0, 1.0, 0),
+    "s12-": (1.0, 1.0, 1.0, 0),
+    "s13-": (1.0, 1.0, 1.0, 0),
+    "s14-": (1.0, 1.0, 1.0, 0),
+    "s15-": (1.0, 1.0, 1.0, 0),
+    "s16-": (1.0, 1.0, 1.0, 0),
+    # Sets 17-19 (session 8): scored on arrival (README), then the classes they exposed fixed.
+    "s17-": (0.97, 0.94, 0.97, 0),
+    "s18-": (0.97, 1.0, 1.0, 0),
+    "s19-": (0.95, 1.0, 1.0, 0),
+    # Sets 20-22 (session 8, second round): scored on arrival, then the classes fixed (session 9).
+    "s20-": (1.0, 0.87, 0.97, 0),
+    "s21-": (1.0, 1.0, 1.0, 0),
+    "s22-": (0.95, 0.98, 0.97, 0),
+    # Sets 23-25 (session 9, third round): their scores on arrival.
+    "s23-": (0.67, 0.72, 0.8, 0),
+    "s24-": (0.92, 0.91, 0.95, 0),
+    "s25-": (0.7, 0.7, 0.75, 0),
     "hardware": (1.0, 1.0, 1.0, 0),
-    "software": (0.97, 1.0, 1.0, 0),
+    "software": (1.0, 1.0, 1.0, 0),
     "lifecycle": (1.0, 1.0, 1.0, 0),
 }
 
@@ -112,7 +127,7 @@ FLOORS = {
 def _sets() -> list[tuple[str, list[Path]]]:
     sets = [
         (prefix, [b for b in corpus_dirs(NEXT) if b.name.startswith(prefix)])
-        for prefix in ("s6-", "s7-", "s8-", "s9-", "s10-", "s11-", "s12-", "s13-")
+        for prefix in [f"s{n}-" for n in range(6, 26)]
     ]
     for name in ("hardware", "software", "lifecycle"):
         if (SHARED / name / "cases").is_dir():
