@@ -28,8 +28,9 @@ def temporal_binary(name: str = "temporal") -> str:
 
 
 def dev_server_command(
-    *, port: int = 7233, ui_port: int = 8233, db_file: str | None = None, ip: str = "127.0.0.1"
-) -> list[str]:
+    *, port: int = 7233, ui_port: int = 8233, db_file: str | None = None, ip: str = "127.0.0.1",
+    pragmas: tuple[str, ...] = (),
+) -> list[str]:  # fmt: skip
     cmd = [
         temporal_binary(), "server", "start-dev",
         "--ip", ip, "--port", str(port), "--ui-port", str(ui_port),
@@ -39,6 +40,8 @@ def dev_server_command(
     if db_file:
         Path(db_file).parent.mkdir(parents=True, exist_ok=True)
         cmd += ["--db-filename", db_file]
+    for pragma in pragmas:
+        cmd += ["--sqlite-pragma", pragma]
     return cmd
 
 
@@ -50,7 +53,7 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
 
 def start_dev_server(
     *, port: int = 7233, ui_port: int = 8233, db_file: str | None = None, log_file: str,
-    timeout: float = 30.0,
+    timeout: float = 30.0, pragmas: tuple[str, ...] = (),
 ) -> subprocess.Popen[bytes] | None:  # fmt: skip
     """Start the dev server in the background; None if one already listens on `port`."""
     if port_open(port):
@@ -58,7 +61,7 @@ def start_dev_server(
     Path(log_file).parent.mkdir(parents=True, exist_ok=True)
     with open(log_file, "ab") as log:
         proc = subprocess.Popen(
-            dev_server_command(port=port, ui_port=ui_port, db_file=db_file),
+            dev_server_command(port=port, ui_port=ui_port, db_file=db_file, pragmas=pragmas),
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     deadline = time.monotonic() + timeout
