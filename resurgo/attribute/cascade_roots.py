@@ -130,3 +130,33 @@ def mismatch_report(a: Analysis) -> Verdict | None:
         evidence=[e.line for e in reports[:3]],
         kind=AnomalyKind.HANG if timed_out else AnomalyKind.CRASH,
     )  # fmt: skip
+
+
+# What peers print when another process of the job vanished (NCCL's own wording for
+# ncclSystemError/ncclRemoteError: "can be also caused by unexpected exit of a remote peer").
+PEER_EXIT_SYMPTOMS = frozenset(
+    {"nccl_system_error", "nccl_remote_error", "nccl_socket_peer_closed", "nccl_comm_aborted",
+     "nccl_watchdog_timeout"}
+)  # fmt: skip
+_KILLED_PID = re.compile(r"\bKilled process (?P<pid>\d+)\b|\bpid=(?P<pid2>\d+)\b")
+
+
+def oom_killed_child(a: Analysis) -> Event | None:
+    """The kernel OOM-kill of the very process torchrun reports killed (`exitcode: -9 ... (pid:
+    48115)`), when the job's own errors are only what peers print once a process vanished:
+    the kill is the root, the communication errors its cascade (the `exitcode: -9 ... (pid: N)`
+    record as in hpcaitech/ColossalAI#3595; Linux mm/oom_kill.c `Killed process N`)."""
+    killed = {f.pid for f in a.scan.elastic if f.exitcode == -9 and f.pid is not None}
+    if not killed:
+        return None
+    roots = [e for e in a.events if e.origin == "job" and e.root and e.serious]
+    if any(e.match.id not in PEER_EXIT_SYMPTOMS for e in roots):
+        return None
+    for e in a.node_events:
+        if e.match.id != "host_oom_kill" or not a.in_job(e.node):
+            continue
+        if (m := _KILLED_PID.search(e.line.text)) is not None and int(
+            m["pid"] or m["pid2"]
+        ) in killed:
+            return e
+    return None

@@ -115,6 +115,8 @@ class ElasticFailure:
     root: bool
     when: datetime | None = None
     """The block's `time` field: with one agent per node, each names its own first failure."""
+    pid: int | None = None
+    """The child's process id (`exitcode  : -9 (pid: 48115)`): what a node's kernel log names."""
 
 
 @dataclass

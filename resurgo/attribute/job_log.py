@@ -338,6 +338,7 @@ def _elastic_failure(
 ) -> None:
     rank_m = re.match(r"(\d+)", fields.get("rank", ""))
     code_m = re.match(r"(-?\d+)", fields.get("exitcode", ""))
+    pid_m = re.search(r"\(pid: (\d+)\)", fields.get("exitcode", ""))
     try:
         when = datetime.strptime(fields.get("time", ""), "%Y-%m-%d_%H:%M:%S")
     except ValueError:
@@ -351,5 +352,6 @@ def _elastic_failure(
             order=order,
             root=section == "root",
             when=when,
+            pid=int(pid_m.group(1)) if pid_m else None,
         )
     )

@@ -57,6 +57,16 @@ _NOTE_HOST = re.compile(
 )
 _REMOVED_IP = re.compile(r"\baddress (?P<ip>\d{1,3}(?:\.\d{1,3}){3}) (?:removed|lease expired)")
 DHCP_IDS = frozenset({"dhcp_address_changed"})
+# A lease a node's DHCP client took (dhclient `DHCPACK of IP` / `bound to IP`, NetworkManager
+# `dhcp4 (IF): address IP`): by itself a routine renewal, so no catalogue entry; it says the
+# address changed only when peers' failing connections go to another address of that subnet
+# that no node of the job holds.
+_LEASE = re.compile(
+    r"\b(?:DHCPACK of|bound to|dhcp4 \(\S+\): address) (?P<ip>\d{1,3}(?:\.\d{1,3}){3})\b"
+)
+_FAILED_TOWARDS = re.compile(
+    r"(?:remote ?Gids?:? ?::ffff:|peer )(?P<ip>\d{1,3}(?:\.\d{1,3}){3})\b", re.I
+)
 _NETWORKISH = (Category.HARDWARE_NETWORK, Category.SYSTEM_SOFTWARE, Category.UNKNOWN)
 
 
@@ -133,6 +143,8 @@ def odd_bootstrap_interface(a: Analysis, v: Verdict) -> Verdict:
         return v
     ip = next(iter(targets))
     owners = [n for n, (_i, addr, _l) in used.items() if addr == ip]
+    if not owners:
+        return _unannounced_address(a, v, ip, used, targets[ip])
     if len(owners) != 1:
         return v
     owner = owners[0]
@@ -146,6 +158,40 @@ def odd_bootstrap_interface(a: Analysis, v: Verdict) -> Verdict:
         f"every failing connect goes to it: {owner}'s network setup", 0.8,
         culprits=[owner], ranks=v.ranks, evidence=[used[owner][2], targets[ip], *v.evidence],
         kind=v.kind, outcome=v.outcome,
+    )  # fmt: skip
+
+
+# A node's own address in its diagnostics (`ip route`'s `src IP`, `ip addr`'s `inet IP/24`).
+_LOCAL_ADDRESS = r"(?:\bsrc|\binet) {ip}(?![\d.])"
+
+
+def _unannounced_address(
+    a: Analysis, v: Verdict, ip: str, used: dict[str, tuple[str, str, LogLine]], connect: LogLine
+) -> Verdict:
+    """Every failing connect goes to an address that is one node's own (its routing table or
+    interface list shows it) but not the one its NCCL bootstrap announced: that node's routes
+    hand its peers an address on another interface (NVIDIA/nccl#1515; nccl#1782: two NICs in one
+    subnet, the unreachable one listed first), the node's network configuration."""
+    local = re.compile(_LOCAL_ADDRESS.format(ip=re.escape(ip)))
+    holders: dict[str, LogLine] = {}
+    for host, lines in a.node_logs.items():
+        node = a.topo.hosts.canonical(host)
+        hit = next((e for e in lines if local.search(e.text)), None)
+        if node is not None and hit is not None and a.in_job(node):
+            holders[node] = hit
+    if len(holders) != 1:
+        return v
+    ((node, shown),) = holders.items()
+    if node not in used or used[node][1] == ip:
+        return v
+    if any(x.hardware and x.root and x.serious for x in a.node_events if x.node == node):
+        return v  # (its own link failed: the hardware it is)
+    return Verdict(
+        Category.SYSTEM_SOFTWARE, "nccl_bootstrap_interface|unannounced_address",
+        f"peers' connects go to {ip}, an address of {node} on another interface than the "
+        f"{used[node][1]} its NCCL bootstrap announced: {node}'s routing", 0.75,
+        culprits=[node], ranks=v.ranks, evidence=[shown, connect, *v.evidence], kind=v.kind,
+        outcome=v.outcome,
     )  # fmt: skip
 
 
@@ -175,7 +221,46 @@ def gid_changed_by_dhcp(a: Analysis, v: Verdict) -> Verdict:
             "configuration", 0.8, culprits=[e.node], ranks=v.ranks,
             evidence=[e.line, *lines[:4], *v.evidence], kind=v.kind, outcome=v.outcome,
         )  # fmt: skip
-    return v
+    return _renewed_to_another_address(a, v)
+
+
+def _renewed_to_another_address(a: Analysis, v: Verdict) -> Verdict:
+    """Peers' failing connections all go to one address no node of the job holds any more,
+    and one node's DHCP client took a different address of the same subnet during the job:
+    the lease moved that node's address (and its RoCE GID) from under its peers."""
+    towards: dict[str, list[LogLine]] = {}
+    for x in a.events:
+        if x.origin != "job" or not (x.root or x.cascade):
+            continue
+        if (m := _FAILED_TOWARDS.search(x.line.text)) is not None:
+            towards.setdefault(m["ip"], []).append(x.line)
+    if len(towards) != 1:
+        return v
+    ((gone, lines),) = towards.items()
+    token = re.compile(rf"(?<![\d.]){re.escape(gone)}(?![\d.])")
+    if any(token.search(e.text) for node_lines in a.node_logs.values() for e in node_lines):
+        return v  # a node still shows that address: not taken away
+    subnet = gone.rsplit(".", 1)[0] + "."
+    leased: dict[str, LogLine] = {}
+    for host, node_lines in a.node_logs.items():
+        node = a.topo.hosts.canonical(host)
+        if node is None or not a.in_job(node):
+            continue
+        for e in node_lines:
+            if (m := _LEASE.search(e.text)) and m["ip"] != gone and m["ip"].startswith(subnet):
+                leased.setdefault(node, e)
+    if len(leased) != 1:
+        return v
+    ((node, lease),) = leased.items()
+    if any(x.hardware and x.root and x.serious for x in a.node_events if x.node == node):
+        return v  # (its own link or HCA failed: the hardware it is)
+    return Verdict(
+        Category.SYSTEM_SOFTWARE, "dhcp_address_changed", f"peers' connections to {gone} "
+        f"failed; no node holds that address any more and DHCP gave {node} another address of "
+        "its subnet during the job (its RoCE GID with it): the node's configuration", 0.75,
+        culprits=[node], ranks=v.ranks, evidence=[lease, *lines[:4], *v.evidence], kind=v.kind,
+        outcome=v.outcome,
+    )  # fmt: skip
 
 
 def name_pasted_gpu_fault(a: Analysis, v: Verdict) -> Verdict:

@@ -62,6 +62,7 @@ from resurgo.attribute.stages_hardware import (
 )
 from resurgo.attribute.stages_launch import (
     agent_never_started,
+    loopback_coordinator,
     store_outside_allocation,
     unreachable_node,
     waiting_for_debugger,
@@ -76,7 +77,7 @@ from resurgo.attribute.stages_outcome import (
     refine_outcome,
     stuck_in_job_code,
 )
-from resurgo.attribute.stages_root import _cascade_only, _root_failure
+from resurgo.attribute.stages_root import _cascade_only, _root_failure, killed_by_oom
 from resurgo.attribute.stragglers import stragglers
 from resurgo.attribute.switch_ports import switch_port_down
 from resurgo.contracts import (
@@ -171,6 +172,7 @@ def analyse(
         or _repeating_gpu_exception(a)
         or unreachable_node(a)
         or progressing_at_time_limit(a, outcome)  # (ran past any node fault until the limit)
+        or killed_by_oom(a)  # (before the peers' network errors it explains)
         or _hardware(a)
         or _suspended(a)
         or (stragglers(a) if live_straggler else None)
@@ -178,6 +180,7 @@ def analyse(
         or agent_never_started(a)
         or world_larger_than_launched(a)
         or store_outside_allocation(a)
+        or loopback_coordinator(a)
         or _root_failure(a)
         or waiting_for_debugger(a, outcome)
         or _scheduler(a, outcome)

@@ -158,7 +158,7 @@ def world_larger_than_launched(a: Analysis) -> Verdict | None:
         elif (j := _JOINED.search(entry.text)) is not None:
             ranks.add(int(j["rank"]))
     if not worlds:
-        return _members_short_of_world(a) or _jax_tasks_never_launched(a)
+        return _members_short_of_world(a) or _jax_tasks_never_launched(a) or _jax_tasks_late(a)
     if len(worlds) != 1:
         return None  # the count moved (workers were still arriving)
     ((world, count),) = worlds
@@ -265,6 +265,54 @@ def _jax_tasks_never_launched(a: Analysis) -> Verdict | None:
     )  # fmt: skip
 
 
+_JAX_TASK_INLINE = re.compile(r"/job:[\w-]+/replica:\d+/task:(?P<task>\d+)\b")
+_JAX_CONNECTING = re.compile(r"\bConnecting to JAX distributed service on\b")
+
+
+def _jax_tasks_late(a: Analysis) -> Verdict | None:
+    """JAX's start-up barrier timed out for processes the log shows alive and still in the
+    job's own set-up (printing after the others had connected, never connecting themselves):
+    the job's preparation (an environment sync, a download) outlasts its own initialization
+    timeout (jax.distributed.initialize's initialization_timeout; the coordination service
+    says "some tasks were never scheduled, or scheduling delays"), which recurs on any nodes."""
+    if a.running or last_progress(a) is not None:
+        return None
+    barrier = next(
+        (i for i, e in enumerate(a.lines)
+         if "Barrier timed out" in e.text and _JAX_BARRIER.search(e.text)),
+        None,
+    )  # fmt: skip
+    if barrier is None:
+        return None
+    missing: set[int] = set()
+    for entry in a.lines[barrier : barrier + 12]:
+        body = strip_prefixes(entry.text).body
+        named = body.partition("task names:")[2] or (body if body.startswith("/job:") else "")
+        missing |= {int(m["task"]) for m in _JAX_TASK_INLINE.finditer(named)}
+    first_connect: int | None = None
+    connected: set[int] = set()
+    seen_after: set[int] = set()
+    for i, entry in enumerate(a.lines[:barrier]):
+        task = strip_prefixes(entry.text).task
+        if task is None:
+            continue
+        if _JAX_CONNECTING.search(entry.text):
+            connected.add(task)
+            first_connect = i if first_connect is None else first_connect
+        elif first_connect is not None:
+            seen_after.add(task)
+    if not missing or first_connect is None or missing & connected or not missing <= seen_after:
+        return None
+    late = ", ".join(str(t) for t in sorted(missing))
+    return Verdict(
+        Category.APPLICATION, "launch|setup_outlasts_init_timeout",
+        f"JAX's start-up barrier timed out waiting for task(s) {late}, which were alive and "
+        "still in the job's own set-up when the others connected: the job's preparation "
+        "outlasts its initialization timeout", 0.8,
+        evidence=[a.lines[barrier]], kind=AnomalyKind.CRASH,
+    )  # fmt: skip
+
+
 # The job starts under debugpy told to wait for an IDE to attach (debugpy README: `python -m
 # debugpy --listen HOST:PORT --wait-for-client`, or `debugpy.wait_for_client()` in the code).
 _DEBUGGER_WAIT = re.compile(r"-m debugpy\b[^\n]*--wait-for-client\b|\bdebugpy\.wait_for_client\(")
@@ -333,4 +381,53 @@ def store_outside_allocation(a: Analysis) -> Verdict | None:
         f"the job's launch points its rendezvous store at {host}, which is not one of its nodes "
         f"({failed[0].message[:120]})", 0.85,
         evidence=[launch, *(e.line for e in failed[:3])], kind=AnomalyKind.CRASH,
+    )  # fmt: skip
+
+
+# The job's coordinator named by a loopback address (`--coordinator_address=localhost:12345`,
+# `--rdzv_endpoint=127.0.0.1:29500`, `MASTER_ADDR=localhost`): on a job of several nodes every
+# process off the first node dials its own host, where nothing listens (jax-ml/jax#19821,
+# pytorch/pytorch#79388: "localhost" as the endpoint of a multi-node run).
+_LOOPBACK_LAUNCH = re.compile(
+    r"(?:coordinator(?:[_ -]?address)?|--rdzv[-_]endpoint|--master[-_]addr|\bMASTER_ADDR)"
+    r"[=: ]+['\"]?\[?(?:localhost|127\.\d{1,3}\.\d{1,3}\.\d{1,3}|::1)\]?(?::\d+)?['\"]?(?![\w.-])",
+    re.IGNORECASE,
+)
+# ... and what the processes then print: a refused or timed-out connection to the loopback, or
+# the coordinator's start-up barrier timing out for want of them.
+_LOOPBACK_FAILED = re.compile(
+    r"(?:localhost|127\.0\.0\.1|\[::1\])(?:[,:] ?\d+)?\)?[^\n]{0,80}"
+    r"(?:Connection refused|Failed to connect|timed out)|"
+    r"(?:Connection refused|failed to connect|timed out)[^\n]{0,120}"
+    r"(?:\(localhost|127\.0\.0\.1|\[::1\])|"
+    r"\bDEADLINE_EXCEEDED: Barrier timed out\b",
+    re.IGNORECASE,
+)
+
+
+def loopback_coordinator(a: Analysis) -> Verdict | None:
+    """A job spanning several nodes whose own launch names its coordinator or rendezvous store
+    by a loopback address, failing to connect before any training step: the job script's
+    arguments (attribution-labels.md tie-breaker 6), an application failure that recurs."""
+    nodes = {n.split(".", 1)[0] for n in a.node_list} or {
+        x.node for x in a.scan.exit_order if x.node
+    }  # (else the nodes srun reported tasks of)
+    if len(nodes) < 2 or a.running or last_progress(a) is not None:
+        return None
+    launch = next(
+        (e for e in a.lines[:400] if "ocal" in e.text or "127." in e.text or "::1" in e.text
+         if _LOOPBACK_LAUNCH.search(e.text[:2000])),
+        None,
+    )  # fmt: skip
+    if launch is None:
+        return None
+    failed = [e for e in a.lines if _LOOPBACK_FAILED.search(e.text[:2000])]
+    if not failed:
+        return None
+    return Verdict(
+        Category.APPLICATION, "launch|loopback_coordinator",
+        f"the job runs on {len(nodes)} nodes but its launch names its coordinator by a loopback "
+        "address, so the processes on other nodes connect to their own host "
+        f"({launch.text.strip()[:120]})", 0.85,
+        evidence=[launch, *failed[:3]], kind=AnomalyKind.CRASH,
     )  # fmt: skip

@@ -17,7 +17,7 @@ import re
 from datetime import datetime
 
 from resurgo.attribute.analysis import Analysis, Verdict, actor_node, event_node
-from resurgo.attribute.cascade_roots import elastic_verdict, silent_rank_errors
+from resurgo.attribute.cascade_roots import elastic_verdict, oom_killed_child, silent_rank_errors
 from resurgo.attribute.causes import (
     OOM_KILLS,
     _collective_mismatch,
@@ -483,3 +483,9 @@ def _cascade_only(a: Analysis) -> Verdict | None:
         culprits=culprits, ranks=ranks, evidence=evidence,
         kind=AnomalyKind.HANG if hang else AnomalyKind.CRASH,
     )  # fmt: skip
+
+
+def killed_by_oom(a: Analysis) -> Verdict | None:
+    """A process the kernel's OOM killer ended, whose peers then reported only the loss of it."""
+    killed = oom_killed_child(a)
+    return None if killed is None else _explain_by_node(a, killed.node, [killed])

@@ -496,3 +496,70 @@ def test_the_fabric_manager_failing_on_the_node_that_died_is_its_software() -> N
     )
     a = _run(STALLED, {"gpu-c03": _lines(journal, "journal_gpu-c03.txt")})
     assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["gpu-c03"])
+
+
+# NCCL's completion error towards a peer (transport/net_ib.cc, NVIDIA/nccl#1283 format) and
+# dhclient/NetworkManager taking a new lease (isc-dhcp `DHCPACK of`, `bound to`).
+COMPLETION = (
+    "0: roce-11:3468:3905 [4] transport/net_ib.cc:1615 NCCL WARN NET/IB : Got completion from "
+    "peer 10.216.7.12<54862> with status=12 opcode=1 len=0 vendor err 129 (Send) localGid "
+    "::ffff:10.216.7.11 remoteGids::ffff:10.216.7.12\n"
+    "srun: error: roce-11: task 0: Exited with exit code 1\n"
+    "srun: error: roce-12: task 1: Exited with exit code 1\n"
+)
+
+
+def _lease(address: str) -> list[LogLine]:
+    return _lines(
+        f"Nov 25 03:18:40 roce-12 dhclient[2211]: DHCPACK of {address} from 10.216.0.1\n"
+        f"Nov 25 03:18:40 roce-12 dhclient[2211]: bound to {address} -- renewal in 1720 seconds.\n",
+        "journal_roce-12.txt",
+    )
+
+
+def test_a_peer_whose_lease_moved_its_address_is_named_not_the_reporter() -> None:
+    a = _run(COMPLETION, {"roce-12": _lease("10.216.7.112")}, nodes=ROCE[:2])
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["roce-12"])
+    assert default_advice(a).kind == AdviceKind.REQUEUE_EXCLUDING
+
+
+def test_a_lease_renewed_to_the_same_address_blames_no_lease() -> None:
+    a = _run(COMPLETION, {"roce-12": _lease("10.216.7.12")}, nodes=ROCE[:2])
+    assert "DHCP" not in a.summary
+
+
+# NCCL's bootstrap and connect lines (bootstrap.cc, misc/socket.cc; NVIDIA/nccl#1515) and
+# `ip route` on each node: gpu-c03 has two interfaces in one /20, the unreachable one first.
+BOOTSTRAP = (
+    "0: gpu-c01:8001:8001 [0] NCCL INFO Bootstrap : Using eno1:192.168.1.10<0>\n"
+    "1: gpu-c02:8011:8011 [0] NCCL INFO Bootstrap : Using eno1:192.168.2.11<0>\n"
+    "2: gpu-c03:8021:8021 [0] NCCL INFO Bootstrap : Using eno1:192.168.3.12<0>\n"
+    "1: gpu-c02:8011:8090 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to "
+    "192.168.3.8<41233> failed : Software caused connection abort\n"
+    "1: [rank4]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/"
+    "c10d/ProcessGroupNCCL.cpp:1970, unhandled system error (run with NCCL_DEBUG=INFO for "
+    "details), NCCL version 2.23.4\n"
+    "srun: error: gpu-c01: task 0: Exited with exit code 1\n"
+    "srun: error: gpu-c02: task 1: Exited with exit code 1\n"
+    "srun: error: gpu-c03: task 2: Exited with exit code 1\n"
+)
+
+
+def _routes(first: str, second: str) -> str:
+    return (
+        "$ ip route | grep 192.168.0.0/20\n"
+        f"192.168.0.0/20 dev {first} proto kernel scope link src 192.168.3.8 metric 100\n"
+        f"192.168.0.0/20 dev {second} proto kernel scope link src 192.168.3.12 metric 100\n"
+    )
+
+
+def test_peers_sent_to_another_interface_of_one_node_name_that_node() -> None:
+    routes = _lines(_routes("enp37s0f0", "eno1"), "node_gpu-c03.txt")
+    a = _run(BOOTSTRAP, {"gpu-c03": routes})
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["gpu-c03"])
+    assert default_advice(a).kind == AdviceKind.REQUEUE_EXCLUDING
+
+
+def test_an_address_no_node_shows_as_its_own_names_no_node_for_it() -> None:
+    a = _run(BOOTSTRAP)
+    assert "gpu-c03" not in a.culprit_nodes

@@ -100,3 +100,43 @@ def test_a_launchers_report_of_a_killed_rank_on_a_clean_node_names_no_node() -> 
     assert (a.category, a.culprit_nodes) == (Category.UNKNOWN, [])
     a = _run(job, {"node1": CLEAN, "node3": CLEAN})  # node2's log not in the bundle: suspect
     assert a.culprit_nodes == ["node2"]
+
+
+# A rank's NCCL error printed first, then torchrun's record of the child the kernel killed
+# (torch/distributed/elastic/multiprocessing/errors, as in hpcaitech/ColossalAI#3595).
+def _killed(pid: int) -> str:
+    return (
+        "0: [rank0]: RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL"
+        ".cpp:1275, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version "
+        "2.18.1\n"
+        "1: E1202 13:55:18.240521 139736984387205 torch/distributed/elastic/multiprocessing/api.py"
+        ":869] failed (exitcode: -9) local_rank: 1 (pid: 48115) of binary: /opt/conda/bin/python3\n"
+        "1: Root Cause (first observed failure):\n"
+        "1: [0]:\n"
+        "1:   time      : 2026-12-02_13:55:18\n"
+        "1:   host      : node2\n"
+        "1:   rank      : 3 (local_rank: 1)\n"
+        f"1:   exitcode  : -9 (pid: {pid})\n"
+        "1:   error_file: <N/A>\n"
+        f"1:   traceback : Signal 9 (SIGKILL) received by PID {pid}\n"
+        "srun: error: node1: task 0: Exited with exit code 1\n"
+        "srun: error: node2: task 1: Exited with exit code 1\n"
+    )
+
+
+CGROUP_OOM = (
+    "[Wed Dec 02 13:55:17 2026] python invoked oom-killer: gfp_mask=0x140cca(GFP_HIGHUSER_MOVABLE|__GFP_COMP), order=0, oom_score_adj=0\n"
+    "[Wed Dec 02 13:55:17 2026] Memory cgroup out of memory: Killed process 48115 (python) total-vm:212334220kB, anon-rss:61288412kB, file-rss:0kB, shmem-rss:4kB, UID:21880 pgtables:128440kB oom_score_adj:0\n"
+)
+
+
+def test_the_child_the_kernel_oom_killed_is_the_root_not_its_peers_nccl_error() -> None:
+    a = _run(_killed(48115), {"node1": CLEAN, "node2": CGROUP_OOM})
+    assert (a.category, a.culprit_nodes) == (Category.APPLICATION, [])
+    assert "node1" not in a.culprit_nodes
+    assert default_advice(a).kind == AdviceKind.STOP
+
+
+def test_an_oom_kill_of_another_process_does_not_explain_the_job() -> None:
+    a = _run(_killed(50001), {"node1": CLEAN, "node2": CGROUP_OOM})
+    assert "out of host memory" not in a.summary
