@@ -138,6 +138,14 @@ PEER_EXIT_SYMPTOMS = frozenset(
     {"nccl_system_error", "nccl_remote_error", "nccl_socket_peer_closed", "nccl_comm_aborted",
      "nccl_watchdog_timeout"}
 )  # fmt: skip
+# ... and what a DataLoader prints when the kernel killed one of its workers (torch/utils/data/
+# _utils/signal_handling.py; the bus-error hint is its generic line for a dead worker).
+KILL_SYMPTOMS = PEER_EXIT_SYMPTOMS | {
+    "dataloader_worker_killed",
+    "dataloader_shm_bus_error",
+    "slurm_oom_kill",
+}
+_WORKER_KILLED = re.compile(r"DataLoader worker \(pid (?P<pid>\d+)\) is killed by signal: Killed")
 _KILLED_PID = re.compile(r"\bKilled process (?P<pid>\d+)\b|\bpid=(?P<pid2>\d+)\b")
 
 
@@ -147,10 +155,11 @@ def oom_killed_child(a: Analysis) -> Event | None:
     the kill is the root, the communication errors its cascade (the `exitcode: -9 ... (pid: N)`
     record as in hpcaitech/ColossalAI#3595; Linux mm/oom_kill.c `Killed process N`)."""
     killed = {f.pid for f in a.scan.elastic if f.exitcode == -9 and f.pid is not None}
-    if not killed:
-        return None
     roots = [e for e in a.events if e.origin == "job" and e.root and e.serious]
-    if any(e.match.id not in PEER_EXIT_SYMPTOMS for e in roots):
+    for e in roots:
+        if e.match.id == "dataloader_worker_killed" and (w := _WORKER_KILLED.search(e.message)):
+            killed.add(int(w["pid"]))  # (a DataLoader worker SIGKILLed: its pid)
+    if not killed or any(e.match.id not in KILL_SYMPTOMS for e in roots):
         return None
     for e in a.node_events:
         if e.match.id != "host_oom_kill" or not a.in_job(e.node):

@@ -38,6 +38,9 @@ _STAMP = re.compile(r"\b(\d{4}[-/]\d\d[-/]\d\d)[T ](\d\d:\d\d:\d\d)\b")
 # `# ... (squeue: R ...), collector snapshot <time>`).
 _ALIVE_NOTE = re.compile(r"(?i)\b(?:still running|running normally|squeue:? R\b|snapshot)")
 _TQDM_ELAPSED = re.compile(r"\|\s*\d+/\d+\s*\[(?:(?P<h>\d{1,4}):)?(?P<m>\d\d):(?P<s>\d\d)<")
+# Lightning's and HF's evaluation loops label their bars (`Validation DataLoader 0:`,
+# `Evaluating:`, `Testing DataLoader 0:`, `Predicting DataLoader 0:`).
+_EVAL_BAR = re.compile(r"(?i)\b(?:validation|validating|evaluat\w*|eval|testing|predicting)\b")
 _HF_LOG_DICT = re.compile(r"\{'loss': [-\d.e+naif]+,.*'epoch': \d+(?:\.\d+)?\}")
 _RUNNING_NOTE = re.compile(r"(?i)\b(?:still running|running normally|squeue:? R\b)")
 
@@ -141,6 +144,8 @@ def estimated_silence(a: Analysis) -> float | None:
             _TQDM_ELAPSED.search(e.text) for e in reversed(a.lines[max(0, last - 50) : last + 1])
         )
         m = next((b for b in bars if b is not None), None)
+        if m is not None and _EVAL_BAR.search(m.string[: m.start()]):
+            return None  # a validation loop's bar: its clock started with the pass, not the run
         if m is not None:
             h, mi, sec = int(m["h"] or 0), int(m["m"]), int(m["s"])
             return run.total_seconds() - (h * 3600 + mi * 60 + sec) - STARTUP_ALLOWANCE_SECONDS

@@ -40,6 +40,13 @@ _LOCAL_THEN_RANK = re.compile(
     r"(?<![_\w])(?:global_)?rank\"?\s*[=:]\s*(?P<rank>\d{1,7})\b",
     re.IGNORECASE,
 )
+# `mpirun -np 16 -H gpu-m01:8,gpu-m02:8` / `horovodrun -np 8 -H a:4,b:4`: with slots given for
+# every host, ranks fill each host's slots in order (Open MPI mpirun(1) "--map-by slot"
+# default across nodes; Horovod's running guide).
+_MPI_HOSTS = re.compile(
+    r"\b(?:mpirun|mpiexec|horovodrun)\b.*?(?:-H|--host)[=\s]+(?P<hosts>[\w.-]+:\d{1,4}"
+    r"(?:,[\w.-]+:\d{1,4})*)(?![\w.:,-])"
+)
 _DS_MAPPING = re.compile(r"\bglobal_rank_mapping=defaultdict\(<class 'list'>, \{(?P<body>.*)\}\)")
 _DS_HOST_RANKS = re.compile(r"'(?P<host>[^']+)': \[(?P<ranks>[\d, ]*)\]")
 
@@ -76,6 +83,13 @@ class RankEvidence:
             if m2:
                 self.local_of.setdefault(int(m2["rank"]), int(m2["local"]))
                 self.max_local = max(self.max_local, int(m2["local"]))
+        if ("-H" in body or "--host" in body) and (m4 := _MPI_HOSTS.search(body)):
+            rank = 0
+            for item in m4["hosts"].split(","):
+                host, _, slots = item.rpartition(":")
+                for _slot in range(int(slots)):
+                    self.mapped.setdefault(rank, host)
+                    rank += 1
         if "global_rank_mapping" in body and (m3 := _DS_MAPPING.search(body)):
             for pair in _DS_HOST_RANKS.finditer(m3["body"]):
                 for r in pair["ranks"].split(","):

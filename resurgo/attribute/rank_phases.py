@@ -116,6 +116,14 @@ def _one_line_tables(
     return tables
 
 
+def _comma_cells(body: str) -> list[str]:
+    return [c.strip() for c in body.split(",")]
+
+
+def _space_cells(body: str) -> list[str]:
+    return body.split()
+
+
 def _csv_tables(
     bodies: list[tuple[int, str]],
 ) -> list[tuple[int, dict[str, dict[int, float]], dict[int, str]]]:
@@ -124,9 +132,13 @@ def _csv_tables(
     while i < len(bodies):
         order, body = bodies[i]
         i += 1
-        if "rank" not in body or body.count(",") < 2:
+        if "rank" not in body:
             continue
-        names = [c.strip() for c in body.split(",")]
+        # Comma-separated, or columns aligned with spaces (`  rank  emb_h2d  fwd  allreduce`).
+        split = _comma_cells if body.count(",") >= 2 else _space_cells
+        names = split(body)
+        if len(names) < 3:
+            continue
         if "rank" not in [n.lower() for n in names] or not all(_CSV_NAME.match(n) for n in names):
             continue
         note = bodies[i - 2][1] if i >= 2 else ""
@@ -137,7 +149,7 @@ def _csv_tables(
         columns: dict[str, dict[int, float]] = {}
         hosts: dict[int, str] = {}
         while i < len(bodies):
-            cells = [c.strip() for c in bodies[i][1].split(",")]
+            cells = split(bodies[i][1])
             if len(cells) != len(names) or not cells[at].isdigit():
                 break
             rank = int(cells[at])

@@ -52,7 +52,7 @@ from resurgo.attribute.node_local import (
     path_error_after_fs_loss,
 )
 from resurgo.attribute.node_software import node_software
-from resurgo.attribute.scheduler import job_id_in_log, parse_scheduler
+from resurgo.attribute.scheduler import array_task_in_log, job_id_in_log, parse_scheduler
 from resurgo.attribute.shared_services import hung_on_shared_service, shared_outage
 from resurgo.attribute.site_notes import noted_fabric_outage
 from resurgo.attribute.stages_hardware import (
@@ -142,7 +142,7 @@ def analyse(
     metrics: list[LogLine] | None = None,
 ) -> tuple[Attribution, Progress]:
     """`attribute`, plus the attempt's training progress as its output shows it."""
-    facts = parse_scheduler(scheduler_lines or [], job_id_in_log(lines))
+    facts = parse_scheduler(scheduler_lines or [], job_id_in_log(lines), array_task_in_log(lines))
     if obs is not None:
         facts.job = obs
     for node in nodes:

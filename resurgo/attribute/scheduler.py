@@ -233,15 +233,35 @@ def job_id_in_log(lines: list[LogLine]) -> int | None:
     return None
 
 
+# An array task's own output (`SLURM_ARRAY_JOB_ID=3301870 SLURM_ARRAY_TASK_ID=12`, sbatch(1)
+# OUTPUT ENVIRONMENT VARIABLES): which row of an array's sacct table is the job's.
+_ARRAY_JOB_IN_LOG = re.compile(r"\bSLURM_ARRAY_JOB_ID=(\d{1,12})\b")
+_ARRAY_TASK_IN_LOG = re.compile(r"\bSLURM_ARRAY_TASK_ID=(\d{1,9})\b")
+
+
+def array_task_in_log(lines: list[LogLine]) -> str | None:
+    """`<array job id>_<task id>` where the job's output (first 200 lines) states both."""
+    array = task = None
+    for entry in lines[:200]:
+        if "SLURM_ARRAY" not in entry.text:
+            continue
+        array = array or (m.group(1) if (m := _ARRAY_JOB_IN_LOG.search(entry.text)) else None)
+        task = task or (m.group(1) if (m := _ARRAY_TASK_IN_LOG.search(entry.text)) else None)
+    return f"{array}_{task}" if array and task else None
+
+
 def _job_of(job_id: str) -> str:
     return re.split(r"[._+]", job_id, maxsplit=1)[0]
 
 
-def parse_scheduler(lines: list[LogLine], job_id: int | None = None) -> SchedulerFacts:
+def parse_scheduler(
+    lines: list[LogLine], job_id: int | None = None, array_task: str | None = None
+) -> SchedulerFacts:
     """Parse the scheduler's text (scheduler.txt or observed records) into facts.
 
     `job_id`, where the job's own output states it, picks the job's sacct rows over other
-    jobs' rows in the same table."""
+    jobs' rows in the same table; `array_task` (`3301870_12`) its own task's rows over the
+    other tasks' of its array."""
     facts = SchedulerFacts(lines=list(lines))
     own = str(job_id) if job_id is not None and _mentions(lines, job_id) else None
     sacct_header: list[str] | None = None
@@ -288,6 +308,8 @@ def parse_scheduler(lines: list[LogLine], job_id: int | None = None) -> Schedule
             row = _sacct(stripped, sacct_header)
             if row and own is not None and _job_of(row.get("JobID", "")) != own:
                 continue  # another job's row (an earlier run, a namesake)
+            if row and array_task is not None and _other_task(row.get("JobID", ""), array_task):
+                continue  # another task of the job's array
             if row:
                 sacct_rows.append(row)
                 _sacct_facts(facts, stripped, sacct_header, row, entry)
@@ -383,6 +405,12 @@ def _ctld_preempted(lines: list[LogLine], job_id: int | None) -> int | None:
         if m is not None and (job_id is None or int(m["job"]) == job_id):
             return int(m["job"])
     return None
+
+
+def _other_task(job_id: str, array_task: str) -> bool:
+    array, _, _task = array_task.partition("_")
+    task_ref = re.split(r"[.+]", job_id, maxsplit=1)[0]
+    return task_ref.startswith(f"{array}_") and task_ref != array_task
 
 
 def _mentions(lines: list[LogLine], job_id: int) -> bool:

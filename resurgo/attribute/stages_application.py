@@ -139,6 +139,13 @@ def application_verdict(
     job_scoped = mid in GENERIC_APPLICATION_IDS or (
         mid in a.registry and a.registry.get(mid).scope == "job"
     )
+    if (odd := _one_node_short_of_gpus(a, mid, same)) is not None:
+        return Verdict(
+            Category.SYSTEM_SOFTWARE, f"{first.key}|one_node", f"{summary}: only {odd}'s ranks "
+            "find fewer GPUs than the job asks for, the others start: that node's GPU "
+            "configuration (MIG left enabled, a GPU missing)", 0.75,
+            culprits=[odd], ranks=ranks, evidence=evidence,
+        )  # fmt: skip
     held = _held_by_other(first.message) if mid == "cuda_oom" else None
     if mid == "cuda_oom" and held is None and _held_outside(first.message, same, a):
         held = "gpu"
@@ -165,3 +172,19 @@ def application_verdict(
     return Verdict(
         Category.APPLICATION, first.key, summary, confidence, ranks=ranks, evidence=evidence
     )
+
+
+# Asking for a GPU index the process cannot see: the job's configuration when every node says
+# it, one node's GPU setup when only that node's ranks do (a GPU fallen off, MIG mode left on
+# from another partition: nvidia-smi's `mig.mode.current`, NVIDIA MIG user guide).
+DEVICE_COUNT_IDS = frozenset({"cuda_invalid_device"})
+
+
+def _one_node_short_of_gpus(a: Analysis, mid: str, same: list[Event]) -> str | None:
+    if mid not in DEVICE_COUNT_IDS:
+        return None
+    seen = {n for e in same if (n := event_node(a, e)) is not None}
+    job_nodes = set(a.node_list) or {x.node for x in a.scan.exit_order if x.node}
+    if len(seen) != 1 or len(job_nodes) < 2 or not seen < job_nodes:
+        return None
+    return seen.pop()

@@ -194,6 +194,17 @@ def _num_tasks_shown(a: Analysis) -> int | None:
     return found.pop() if len(found) == 1 else None
 
 
+# The job script's own `#SBATCH --ntasks-per-node=N` (or srun's), as its output or a note shows.
+_PER_NODE = re.compile(r"--ntasks-per-node[= ](?P<n>\d{1,4})\b")
+
+
+def _per_node_times_nodes(a: Analysis) -> int | None:
+    """Tasks started = --ntasks-per-node x the job's nodes, where both are stated."""
+    stated = {int(m["n"]) for e in a.lines[:200] if (m := _PER_NODE.search(e.text[:2000]))}
+    nodes = len(a.node_list)
+    return stated.pop() * nodes if len(stated) == 1 and nodes else None
+
+
 def _members_short_of_world(a: Analysis) -> Verdict | None:
     """Every process Slurm started announced itself, as a member of a larger world than were
     started (Trainer(devices=4, num_nodes=2) under --ntasks-per-node=1), and the job ended
@@ -211,7 +222,10 @@ def _members_short_of_world(a: Analysis) -> Verdict | None:
             ranks.add(int(m["rank"]))
             evidence.append(entry)
     tasks = len(a.topo.tasks_seen)
-    started = a.facts.num_tasks or _num_tasks_shown(a) or (tasks if tasks > 1 else None)
+    started = (
+        a.facts.num_tasks or _num_tasks_shown(a) or (tasks if tasks > 1 else None)
+        or _per_node_times_nodes(a)
+    )  # fmt: skip
     if len(worlds) != 1 or started is None:
         return None
     (world,) = worlds

@@ -113,3 +113,30 @@ def test_a_task_silent_since_its_setup_is_not_called_late() -> None:
     a = _run(_late(still_busy=False))
     assert "set-up" not in a.summary
     assert default_advice(a).kind != AdviceKind.STOP
+
+
+def test_lightning_members_of_a_larger_world_than_the_tasks_per_node_started() -> None:
+    # Lightning's `Initializing distributed: GLOBAL_RANK: 8, MEMBER: 9/16` (lightning_fabric
+    # utilities/distributed.py) under `--ntasks-per-node=1` on 2 nodes, until the time limit.
+    job = (
+        "# sbatch header: #SBATCH --nodes=2  #SBATCH --ntasks-per-node=1  #SBATCH --gres=gpu:8\n"
+        "Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/16\n"
+        "Initializing distributed: GLOBAL_RANK: 8, MEMBER: 9/16\n"
+        "slurmstepd: error: *** JOB 9102445 ON j-01 CANCELLED AT 2026-11-18T17:44:12 DUE TO "
+        "TIME LIMIT ***\n"
+    )
+    a = _run(job, nodes=["j-01", "j-02"])
+    assert (a.category, a.culprit_nodes) == (Category.APPLICATION, [])
+    assert default_advice(a).kind == AdviceKind.STOP
+
+
+def test_as_many_members_as_the_world_is_no_launch_mismatch() -> None:
+    job = (
+        "# sbatch header: #SBATCH --nodes=2  #SBATCH --ntasks-per-node=8\n"
+        "Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/16\n"
+        "Initializing distributed: GLOBAL_RANK: 8, MEMBER: 9/16\n"
+        "slurmstepd: error: *** JOB 9102445 ON j-01 CANCELLED AT 2026-11-18T17:44:12 DUE TO "
+        "TIME LIMIT ***\n"
+    )
+    a = _run(job, nodes=["j-01", "j-02"])
+    assert "world" not in a.summary

@@ -313,3 +313,40 @@ def test_no_gpu_visible_on_every_node_excludes_no_node() -> None:
     got = _run(_no_gpus([(0, 0, "gpu-r08"), (1, 1, "gpu-r09"), (2, 2, "gpu-r10")]))
     assert got.culprit_nodes == []
     assert default_advice(got).kind != AdviceKind.REQUEUE_EXCLUDING
+
+
+def _ordinal(tasks: list[int]) -> str:
+    """torch.cuda.set_device on local ranks 1-3 of each task in `tasks` (4 GPUs per node)."""
+    out = ""
+    for t in tasks:
+        for local in (1, 2, 3):
+            rank = t * 4 + local
+            out += (
+                f"{t}: [rank{rank}]: Traceback (most recent call last):\n"
+                f'{t}: [rank{rank}]:   File "/workspace/train_ddp.py", line 57, in <module>\n'
+                f"{t}: [rank{rank}]:     torch.cuda.set_device(local_rank)\n"
+                f"{t}: [rank{rank}]: RuntimeError: CUDA error: invalid device ordinal\n"
+            )
+        out += f"srun: error: {NODES[t]}: task {t}: Exited with exit code 1\n"
+    others = [t for t in range(3) if t not in tasks]
+    if others:
+        out += (
+            f"{others[0]}: [rank0]: torch.distributed.DistStoreError: Timed out after 901 "
+            "seconds waiting for clients. 9/12 clients joined.\n"
+        )
+    return out + "".join(
+        f"srun: error: {NODES[t]}: task {t}: Exited with exit code 1\n" for t in others
+    )
+
+
+def test_one_node_short_of_gpus_is_that_nodes_configuration() -> None:
+    # A node back from a MIG partition: one device per process (NVIDIA MIG user guide).
+    a = _run(_ordinal([1]))
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["gpu-r09"])
+    assert default_advice(a).kind == AdviceKind.REQUEUE_EXCLUDING
+
+
+def test_every_node_short_of_gpus_is_the_jobs_request() -> None:
+    a = _run(_ordinal([0, 1, 2]))
+    assert (a.category, a.culprit_nodes) == (Category.APPLICATION, [])
+    assert default_advice(a).kind == AdviceKind.STOP

@@ -140,3 +140,43 @@ def test_the_child_the_kernel_oom_killed_is_the_root_not_its_peers_nccl_error() 
 def test_an_oom_kill_of_another_process_does_not_explain_the_job() -> None:
     a = _run(_killed(50001), {"node1": CLEAN, "node2": CGROUP_OOM})
     assert "out of host memory" not in a.summary
+
+
+def test_a_dataloader_worker_the_kernel_oom_killed_is_the_jobs_memory_not_shm() -> None:
+    # torch/utils/data/_utils/signal_handling.py: the bus-error hint and the worker's death.
+    job = PROGRESS + (
+        "0: [rank3]:ERROR: Unexpected bus error encountered in worker. This might be caused by "
+        "insufficient shared memory (shm).\n"
+        "0: [rank3]:RuntimeError: DataLoader worker (pid 48115) is killed by signal: Killed.\n"
+        "srun: error: node2: task 1: Out Of Memory\n"
+    )
+    a = _run(job, {"node1": CLEAN, "node2": CGROUP_OOM})
+    assert (a.category, a.culprit_nodes) == (Category.APPLICATION, [])
+    assert default_advice(a).kind == AdviceKind.STOP
+
+
+def test_an_array_tasks_own_sacct_row_decides_not_its_completed_siblings() -> None:
+    # sbatch(1) sets SLURM_ARRAY_JOB_ID/SLURM_ARRAY_TASK_ID; sacct -X lists every task.
+    job = (
+        "SLURM_ARRAY_JOB_ID=3301870 SLURM_ARRAY_TASK_ID=12 SLURM_JOB_NODELIST=node2\n"
+        "Traceback (most recent call last):\n"
+        '  File "/home/pv/embed/embed_corpus.py", line 97, in main\n'
+        "    table = pq.read_table(args.shard, columns=['id', 'text'])\n"
+        "FileNotFoundError: /data/corpus/v3/train-00012-of-00016.parquet\n"
+        "srun: error: node2: task 0: Exited with exit code 1\n"
+    )
+    rows = "".join(
+        f"3301870_{t:<5} {'FAILED' if t == 12 else 'COMPLETED':>10}      {'1:0' if t == 12 else '0:0'}"
+        f"   00:4{t % 10}:01         node{t % 3 + 1}\n"
+        for t in range(16)
+    )
+    sacct = (
+        "JobID             State ExitCode    Elapsed        NodeList\n"
+        "------------ ---------- -------- ---------- ---------------\n" + rows
+    )
+    a = attribute(
+        Registry.default(), None, _lines(job, "job.log"), None, [], NODES, node_logs={},
+        scheduler_lines=_lines(sacct, "scheduler.txt"),
+    )  # fmt: skip
+    assert a.category == Category.APPLICATION
+    assert "completed" not in a.summary

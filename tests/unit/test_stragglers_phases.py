@@ -179,3 +179,39 @@ def test_a_csv_table_of_something_else_than_time_is_no_timer(tmp_path: Path) -> 
         f"[batch={b}/20000]:\n\t Train loss/train/total: 2.5980\n" for b in range(5, 300, 5)
     )
     assert verdict(tmp_path, log + RUNNING, metrics=metrics)[0] == "none"
+
+
+def _aligned_tables(slow_rank: int, reports: int = 4) -> str:
+    """A job's own timer table with space-aligned columns, under `mpirun -H host:slots`."""
+    out = "+ mpirun -np 16 -H gpu-m01:8,gpu-m02:8 --bind-to numa python train_recsys.py\n"
+    for it in range(reports):
+        out += f"[1,0]<stdout>:it {(it + 1) * 2000:>6} | loss 0.1379 | 212.{it} ms/it\n"
+        out += "[1,0]<stdout>:---- timer breakdown (mean ms over last 2000 it, all ranks) ----\n"
+        out += "[1,0]<stdout>:  rank  emb_h2d  fwd    bwd    a2a    allreduce  total\n"
+        for r in range(16):
+            h2d, wait = (82.1, 3.5) if r == slow_rank else (11.0 + r % 3 * 0.4, 76.0 + r % 5)
+            out += (
+                f"[1,0]<stdout>:  {r:>4}  {h2d:>7.1f}   37.9   60.7   18.4  {wait:>9.1f}  212.0\n"
+            )
+    return out + RUNNING
+
+
+LNKSTA = (
+    "$ lspci -vvv -s 0000:9d:00.0 | grep -E 'NVIDIA|LnkCap:|LnkSta:'\n"
+    "9d:00.0 3D controller: NVIDIA Corporation GH100 [H100 SXM5 80GB] (rev a1)\n"
+    "\t\tLnkCap:\tPort #0, Speed 32GT/s, Width x16, ASPM not supported\n"
+    "\t\tLnkSta:\tSpeed 2.5GT/s (downgraded), Width x16\n"
+)
+
+
+def test_an_aligned_timer_table_names_the_slow_rank_on_its_mpirun_host(tmp_path: Path) -> None:
+    # Rank 13 is slot 5 of gpu-m02 (-H gpu-m01:8,gpu-m02:8); its PCIe link trained at gen1.
+    kind, category, culprits, _ = verdict(
+        tmp_path, _aligned_tables(13), **{"node_gpu-m02": LNKSTA, "dmesg_gpu-m01": CLEAN}
+    )
+    assert (kind, category, culprits) == ("straggler", "hardware_gpu", ["gpu-m02"])
+
+
+def test_the_same_tables_on_the_first_host_name_the_first_host(tmp_path: Path) -> None:
+    kind, _category, culprits, _ = verdict(tmp_path, _aligned_tables(3))
+    assert (kind, culprits) == ("straggler", ["gpu-m01"])
