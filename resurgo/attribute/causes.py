@@ -22,6 +22,9 @@ from resurgo.policy.decide import NO_RETRY_HELPS_KEY
 
 _NCCL_VERSION = re.compile(r"\bNCCL version (?P<major>\d+)\.(?P<minor>\d+)\.(?P<patch>\d+)")
 _VERSION_PAIR = re.compile(r"\brank (?P<rank>\d+) version (?P<code>\d{4,6})\b")
+# A library reporting its own bug (NCCL's ncclInternalError: "please report this issue to the
+# NCCL developers"): by itself, from one rank, no evidence against the node it ran on.
+LIBRARY_BUGS = frozenset({"nccl_internal_error"})
 # A program's environment missing a piece: the job's own, or one node's image.
 ENVIRONMENT_IDS = frozenset({"shared_library_missing", "lmod_module_unknown"})
 _ENVIRONMENT = re.compile(
@@ -36,6 +39,7 @@ def _version_drift(a: Analysis) -> list[str]:
     """Nodes running a different NCCL than most of the job, from each host's `NCCL version`
     line and NCCL's `Mismatched NCCL version detected : rank A version X rank B version Y`."""
     on: dict[int, set[str]] = {}
+    compared: dict[int, set[str]] = {}
     for entry in a.lines:
         if "version" not in entry.text:
             continue
@@ -49,9 +53,19 @@ def _version_drift(a: Analysis) -> list[str]:
             code = int(m["major"]) * 10000 + int(m["minor"]) * 100 + int(m["patch"])
             if node is not None:
                 on.setdefault(code, set()).add(node)
-        for m in _VERSION_PAIR.finditer(pre.body):
+        pairs = list(_VERSION_PAIR.finditer(pre.body))
+        for m in pairs:
             if (node := a.topo.node_of(None, int(m["rank"]))) is not None:
-                on.setdefault(int(m["code"]), set()).add(node)
+                compared.setdefault(int(m["code"]), set()).add(node)
+        # NCCL's init.cc prints the peer's pair, then the reporting rank's own: its version is
+        # the one loaded on the host the line's `host:pid:tid` prefix names.
+        reporter = nccl.host if nccl is not None else host
+        own = a.topo.hosts.canonical(reporter) if reporter and len(pairs) == 2 else None
+        if own is not None:
+            compared.setdefault(int(pairs[1]["code"]), set()).add(own)
+    # NCCL's own comparison of the libraries each rank loaded outranks a version a framework's
+    # error message prints (which may be the one it was built with).
+    on = compared if len(compared) >= 2 else on
     if len(on) < 2:
         return []
     everyone = set().union(*on.values())

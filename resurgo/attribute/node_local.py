@@ -25,7 +25,7 @@ import re
 from collections.abc import Callable
 
 from resurgo.attribute.analysis import Analysis, Verdict, event_node
-from resurgo.attribute.causes import _version_drift
+from resurgo.attribute.causes import LIBRARY_BUGS, _version_drift
 from resurgo.attribute.events import _CORRECTED
 from resurgo.attribute.setting_owner import GENERIC_NCCL_IDS, job_owned_transport
 from resurgo.attribute.topology import split_host_prefix
@@ -226,6 +226,8 @@ def _odd_node_error(a: Analysis, v: Verdict) -> tuple[list[str], str, list[LogLi
     others: set[str] = set()
     for e in a.events:
         if e.origin != "job" or not (e.root and e.serious) or _REACHING_PEER.search(e.line.text):
+            continue
+        if e.match.id in LIBRARY_BUGS:
             continue
         scoped = e.match.id in a.registry and a.registry.get(e.match.id).scope == "node"
         recurs = scoped and a.registry.get(e.match.id).determinism == "recurs"

@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 
 from resurgo.attribute.analysis import Analysis, Verdict
+from resurgo.attribute.shm_size import shm_too_small
 from resurgo.attribute.site_software import (
     container_without_gpus,
     jobs_own_container,
@@ -36,7 +37,8 @@ from resurgo.contracts import Category, LogLine
 from resurgo.detect.lines import parse_nccl_prefix
 
 _LOCAL_MOUNT = re.compile(
-    r"^(?:/tmp|/var/tmp|/dev/shm|/local|/localscratch|/scratch/local|/raid|/nvme|/mnt/local|"
+    r"^(?:/tmp|/var/tmp|/dev/shm|/local|/localscratch|/local_scratch|/scratch/local|/raid|"
+    r"/nvme|/mnt/local|"
     r"/lscratch|/ssd)\b"
 )
 # `df -h` rows: `/dev/nvme0n1p3  100G  100G     0 100% /tmp`.
@@ -73,7 +75,7 @@ _NETWORKISH = (Category.HARDWARE_NETWORK, Category.SYSTEM_SOFTWARE, Category.UNK
 def node_software(a: Analysis, v: Verdict) -> Verdict:
     """`v` with the node (and category) its own software state says, where one does."""
     for join in (jobs_own_container, container_without_gpus, site_software_everywhere,
-                 name_full_disk, odd_bootstrap_interface, gid_changed_by_dhcp,
+                 shm_too_small, name_full_disk, odd_bootstrap_interface, gid_changed_by_dhcp,
                  name_pasted_gpu_fault):  # fmt: skip
         v = join(a, v)
     return v
@@ -90,9 +92,15 @@ def _fits(a: Analysis, nodes: list[str]) -> bool:
     )  # fmt: skip
 
 
+# A write the job's checkpointing or output failed (the catalogue's entries for it).
+WRITE_FAILURES = frozenset({"checkpoint_write_failed"})
+
+
 def name_full_disk(a: Analysis, v: Verdict) -> Verdict:
     if v.category != Category.SYSTEM_SOFTWARE or v.culprits:
         return v
+    if (local := _write_failed_on_full_local_disk(a, v)) is not None:
+        return local
     shown = {(x.source, x.line_no) for x in v.evidence}
     full = [
         e for e in a.events
@@ -123,6 +131,30 @@ def name_full_disk(a: Analysis, v: Verdict) -> Verdict:
     v.evidence = [*nodes.values(), *v.evidence]
     v.confidence = max(v.confidence, 0.8)
     return v
+
+
+def _write_failed_on_full_local_disk(a: Analysis, v: Verdict) -> Verdict | None:
+    """A write that failed on one node's ranks only, where that node's own `df` shows a
+    node-local disk full and no other node's does: that node's disk (an earlier job's leftovers,
+    a failed epilogue cleanup), not the shared file system."""
+    failed = {e.node for e in a.events if e.match.id in WRITE_FAILURES and e.root and e.node}
+    if len(failed) != 1:
+        return None
+    full: dict[str, LogLine] = {}
+    for host, lines in a.node_logs.items():
+        node = a.topo.hosts.canonical(host)
+        for entry in lines:
+            m = _DF_FULL.match(entry.text.strip())
+            if node and m and _LOCAL_MOUNT.match(m["mount"]):
+                full.setdefault(node, entry)
+    if set(full) != failed or not _fits(a, sorted(full)):
+        return None
+    (node,) = failed
+    return Verdict(
+        Category.SYSTEM_SOFTWARE, v.key, f"{v.summary} ({node}: its own df shows a node-local "
+        "disk full)", max(v.confidence, 0.8), culprits=[node], ranks=v.ranks,
+        evidence=[full[node], *v.evidence], kind=v.kind, outcome=v.outcome,
+    )  # fmt: skip
 
 
 def odd_bootstrap_interface(a: Analysis, v: Verdict) -> Verdict:

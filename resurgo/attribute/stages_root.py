@@ -19,6 +19,7 @@ from datetime import datetime
 from resurgo.attribute.analysis import Analysis, Verdict, actor_node, event_node
 from resurgo.attribute.cascade_roots import elastic_verdict, oom_killed_child, silent_rank_errors
 from resurgo.attribute.causes import (
+    LIBRARY_BUGS,
     OOM_KILLS,
     _collective_mismatch,
     _drifted_node,
@@ -101,7 +102,7 @@ _PEER_FAILURE = re.compile(
 # ENOSPC on a shared file system is the file system's (or the project's quota).
 _LOCAL_PATH = re.compile(
     r"(?:^|['\"\s=])(?:/tmp|/var/tmp|/dev/shm|/local|/localscratch|/scratch/local|/raid|/nvme|/mnt/local|"
-    r"/lscratch|/ssd)\b"
+    r"/lscratch|/local_scratch|/ssd)\b"
 )
 
 
@@ -372,9 +373,13 @@ def _from_primaries(
             and mid in a.registry
             and a.registry.get(mid).scope == "node"
             and not _PEER_FAILURE.search(first.message)
+            # NCCL's own bug report ("internal error - please report this issue") alone, from
+            # one rank on a node whose kernel log is clean, is no evidence against the node.
+            and not (mid in LIBRARY_BUGS and all(_quiet_node(a, n) for n in nodes))
         )
         node_local = (
-            mid in NODE_LOCAL_SYSTEM
+            odd_node
+            or mid in NODE_LOCAL_SYSTEM
             or local_disk
             or said_by_one
             or (bool(nodes) and set(nodes) <= troubled)

@@ -563,3 +563,42 @@ def test_peers_sent_to_another_interface_of_one_node_name_that_node() -> None:
 def test_an_address_no_node_shows_as_its_own_names_no_node_for_it() -> None:
     a = _run(BOOTSTRAP)
     assert "gpu-c03" not in a.culprit_nodes
+
+
+def test_nccls_own_version_check_names_the_odd_node_over_a_frameworks_message() -> None:
+    # NCCL init.cc: `rank <peer> version <v> rank <self> version <own>`; PyTorch's error text
+    # carries a version of its own beside it.
+    job = (
+        "0: NCCL version 2.19.3+cuda12.3\n"
+        "2: gpu-c03:77116:77206 [0] init.cc:614 NCCL WARN Mismatched NCCL version detected : "
+        "rank 0 version 21903 rank 2 version 21602\n"
+        "0: gpu-c01:77100:77190 [0] init.cc:670 NCCL WARN Mismatched NCCL version detected : "
+        "rank 2 version 21602 rank 0 version 21903\n"
+        "1: gpu-c02:77108:77198 [0] init.cc:670 NCCL WARN Mismatched NCCL version detected : "
+        "rank 2 version 21602 rank 1 version 21903\n"
+        "2: [rank2]: torch.distributed.DistBackendError: NCCL error in: /opt/pytorch/pytorch/"
+        "torch/csrc/distributed/c10d/NCCLUtils.hpp:275, invalid usage (run with NCCL_DEBUG=WARN "
+        "for details), NCCL version 2.19.3\n"
+        "srun: error: gpu-c03: task 2: Exited with exit code 1\n"
+        "srun: error: gpu-c01: task 0: Exited with exit code 1\n"
+        "srun: error: gpu-c02: task 1: Exited with exit code 1\n"
+    )
+    a = _run(job)
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["gpu-c03"])
+
+
+def test_a_lone_nccl_internal_error_on_a_clean_node_names_no_node() -> None:
+    # `internal error - please report this issue to the NCCL developers` (NCCL's
+    # ncclInternalError): an NCCL bug or mismatch, not evidence against the node that hit it.
+    job = (
+        "1: [rank5]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/"
+        "c10d/ProcessGroupNCCL.cpp:1970, internal error - please report this issue to the NCCL "
+        "developers, NCCL version 2.18.1\n"
+        "1: [rank5]: ncclInternalError: Internal check failed.\n"
+        "srun: error: gpu-c02: task 1: Exited with exit code 1\n"
+        "srun: error: gpu-c01: task 0: Exited with exit code 1\n"
+    )
+    clean = "(no kernel messages in the job window)\n"
+    a = _run(job, {n: _lines(clean, f"dmesg_{n}.txt") for n in NODES})
+    assert a.culprit_nodes == []
+    assert default_advice(a).kind == AdviceKind.REQUEUE

@@ -350,3 +350,31 @@ def test_every_node_short_of_gpus_is_the_jobs_request() -> None:
     a = _run(_ordinal([0, 1, 2]))
     assert (a.category, a.culprit_nodes) == (Category.APPLICATION, [])
     assert default_advice(a).kind == AdviceKind.STOP
+
+
+WRITE_FAILED = (
+    "1: [rank12]: RuntimeError: [enforce fail at inline_container.cc:471] . PytorchStreamWriter "
+    "failed writing file data/3: file write failed\n"
+    "srun: error: gpu-r09: task 1: Exited with exit code 1\n"
+    "srun: error: gpu-r08: task 0: Exited with exit code 1\n"
+)
+
+
+def _df(use: str) -> list[LogLine]:
+    return _lines(
+        "# df -h /local_scratch\nFilesystem      Size  Used Avail Use% Mounted on\n"
+        f"/dev/nvme1n1    3.5T  3.5T     0 {use} /local_scratch\n",
+        "node_gpu-r09.txt",
+    )
+
+
+def test_a_write_failing_on_the_node_whose_local_disk_is_full_names_it() -> None:
+    # torch/serialization.py's PytorchStreamWriter (caffe2 inline_container.cc) on one node.
+    a = _run(WRITE_FAILED, {"gpu-r09": _df("100%")})
+    assert a.culprit_nodes == ["gpu-r09"]
+    assert default_advice(a).kind == AdviceKind.REQUEUE_EXCLUDING
+
+
+def test_a_write_failing_beside_a_disk_with_room_names_no_node() -> None:
+    a = _run(WRITE_FAILED, {"gpu-r09": _df("41%")})
+    assert a.culprit_nodes == []

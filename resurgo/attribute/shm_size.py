@@ -1,0 +1,82 @@
+"""A /dev/shm too small for NCCL on every node of the job: whose setting it is.
+
+NCCL sizes a shared-memory segment per intra-node peer in /dev/shm (`Call to posix_fallocate
+failed : No space left on device`, `failed to extend /dev/shm/nccl-...`; NVIDIA/nccl#290,
+#342: Docker's 64 MB default). On one node that is the node's state (another job's leftover
+segments: `name_full_disk` names it). On every node of the job it is the size the container
+gives /dev/shm, the same on any nodes, so a retry cannot help (attribution-labels.md
+tie-breaker 6 decides whose):
+
+- the job starts its own container (`docker run`, `podman run`, Apptainer) without
+  `--shm-size`/`--ipc=host`: the job's launch line, application, stop;
+- an operator's note says the site's container template or runtime sets /dev/shm: the site's
+  configuration on every node, system_software naming them all, stop.
+"""
+
+from __future__ import annotations
+
+import re
+
+from resurgo.attribute.analysis import Analysis, Verdict, event_node
+from resurgo.contracts import Category, LogLine
+from resurgo.policy.decide import NO_RETRY_HELPS_KEY
+
+SHM_FAULTS = frozenset({"nccl_shm_extend_failed"})
+_OWN_CONTAINER = re.compile(r"\b(?:docker|podman) run\b|\b(?:singularity|apptainer) (?:exec|run)\b")
+_SHM_OPTIONS = re.compile(r"--shm-size\b|--ipc[= ]host\b")
+_SITE_SHM_NOTE = re.compile(
+    r"(?i)\bsite\b.{0,160}(?:/dev/shm|\bshm\b)|(?:/dev/shm|\bshm\b).{0,160}\bsite\b"
+)
+# A node's own `df -h /dev/shm` showing it full (`tmpfs  64M  64M  0 100% /dev/shm`).
+_SHM_FULL = re.compile(r"^\S+\s+\S+\s+\S+\s+\S+\s+(?:99|100)%\s+/dev/shm\s*$")
+LAUNCH_LINES = 200
+
+
+def shm_too_small(a: Analysis, v: Verdict) -> Verdict:
+    """`v` decided by who sets /dev/shm's size, when NCCL ran out of it on every node."""
+    if v.category not in (Category.SYSTEM_SOFTWARE, Category.UNKNOWN, Category.HARDWARE_NETWORK):
+        return v
+    faults = [e.line for e in a.events if e.origin == "job" and e.match.id in SHM_FAULTS]
+    nodes = {
+        n for e in a.events
+        if e.origin == "job" and e.match.id in SHM_FAULTS and isinstance(n := event_node(a, e), str)
+    }  # fmt: skip
+    for host, lines in a.node_logs.items():
+        full = next((x for x in lines if _SHM_FULL.match(x.text.strip())), None)
+        if full is not None and (node := a.topo.hosts.canonical(host)) is not None:
+            nodes.add(node)
+            faults.append(full)
+    job = set(a.node_list) or {x.node for x in a.scan.exit_order if x.node}
+    if len(job) < 2 or not job <= nodes:
+        return v
+    head = [*a.header, *a.lines[:LAUNCH_LINES]]
+    site = next(
+        (x for x in head if x.text.lstrip().startswith("#") and _SITE_SHM_NOTE.search(x.text)), None
+    )
+    if site is not None:
+        culprits = sorted(job)
+        return Verdict(
+            Category.SYSTEM_SOFTWARE, NO_RETRY_HELPS_KEY,
+            f"{faults[0].text.strip()[:160]}: /dev/shm is too small for NCCL on every node and "
+            f"the site's container setup sizes it ({', '.join(culprits)})", 0.8,
+            culprits=culprits, ranks=v.ranks, evidence=[site, faults[0], *v.evidence],
+            kind=v.kind, outcome=v.outcome,
+        )  # fmt: skip
+    launch = _own_launch(head)
+    if launch is None or _SHM_OPTIONS.search(launch.text):
+        return v
+    return Verdict(
+        Category.APPLICATION, "job_container|shm_too_small", f"{faults[0].text.strip()[:160]}"
+        ": /dev/shm is too small for NCCL on every node, in the container the job starts "
+        "without --shm-size or --ipc=host (Docker's default is 64 MB)", 0.85, ranks=v.ranks,
+        evidence=[launch, faults[0], *v.evidence], kind=v.kind, outcome=v.outcome,
+    )  # fmt: skip
+
+
+def _own_launch(head: list[LogLine]) -> LogLine | None:
+    """The job's own container command: its script's trace (`+ srun ... docker run`) or the
+    first such line (a container's banner quoting `docker run` comes after it)."""
+    launches = [x for x in head if _OWN_CONTAINER.search(x.text)]
+    traced = [x for x in launches if x.text.lstrip().startswith(("+", "$")) or "srun" in x.text]
+    found = traced or launches
+    return found[0] if found else None

@@ -1,0 +1,71 @@
+"""NCCL out of /dev/shm on every node: the container's size for it, and whose setting that is.
+
+Lines as NVIDIA/nccl#290 and #342 quote them (older NCCL's include/shm.h); Docker gives /dev/shm
+64 MB unless `--shm-size` or `--ipc=host` says otherwise.
+"""
+
+from __future__ import annotations
+
+from resurgo.attribute.offline import default_advice
+from resurgo.attribute.rules import attribute
+from resurgo.contracts import AdviceKind, Attribution, Category, LogLine
+from resurgo.detect.registry import Registry
+
+NODES = ["gpu2-ru7", "gpu2-ru8"]
+
+
+def _lines(text: str, source: str = "job.log") -> list[LogLine]:
+    return [LogLine(source=source, line_no=i + 1, text=t) for i, t in enumerate(text.splitlines())]
+
+
+def _run(job: str, node_logs: dict[str, list[LogLine]] | None = None) -> Attribution:
+    return attribute(
+        Registry.default(), None, _lines(job), None, [], NODES, node_logs=node_logs or {},
+        scheduler_lines=[],
+    )  # fmt: skip
+
+
+FAILED = (
+    "0: gpu2-ru7:2143:2561 [1] include/shm.h:28 NCCL WARN Call to posix_fallocate failed : No "
+    "space left on device\n"
+    "1: gpu2-ru8:3306:3711 [2] include/shm.h:28 NCCL WARN Call to posix_fallocate failed : No "
+    "space left on device\n"
+    "0: [rank0]: torch.distributed.DistBackendError: NCCL error in: /opt/pytorch/pytorch/torch/"
+    "csrc/distributed/c10d/ProcessGroupNCCL.cpp:1691, unhandled system error (run with "
+    "NCCL_DEBUG=INFO for details), NCCL version 2.19.3\n"
+    "srun: error: gpu2-ru7: task 0: Exited with exit code 1\n"
+    "srun: error: gpu2-ru8: task 1: Exited with exit code 1\n"
+)
+LAUNCH = (
+    "+ srun -l docker run --rm --runtime nvidia --net=host {opts}nvcr.io/nvidia/pytorch:24.01-py3 "
+    "torchrun --nnodes=2 --nproc_per_node=4 /home/ap/train.py\n"
+    "0: NOTE: The SHMEM allocation limit is set to the default of 64MB.  This may be\n"
+    "0:    docker run --gpus all --ipc=host --ulimit memlock=-1 --ulimit stack=67108864 ...\n"
+)
+
+
+def test_the_jobs_own_container_without_shm_size_stops() -> None:
+    a = _run(LAUNCH.format(opts="") + FAILED)
+    assert (a.category, a.culprit_nodes) == (Category.APPLICATION, [])
+    assert default_advice(a).kind == AdviceKind.STOP
+
+
+def test_a_container_given_the_hosts_ipc_is_not_blamed_for_its_shm() -> None:
+    a = _run(LAUNCH.format(opts="--ipc=host ") + FAILED)
+    assert "--shm-size" not in a.summary
+
+
+def test_the_sites_container_template_names_every_node_and_stops() -> None:
+    note = (
+        "# site note: every job step runs inside the site-managed container runtime; its "
+        "template mounts tmpfs /dev/shm with size=64m; users cannot override it\n"
+    )
+    a = _run(note + FAILED)
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, NODES)
+    assert default_advice(a).kind == AdviceKind.STOP
+
+
+def test_one_nodes_shm_alone_is_that_nodes_state() -> None:
+    one = "".join(x + "\n" for x in FAILED.splitlines() if "gpu2-ru8:3306" not in x)
+    a = _run(LAUNCH.format(opts="") + one)
+    assert default_advice(a).kind != AdviceKind.STOP
