@@ -38,6 +38,7 @@ import re
 
 from resurgo.attribute.analysis import Analysis, Verdict
 from resurgo.attribute.cascade_roots import mismatch_report
+from resurgo.attribute.save_timeouts import save_outlasts_timeout
 from resurgo.attribute.stack_dumps import _LIBRARY
 from resurgo.attribute.stages_common import _rank
 from resurgo.contracts import AnomalyKind, Category, LogLine
@@ -280,4 +281,5 @@ def application_hang(a: Analysis, outcome: str | None) -> Verdict | None:
         or placement_never_satisfied(a, outcome)
         or dataloader_deadlock(a, outcome)
         or dumps_in_different_collectives(a, outcome)
+        or save_outlasts_timeout(a)
     )

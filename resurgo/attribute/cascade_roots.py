@@ -159,7 +159,7 @@ def oom_killed_child(a: Analysis) -> Event | None:
     for e in roots:
         if e.match.id == "dataloader_worker_killed" and (w := _WORKER_KILLED.search(e.message)):
             killed.add(int(w["pid"]))  # (a DataLoader worker SIGKILLed: its pid)
-    if not killed or any(e.match.id not in KILL_SYMPTOMS for e in roots):
+    if not killed or any(not _kill_symptom(e) for e in roots):
         return None
     for e in a.node_events:
         if e.match.id != "host_oom_kill" or not a.in_job(e.node):
@@ -169,3 +169,10 @@ def oom_killed_child(a: Analysis) -> Event | None:
         ) in killed:
             return e
     return None
+
+
+def _kill_symptom(e: Event) -> bool:
+    """What peers or the DataLoader print once a process was killed (its `Unexpected
+    segmentation fault/bus error encountered in worker` is the handler's line for any dead
+    worker, torch/csrc/DataLoader.cpp)."""
+    return e.match.id in KILL_SYMPTOMS or "encountered in worker" in e.line.text

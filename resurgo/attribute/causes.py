@@ -460,20 +460,3 @@ def oom_verdict(a: Analysis, e: Event) -> Verdict | None:
 # 48812 has 36.02 GiB memory in use`), and where the job's output names its own processes
 # (torchrun `local_rank: 3 (pid: 3301917)`, `Sending process 3301914 closing signal`, NCCL's
 # `host:pid:tid` prefix).
-_HOLDER = re.compile(r"\bProcess (\d+) has \d+(?:\.\d+)? GiB memory in use")
-_OWN_PID = re.compile(
-    r"\(pid: (\d+)\)|\bSending process (\d+) closing signal|^\S+?:(\d+):\d+ \[\d+\] NCCL"
-)
-
-
-def held_by_the_job(a: Analysis, message: str) -> bool:
-    """Every process an OOM message names as holding the GPU's memory is one of the job's own
-    (two ranks mapped to one GPU): the job's configuration, not another job's leftover."""
-    holders = set(_HOLDER.findall(message))
-    if not holders:
-        return False
-    own: set[str] = set()
-    for entry in a.lines:
-        for m in _OWN_PID.finditer(strip_prefixes(entry.text).body):
-            own.update(g for g in m.groups() if g)
-    return holders <= own

@@ -24,12 +24,16 @@ _OUTAGE = (
     r"reloaded|rebooted|failed|outage|unreachable|isolated)"
 )
 _NOTED_OUTAGE = re.compile(rf"(?i){_SWITCH}.{{0,80}}?{_OUTAGE}")
+# The host's own port going down (the switch's outage seen from the node; shared_network.py).
+_LINK_DOWN = frozenset({"link_down_upper", "nic_link_down", "ib_port_down"})
 _NOT_NOW = re.compile(r"(?i)\b(?:last (?:week|month|year)|yesterday|planned for|scheduled for)\b")
 
 
 def noted_fabric_outage(a: Analysis, v: Verdict) -> Verdict:
     """`v` as a shared network outage when it found no cause and an operator's note states a
     switch outage."""
+    if v.category == Category.HARDWARE_NETWORK and len(v.culprits) >= 2:
+        return _several_nodes_behind_a_noted_switch(a, v)
     if v.category != Category.UNKNOWN or v.culprits:
         return v
     for entry in [*a.header, *a.facts.lines[:60]]:
@@ -42,4 +46,23 @@ def noted_fabric_outage(a: Analysis, v: Verdict) -> Verdict:
                 f"{v.summary}; an operator's note states a shared switch outage", 0.7,
                 ranks=v.ranks, evidence=[entry, *v.evidence], kind=v.kind, outcome=v.outcome,
             )  # fmt: skip
+    return v
+
+
+def _several_nodes_behind_a_noted_switch(a: Analysis, v: Verdict) -> Verdict:
+    """Several nodes named only by the job's own network errors (none of their node files shows
+    a fault of its own) while the fabric's log or a note pasted with the scheduler's text says a
+    switch went down: the switch they share (attribution-labels.md tie-breaker 5), no culprit."""
+    own = [e for e in a.node_events if e.root and e.hardware and e.node in v.culprits]
+    if any(e.match.id not in _LINK_DOWN for e in own):
+        return v  # (a node's own HCA or cable fault speaks for that node)
+    for entry in [*a.header, *a.facts.lines[:200]]:
+        if _NOT_NOW.search(entry.text) or not _NOTED_OUTAGE.search(entry.text):
+            continue
+        return Verdict(
+            Category.HARDWARE_NETWORK, "shared|switch_outage",
+            f"{v.summary}: a switch outage is logged with the job ({entry.text.strip()[:120]});"
+            " the switch these nodes share, no node to exclude", 0.7,
+            ranks=v.ranks, evidence=[entry, *v.evidence], kind=v.kind, outcome=v.outcome,
+        )  # fmt: skip
     return v

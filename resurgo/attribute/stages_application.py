@@ -16,10 +16,10 @@ from resurgo.attribute.analysis import Analysis, Verdict, event_node
 from resurgo.attribute.causes import (
     _first_to_exit,
     _transient,
-    held_by_the_job,
     job_owned_path,
 )
 from resurgo.attribute.events import Event
+from resurgo.attribute.oom_holders import held_by_the_job
 from resurgo.attribute.stages_common import _held_by_other
 from resurgo.attribute.tracebacks import GENERIC_APPLICATION_IDS, LIBRARY_CALL_FAILED
 from resurgo.contracts import Category, LogLine
@@ -149,7 +149,7 @@ def application_verdict(
     held = _held_by_other(first.message) if mid == "cuda_oom" else None
     if mid == "cuda_oom" and held is None and _held_outside(first.message, same, a):
         held = "gpu"
-    if held is not None and not held_by_the_job(a, first.message):
+    if held is not None and not held_by_the_job(a, first.line.text):
         # Another process holds the GPU's memory (a leftover of an earlier job): the
         # node's state, not the job's batch size (attribution-labels tie-breaker 4).
         return Verdict(

@@ -180,3 +180,39 @@ def test_an_array_tasks_own_sacct_row_decides_not_its_completed_siblings() -> No
     )  # fmt: skip
     assert a.category == Category.APPLICATION
     assert "completed" not in a.summary
+
+
+def _cuda_oom(held: str, allocated: str) -> str:
+    # PyTorch >= 2.1 (c10/cuda/CUDACachingAllocator.cpp): NVML's processes on the GPU, then
+    # the failing process's own allocator.
+    return (
+        "[rank7]: torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 112.00 MiB. "
+        "GPU 7 has a total capacity of 39.39 GiB of which 14.00 MiB is free. Process 1117993 has "
+        f"{held} GiB memory in use. Of the allocated memory {allocated} GiB is allocated by "
+        "PyTorch, and 385.64 MiB is reserved by PyTorch but unallocated.\n"
+        "srun: error: node1: task 0: Exited with exit code 1\n"
+    )
+
+
+def test_a_lone_holder_using_what_this_process_allocated_is_this_process() -> None:
+    a = _run(_cuda_oom("39.36", "38.34"), {"node1": CLEAN})
+    assert (a.category, a.culprit_nodes) == (Category.APPLICATION, [])
+    assert default_advice(a).kind == AdviceKind.STOP
+
+
+def test_a_lone_holder_using_far_more_than_this_process_is_another_process() -> None:
+    a = _run(_cuda_oom("39.36", "6.10"), {"node1": CLEAN})
+    assert a.category == Category.SYSTEM_SOFTWARE
+
+
+def test_a_dataloader_segfault_line_for_a_worker_the_kernel_killed_is_the_jobs_memory() -> None:
+    # The DataLoader's handler prints a segfault line for any dead worker (torch/csrc/
+    # DataLoader.cpp); the kernel's report names the worker it killed.
+    job = PROGRESS + (
+        "ERROR: Unexpected segmentation fault encountered in worker.\n"
+        "RuntimeError: DataLoader worker (pid 48115) is killed by signal: Killed.\n"
+        "slurmstepd: error: Detected 1 oom-kill event(s) in StepId=14604003.batch. Some of your "
+        "processes may have been killed by the cgroup out-of-memory handler.\n"
+    )
+    a = _run(job, {"node1": CLEAN, "node2": CGROUP_OOM})
+    assert (a.category, a.culprit_nodes) == (Category.APPLICATION, [])

@@ -51,6 +51,12 @@ APPLICATION_LINES = [
     "central directory",
     "[rank0]: lightning.fabric.utilities.exceptions.MisconfigurationException: You requested "
     "gpu: [0, 1, 2, 3, 4, 5, 6, 7]",
+    # vLLM's sleep-mode allocator (verl-project/verl#302) and TensorFlow's allocator.
+    "[rank0]: RuntimeError: CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62",
+    "[rank0]: tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when "
+    "allocating tensor with shape[128,128,109,109] and type float on /job:localhost/replica:0/"
+    "task:0/device:GPU:1 by allocator GPU_1_bfc",
+    '[rank0]: "hipErrorNoBinaryForGpu: Unable to find code object for all current devices!"',
 ]
 
 

@@ -104,6 +104,34 @@ def test_links_of_several_nodes_down_in_the_same_second_are_their_switchs() -> N
     assert default_advice(a).kind == AdviceKind.REQUEUE
 
 
+def test_a_large_jobs_few_pasted_kernel_logs_showing_the_same_second_are_the_switch() -> None:
+    # Two of the four nodes' dmesg pasted, both down in the same second; the other two said
+    # nothing of their own.
+    logs = {host: _link_down(11) for host in NODES4[:2]}
+    a = _run(IB_FAIL, NODES4, logs)
+    assert (a.category, a.culprit_nodes) == (Category.HARDWARE_NETWORK, [])
+
+
+def test_one_pasted_kernel_log_cannot_say_switch() -> None:
+    a = _run(IB_FAIL, NODES4, {NODES4[0]: _link_down(11)})
+    assert a.culprit_nodes != []
+
+
+def test_a_fabric_log_pasted_with_the_job_saying_the_leaf_went_down_names_no_node() -> None:
+    # A UFM event log excerpt ("Switch is down: unreachable") beside scontrol's record.
+    scheduler = (
+        "# UFM event log excerpt (fabric management)\n"
+        "2026-11-23T08:12:53 [CRITICAL] Switch ib-leaf-03 (guid 0xfc6a1c0300a9b8e0) Switch is "
+        "down: unreachable\n"
+    )
+    a = attribute(
+        Registry.default(), None, _lines(IB_FAIL), None, [], NODES4, node_logs={},
+        scheduler_lines=_lines(scheduler, "scheduler.txt"),
+    )  # fmt: skip
+    assert (a.category, a.culprit_nodes) == (Category.HARDWARE_NETWORK, [])
+    assert default_advice(a).kind == AdviceKind.REQUEUE
+
+
 def test_links_down_minutes_apart_are_each_nodes_own() -> None:
     logs = {host: _link_down(11 + 10 * i) for i, host in enumerate(NODES4)}
     a = _run(IB_FAIL, NODES4, logs)
