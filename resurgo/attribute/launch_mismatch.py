@@ -66,10 +66,23 @@ def launch_exceeds_allocation(a: Analysis) -> Verdict | None:
         return None
     roots = [e for e in a.events if e.root and e.serious and e.origin == "job"]
     waiting = [e for e in roots if e.match.id in _TORCH_WAITING]
+    nodes = _field(a, "NumNodes")
+    if nodes is None and a.facts.job is not None and a.facts.job.node_list:
+        nodes = len(a.facts.job.node_list)
+    if nodes is None:  # the job's node list as the output states it, else srun's exits
+        nodes = len(set(a.node_list)) or len({x.node for x in a.scan.exit_order if x.node}) or None
+    if not roots and a.scheduler_outcome() in ("timeout", "timeout_no_checkpoint"):
+        # A rendezvous told to wait longer than the job's time limit (`--rdzv_conf timeout=`)
+        # prints nothing until Slurm ends the job: a hang of the same launch.
+        stated = _stated(a, _NNODES, _TORCHRUN) or _stated(a, _MIN_NODES, None)
+        if nodes is not None and stated is not None and stated[0] > nodes:
+            return Verdict(
+                Category.APPLICATION, "launch|world_larger_than_launched",
+                f"the launch waits for {stated[0]} nodes (torchrun --nnodes) but the allocation "
+                f"has {nodes}: it waited for nodes never requested until its time limit", 0.85,
+                evidence=[stated[1]], kind=AnomalyKind.HANG,
+            )  # fmt: skip
     if waiting and all(e.match.id in _TORCH_WAITING for e in roots):
-        nodes = _field(a, "NumNodes")
-        if nodes is None and a.facts.job is not None and a.facts.job.node_list:
-            nodes = len(a.facts.job.node_list)
         stated = _stated(a, _NNODES, _TORCHRUN) or _stated(a, _MIN_NODES, None)
         if nodes is not None and stated is not None and stated[0] > nodes:
             return Verdict(

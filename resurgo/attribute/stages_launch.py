@@ -351,7 +351,8 @@ def waiting_for_debugger(a: Analysis, outcome: str | None) -> Verdict | None:
 # socket.cpp): `The client socket has timed out after 60s while trying to connect to (login02,
 # 29500).`, `... has failed to connect to [node1]:29500 (errno: 111 ...)`.
 _STORE_TARGET = re.compile(
-    r"client socket has (?:failed to connect|timed out after \d+s? while trying to connect) to "
+    r"client socket has (?:failed to connect|timed out after \d+(?:ms|s)? while trying to "
+    r"connect) to "
     r"\(?\[?(?P<host>[A-Za-z][\w.-]*?)\]?(?:, |:)\d+"
 )
 # torchrun's static and c10d rendezvous host the TCPStore in one of the job's own processes

@@ -140,3 +140,30 @@ def test_as_many_members_as_the_world_is_no_launch_mismatch() -> None:
     )
     a = _run(job, nodes=["j-01", "j-02"])
     assert "world" not in a.summary
+
+
+def test_torchrun_waiting_past_the_time_limit_for_nodes_never_allocated() -> None:
+    # `--rdzv_conf=timeout=86400` keeps c10d's rendezvous quiet until Slurm's time limit.
+    job = (
+        "+ srun -l torchrun --nnodes=8 --nproc_per_node=8 --rdzv_backend=c10d "
+        "--rdzv_endpoint=j-01:29500 --rdzv_conf=timeout=86400 train.py\n"
+        "0:   min_nodes        : 8\n"
+        "slurmstepd: error: *** JOB 884122 ON j-01 CANCELLED AT 2026-11-20T12:00:00 DUE TO "
+        "TIME LIMIT ***\n"
+        + "".join(f"srun: error: j-0{t + 1}: task {t}: Terminated\n" for t in range(4))
+    )
+    a = _run(job)
+    assert (a.kind, a.category, a.culprit_nodes) == ("hang", Category.APPLICATION, [])
+    assert default_advice(a).kind == AdviceKind.STOP
+
+
+def test_torchrun_asking_for_the_nodes_it_has_is_a_plain_time_limit() -> None:
+    job = (
+        "+ srun -l torchrun --nnodes=4 --nproc_per_node=8 --rdzv_backend=c10d "
+        "--rdzv_endpoint=j-01:29500 train.py\n"
+        "slurmstepd: error: *** JOB 884122 ON j-01 CANCELLED AT 2026-11-20T12:00:00 DUE TO "
+        "TIME LIMIT ***\n"
+        + "".join(f"srun: error: j-0{t + 1}: task {t}: Terminated\n" for t in range(4))
+    )
+    a = _run(job)
+    assert a.category == Category.SCHEDULER

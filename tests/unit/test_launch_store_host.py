@@ -70,3 +70,12 @@ def test_a_store_host_the_job_never_chose_is_not_the_launch() -> None:
     job = _job("login02", "login02").replace(LAUNCH.format(host="login02"), "")
     a = _run(job)
     assert a.category != Category.APPLICATION
+
+
+def test_newer_pytorchs_timeout_in_milliseconds_is_read_the_same() -> None:
+    # Newer c10d prints the duration with its unit: `timed out after 60000ms while trying to
+    # connect to (gpu017, 29400)`.
+    job = _job("login02", "login02").replace("timed out after 60s", "timed out after 60000ms")
+    a = _run(job)
+    assert (a.category, a.culprit_nodes) == (Category.APPLICATION, [])
+    assert default_advice(a).kind == AdviceKind.STOP
