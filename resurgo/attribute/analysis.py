@@ -201,6 +201,10 @@ class Analysis:
     def in_job(self, node: str | None) -> bool:
         return node is not None and (not self.node_list or node in self.node_list)
 
+    def job_nodes(self) -> list[str]:
+        """Slurm's node list, else the nodes srun reported the job's tasks on."""
+        return list(self.node_list) or sorted({x.node for x in self.scan.exit_order if x.node})
+
     def scheduler_outcome(self) -> str | None:
         why = None
         for e in self.events:

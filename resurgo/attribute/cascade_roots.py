@@ -26,6 +26,7 @@ import re
 
 from resurgo.attribute.analysis import Analysis, Verdict
 from resurgo.attribute.events import ElasticFailure, Event
+from resurgo.attribute.oom_blocks import block_of, oom_blocks
 from resurgo.attribute.topology import split_host_prefix
 from resurgo.contracts import AnomalyKind, Category, LogLine
 from resurgo.detect.lines import strip_prefixes
@@ -146,7 +147,6 @@ KILL_SYMPTOMS = PEER_EXIT_SYMPTOMS | {
     "slurm_oom_kill",
 }
 _WORKER_KILLED = re.compile(r"DataLoader worker \(pid (?P<pid>\d+)\) is killed by signal: Killed")
-_KILLED_PID = re.compile(r"\bKilled process (?P<pid>\d+)\b|\bpid=(?P<pid2>\d+)\b")
 
 
 def oom_killed_child(a: Analysis) -> Event | None:
@@ -161,12 +161,11 @@ def oom_killed_child(a: Analysis) -> Event | None:
             killed.add(int(w["pid"]))  # (a DataLoader worker SIGKILLed: its pid)
     if not killed or any(not _kill_symptom(e) for e in roots):
         return None
+    blocks = oom_blocks(a.node_logs)  # (the kernel's report names the pid it killed)
     for e in a.node_events:
         if e.match.id != "host_oom_kill" or not a.in_job(e.node):
             continue
-        if (m := _KILLED_PID.search(e.line.text)) is not None and int(
-            m["pid"] or m["pid2"]
-        ) in killed:
+        if (block := block_of(blocks, e.line)) is not None and block.killed_pid in killed:
             return e
     return None
 

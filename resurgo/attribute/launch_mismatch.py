@@ -70,7 +70,7 @@ def launch_exceeds_allocation(a: Analysis) -> Verdict | None:
     if nodes is None and a.facts.job is not None and a.facts.job.node_list:
         nodes = len(a.facts.job.node_list)
     if nodes is None:  # the job's node list as the output states it, else srun's exits
-        nodes = len(set(a.node_list)) or len({x.node for x in a.scan.exit_order if x.node}) or None
+        nodes = len(set(a.job_nodes())) or None
     if not roots and a.scheduler_outcome() in ("timeout", "timeout_no_checkpoint"):
         # A rendezvous told to wait longer than the job's time limit (`--rdzv_conf timeout=`)
         # prints nothing until Slurm ends the job: a hang of the same launch.

@@ -126,7 +126,7 @@ def _name_node_local(a: Analysis, v: Verdict) -> Verdict:
         nodes, why, evidence = found
         nodes = sorted({n for n in nodes if a.in_job(n)})
         # (Without Slurm's node list, the nodes srun reported on stand for the job's.)
-        known = set(a.node_list) or {x.node for x in a.scan.exit_order if x.node}
+        known = set(a.job_nodes())
         if not nodes or (len(known) >= 2 and set(nodes) >= known):
             continue
         if find is _odd_node_error and not _named_fairly(a, nodes):

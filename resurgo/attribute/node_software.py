@@ -81,12 +81,8 @@ def node_software(a: Analysis, v: Verdict) -> Verdict:
     return v
 
 
-def _job_nodes(a: Analysis) -> list[str]:
-    return list(a.node_list) or sorted({x.node for x in a.scan.exit_order if x.node})
-
-
 def _fits(a: Analysis, nodes: list[str]) -> bool:
-    known = _job_nodes(a)
+    known = a.job_nodes()
     return bool(nodes) and all(a.in_job(n) for n in nodes) and (
         len(known) < 2 or set(nodes) < set(known)
     )  # fmt: skip
@@ -110,13 +106,7 @@ def name_full_disk(a: Analysis, v: Verdict) -> Verdict:
     if not full or any(e.checkpoint_save for e in full):
         # (A checkpoint only the saving rank writes says nothing about whose disk is full.)
         return v
-    nodes: dict[str, LogLine] = {}
-    for host, lines in a.node_logs.items():
-        node = a.topo.hosts.canonical(host)
-        for entry in lines:
-            m = _DF_FULL.match(entry.text.strip())
-            if node and m and _LOCAL_MOUNT.match(m["mount"]):
-                nodes.setdefault(node, entry)
+    nodes = _full_local_disks(a)
     why = "its own df shows the local disk full"
     if not nodes:
         failed = {
@@ -133,13 +123,8 @@ def name_full_disk(a: Analysis, v: Verdict) -> Verdict:
     return v
 
 
-def _write_failed_on_full_local_disk(a: Analysis, v: Verdict) -> Verdict | None:
-    """A write that failed on one node's ranks only, where that node's own `df` shows a
-    node-local disk full and no other node's does: that node's disk (an earlier job's leftovers,
-    a failed epilogue cleanup), not the shared file system."""
-    failed = {e.node for e in a.events if e.match.id in WRITE_FAILURES and e.root and e.node}
-    if len(failed) != 1:
-        return None
+def _full_local_disks(a: Analysis) -> dict[str, LogLine]:
+    """Node → its first `df` row showing a node-local mount full, from its own files."""
     full: dict[str, LogLine] = {}
     for host, lines in a.node_logs.items():
         node = a.topo.hosts.canonical(host)
@@ -147,6 +132,17 @@ def _write_failed_on_full_local_disk(a: Analysis, v: Verdict) -> Verdict | None:
             m = _DF_FULL.match(entry.text.strip())
             if node and m and _LOCAL_MOUNT.match(m["mount"]):
                 full.setdefault(node, entry)
+    return full
+
+
+def _write_failed_on_full_local_disk(a: Analysis, v: Verdict) -> Verdict | None:
+    """A write that failed on one node's ranks only, where that node's own `df` shows a
+    node-local disk full and no other node's does: that node's disk (an earlier job's leftovers,
+    a failed epilogue cleanup), not the shared file system."""
+    failed = {e.node for e in a.events if e.match.id in WRITE_FAILURES and e.root and e.node}
+    if len(failed) != 1:
+        return None
+    full = _full_local_disks(a)
     if set(full) != failed or not _fits(a, sorted(full)):
         return None
     (node,) = failed

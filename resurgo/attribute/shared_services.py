@@ -71,7 +71,7 @@ def shared_outage(a: Analysis, v: Verdict) -> Verdict:
     if len(nodes) >= 2:
         return _shared(v, fs[0], f"ranks on {len(nodes)} nodes lost the same file system at once")
     lost = _fs_lost(a)
-    job = _job_nodes(a)
+    job = a.job_nodes()
     if fs and job and set(v.culprits) <= set(lost) and set(job) <= set(lost):
         # Every node the job ran on (a one-node job's only node) saw the servers fail: no
         # node is left that kept the file system, so it is the service's (an OST's outage
@@ -106,7 +106,7 @@ def import_error_on_lost_fs(a: Analysis, v: Verdict) -> Verdict:
     if not failing:
         return v
     lost = _fs_lost(a)
-    job = _job_nodes(a)
+    job = a.job_nodes()
     if len(lost) < 2 and not (lost and job and set(job) <= set(lost)):
         return v
     where = {n for e in failing if isinstance(n := event_node(a, e), str)}
@@ -128,10 +128,6 @@ def _fs_lost(a: Analysis) -> dict[str, Event]:
         if e.match.id in FS_LOST and e.node is not None and a.in_job(e.node):
             lost.setdefault(e.node, e)  # (the node's own logs first, in their order)
     return lost
-
-
-def _job_nodes(a: Analysis) -> list[str]:
-    return list(a.node_list) or sorted({x.node for x in a.scan.exit_order if x.node})
 
 
 def _around(failing: list[Event], lost: list[Event]) -> bool:
@@ -184,7 +180,7 @@ def _nodes_of(a: Analysis, events: list[Event]) -> set[str | int]:
     placed = {n for e in events if e.task is not None and (n := event_node(a, e)) is not None}
     if placed or not events:
         return set(placed)
-    hosts = a.node_list or sorted({x.node for x in a.scan.exit_order if x.node})
+    hosts = a.job_nodes()
     ranks = sorted({e.rank for e in events if e.rank is not None})
     tasks = len(a.topo.tasks_seen) or len(hosts)
     if not ranks or not hosts or max(ranks) < tasks:

@@ -46,7 +46,7 @@ def shm_too_small(a: Analysis, v: Verdict) -> Verdict:
         if full is not None and (node := a.topo.hosts.canonical(host)) is not None:
             nodes.add(node)
             faults.append(full)
-    job = set(a.node_list) or {x.node for x in a.scan.exit_order if x.node}
+    job = set(a.job_nodes())
     if len(job) < 2 or not job <= nodes:
         return v
     head = [*a.header, *a.lines[:LAUNCH_LINES]]

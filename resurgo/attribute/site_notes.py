@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from resurgo.attribute.analysis import Analysis, Verdict
+from resurgo.attribute.shared_network import LINK_DOWN
 from resurgo.contracts import Category
 
 # A network switch by its role or name (`spine ib-sp-03`, `leaf switch ib-leaf-r07-3`,
@@ -24,8 +25,6 @@ _OUTAGE = (
     r"reloaded|rebooted|failed|outage|unreachable|isolated)"
 )
 _NOTED_OUTAGE = re.compile(rf"(?i){_SWITCH}.{{0,80}}?{_OUTAGE}")
-# The host's own port going down (the switch's outage seen from the node; shared_network.py).
-_LINK_DOWN = frozenset({"link_down_upper", "nic_link_down", "ib_port_down"})
 _NOT_NOW = re.compile(r"(?i)\b(?:last (?:week|month|year)|yesterday|planned for|scheduled for)\b")
 
 
@@ -54,7 +53,7 @@ def _several_nodes_behind_a_noted_switch(a: Analysis, v: Verdict) -> Verdict:
     a fault of its own) while the fabric's log or a note pasted with the scheduler's text says a
     switch went down: the switch they share (attribution-labels.md tie-breaker 5), no culprit."""
     own = [e for e in a.node_events if e.root and e.hardware and e.node in v.culprits]
-    if any(e.match.id not in _LINK_DOWN for e in own):
+    if any(e.match.id not in LINK_DOWN for e in own):
         return v  # (a node's own HCA or cable fault speaks for that node)
     for entry in [*a.header, *a.facts.lines[:200]]:
         if _NOT_NOW.search(entry.text) or not _NOTED_OUTAGE.search(entry.text):

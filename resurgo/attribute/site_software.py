@@ -77,7 +77,7 @@ def jobs_own_container(a: Analysis, v: Verdict) -> Verdict:
     site = _site_failures(a)
     if not site or not all(e.match.id in RUNTIME_NEWER_THAN_DRIVER for e in site):
         return v
-    job = _job_nodes(a)
+    job = a.job_nodes()
     if v.culprits and job and set(v.culprits) < set(job):
         return v  # (some nodes only: those nodes' drivers)
     launch = next(
@@ -136,7 +136,7 @@ def site_software_everywhere(a: Analysis, v: Verdict) -> Verdict:
     }  # fmt: skip
     nodes = said | set(shown)
     actors = {e.actor for e in site if e.actor is not None}
-    job = _job_nodes(a)
+    job = a.job_nodes()
     if len(nodes) < 2 or not set(job) <= nodes:
         return v
     if not a.node_list and len(actors) < len(nodes):
@@ -164,7 +164,3 @@ def _site_failures(a: Analysis) -> list[Event]:
     if not failed or not all(e.match.id in GPU_SOFTWARE_FAULTS for e in failed):
         return []
     return failed
-
-
-def _job_nodes(a: Analysis) -> list[str]:
-    return list(a.node_list) or sorted({x.node for x in a.scan.exit_order if x.node})

@@ -184,7 +184,7 @@ def _one_node_short_of_gpus(a: Analysis, mid: str, same: list[Event]) -> str | N
     if mid not in DEVICE_COUNT_IDS:
         return None
     seen = {n for e in same if (n := event_node(a, e)) is not None}
-    job_nodes = set(a.node_list) or {x.node for x in a.scan.exit_order if x.node}
+    job_nodes = set(a.job_nodes())
     if len(seen) != 1 or len(job_nodes) < 2 or not seen < job_nodes:
         return None
     return seen.pop()

@@ -272,7 +272,7 @@ def _every_node_said(
     `DistBackendError` over NCCL's own warning)."""
     if victims or any(e.category != first.category for e in primaries):
         return False
-    known = set(a.node_list) or {x.node for x in a.scan.exit_order if x.node}
+    known = set(a.job_nodes())
     covered = {n for e in same if (n := event_node(a, e)) is not None}
     return len(known) >= 2 and covered >= known
 

@@ -424,9 +424,7 @@ def loopback_coordinator(a: Analysis) -> Verdict | None:
     """A job spanning several nodes whose own launch names its coordinator or rendezvous store
     by a loopback address, failing to connect before any training step: the job script's
     arguments (attribution-labels.md tie-breaker 6), an application failure that recurs."""
-    nodes = {n.split(".", 1)[0] for n in a.node_list} or {
-        x.node for x in a.scan.exit_order if x.node
-    }  # (else the nodes srun reported tasks of)
+    nodes = {n.split(".", 1)[0] for n in a.job_nodes()}
     if len(nodes) < 2 or a.running or last_progress(a) is not None:
         return None
     launch = next(
