@@ -47,6 +47,8 @@ _MPI_HOSTS = re.compile(
     r"\b(?:mpirun|mpiexec|horovodrun)\b.*?(?:-H|--host)[=\s]+(?P<hosts>[\w.-]+:\d{1,4}"
     r"(?:,[\w.-]+:\d{1,4})*)(?![\w.:,-])"
 )
+# More ranks than any job runs: a host list claiming them is not a launch line to map.
+MAX_MAPPED_RANKS = 65536
 _DS_MAPPING = re.compile(r"\bglobal_rank_mapping=defaultdict\(<class 'list'>, \{(?P<body>.*)\}\)")
 _DS_HOST_RANKS = re.compile(r"'(?P<host>[^']+)': \[(?P<ranks>[\d, ]*)\]")
 
@@ -84,12 +86,15 @@ class RankEvidence:
                 self.local_of.setdefault(int(m2["rank"]), int(m2["local"]))
                 self.max_local = max(self.max_local, int(m2["local"]))
         if ("-H" in body or "--host" in body) and (m4 := _MPI_HOSTS.search(body)):
-            rank = 0
-            for item in m4["hosts"].split(","):
-                host, _, slots = item.rpartition(":")
-                for _slot in range(int(slots)):
-                    self.mapped.setdefault(rank, host)
-                    rank += 1
+            placed = [
+                (h, int(n)) for h, _, n in (x.rpartition(":") for x in m4["hosts"].split(","))
+            ]
+            if sum(n for _h, n in placed) <= MAX_MAPPED_RANKS:  # (a line is the job user's text)
+                rank = 0
+                for host, slots in placed:
+                    for _slot in range(slots):
+                        self.mapped.setdefault(rank, host)
+                        rank += 1
         if "global_rank_mapping" in body and (m3 := _DS_MAPPING.search(body)):
             for pair in _DS_HOST_RANKS.finditer(m3["body"]):
                 for r in pair["ranks"].split(","):

@@ -148,3 +148,17 @@ def test_srun_ntasks_per_node_local_rank_is_slurm_localid() -> None:
 [rank11] RuntimeError: CUDA error: uncorrectable ECC error encountered"""
     topo = learn_topology(lines(text), NODES, num_tasks=32)
     assert topo.node_of(None, 11) == "cn-0412"
+
+
+def test_mpirun_host_slots_place_ranks_and_an_absurd_list_is_not_expanded() -> None:
+    # Open MPI `-H host:slots` fills each host's slots in order; the line is the job user's
+    # text, so a host list claiming millions of slots is read as no placement at all.
+    from resurgo.attribute.rank_layout import RankEvidence
+
+    ev = RankEvidence()
+    ev.read("+ mpirun -np 16 -H gpu-m01:8,gpu-m02:8 python train.py", None, None)
+    assert (ev.mapped[7], ev.mapped[8], len(ev.mapped)) == ("gpu-m01", "gpu-m02", 16)
+    hostile = RankEvidence()
+    hosts = ",".join(f"h{i}:9999" for i in range(200))
+    hostile.read(f"+ mpirun -H {hosts} python x.py", None, None)
+    assert hostile.mapped == {}
