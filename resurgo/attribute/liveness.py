@@ -88,7 +88,16 @@ def _logged_dicts(a: Analysis) -> int | None:
 
 
 def last_progress(a: Analysis) -> int | None:
-    """Order of the last line that showed the job advancing (an iteration or a series sample)."""
+    """Order of the last line that showed the job advancing (an iteration or a series sample).
+    Computed once per analysis: it reads only what the analysis fixed when it was made (the
+    scan's advances, the series, the lines), and several stages ask."""
+    cached: tuple[int | None] | None = getattr(a, "_last_progress", None)
+    if cached is None:
+        cached = a._last_progress = (_last_progress(a),)  # type: ignore[attr-defined]
+    return cached[0]
+
+
+def _last_progress(a: Analysis) -> int | None:
     candidates = [a.scan.advances[-1]] if a.scan.advances else []
     if (sample := last_sample_order(a)) is not None:
         candidates.append(sample)
@@ -135,6 +144,29 @@ def estimated_silence(a: Analysis) -> float | None:
     from resurgo.attribute.series import read_series
 
     run = a.facts.run_time()
+    bar = _bar_silence(a)
+    if bar is not None:
+        return None if isinstance(bar, str) else bar  # ("eval": a validation pass's clock)
+    first, last = a.scan.first_iteration, a.scan.max_iteration
+    per_iteration = read_series(a).get("iteration_ms", [])
+    if run is None or first is None or last is None or len(per_iteration) < 2:
+        return None
+    if first > (a.scan.resumed_from or 0) + 10:
+        return None  # the log is a tail: its iterations do not account for the whole run
+    typical = statistics.median(s.value for s in per_iteration) / 1000.0
+    return run.total_seconds() - (last - first + 1) * typical - STARTUP_ALLOWANCE_SECONDS
+
+
+def bar_silence(a: Analysis) -> float | None:
+    """How long the job ran beyond its last tqdm bar's own clock (the time since its loop
+    started) and a generous start-up: a lower bound of the silence read off a clock, where
+    the last progress line is such a bar (not a validation pass's)."""
+    found = _bar_silence(a)
+    return None if isinstance(found, str) else found
+
+
+def _bar_silence(a: Analysis) -> float | str | None:
+    run = a.facts.run_time()
     last = last_progress(a)
     if run is not None and last is not None:
         # tqdm bars print the time since the loop started: `[4:12:11<2 days, 13:08:28, ...]`.
@@ -145,18 +177,11 @@ def estimated_silence(a: Analysis) -> float | None:
         )
         m = next((b for b in bars if b is not None), None)
         if m is not None and _EVAL_BAR.search(m.string[: m.start()]):
-            return None  # a validation loop's bar: its clock started with the pass, not the run
+            return "eval"  # a validation loop's bar: its clock started with the pass
         if m is not None:
             h, mi, sec = int(m["h"] or 0), int(m["m"]), int(m["s"])
             return run.total_seconds() - (h * 3600 + mi * 60 + sec) - STARTUP_ALLOWANCE_SECONDS
-    first, last = a.scan.first_iteration, a.scan.max_iteration
-    per_iteration = read_series(a).get("iteration_ms", [])
-    if run is None or first is None or last is None or len(per_iteration) < 2:
-        return None
-    if first > (a.scan.resumed_from or 0) + 10:
-        return None  # the log is a tail: its iterations do not account for the whole run
-    typical = statistics.median(s.value for s in per_iteration) / 1000.0
-    return run.total_seconds() - (last - first + 1) * typical - STARTUP_ALLOWANCE_SECONDS
+    return None
 
 
 def still_progressing(a: Analysis) -> bool:

@@ -34,7 +34,8 @@ _HOST_VALUE = re.compile(
 )
 _AVG_BUSBW = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\d+(?:\.\d+)?)")
 _HEADING = re.compile(r"(?i)\bpair\b|===|---|<->")  # a line introducing one pair's run
-_NUMBER = re.compile(r"\s*\)?\s*[:=]?\s*(\d+(?:\.\d+)?)")
+# (The pair's figure may be labelled: `gpu03<->gpu01 busbw 48.9 GB/s`, nccl-tests' column names.)
+_NUMBER = re.compile(r"\s*\)?\s*[:=]?\s*(?:(?:bus|alg)bw|bw|bandwidth)?\s*[:=]?\s*(\d+(?:\.\d+)?)")
 
 
 def _per_node_lists(a: Analysis) -> tuple[set[str], list[LogLine]]:
@@ -77,10 +78,15 @@ def _pairs(a: Analysis) -> list[tuple[tuple[str, str], float, LogLine]]:
         return []
     name = "|".join(re.escape(h) for h in hosts)
     pair = re.compile(rf"(?<![\w.-])\(?({name})\s*(?:[-,/]|<->|<=>)\s*({name})(?![\w.-])")
+    # A pair names two hosts: a line holding fewer than two of the names' first letters skips
+    # the regex (an alternation of every node name, the dearest test on every line).
+    heads = sorted({h[:3] for h in hosts})
     out: list[tuple[tuple[str, str], float, LogLine]] = []
     heading: tuple[tuple[str, str], int] | None = None
     for index, entry in enumerate(a.lines):
         text = entry.text
+        if sum(text.count(h) for h in heads) < 2 and heading is None:
+            continue
         found = [(m, _NUMBER.match(text, m.end())) for m in pair.finditer(text)]
         valued = [(m, n) for m, n in found if n is not None and m[1] != m[2]]
         for m, n in valued:

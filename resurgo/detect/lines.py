@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 MAX_LINE_BYTES = 8 * 1024
 """Longest line kept (bytes of input); the head is kept, the rest dropped. No real error line
@@ -153,6 +153,22 @@ def split_srun_label(line: str) -> tuple[int | None, str]:
 _MEMO: ContextVar[dict[str, LinePrefix] | None] = ContextVar("resurgo_line_prefixes", default=None)
 MEMO_MAX_LINES = 1_000_000
 """Distinct lines one `memoised_prefixes` block remembers at most (then it computes again)."""
+_RESULTS: ContextVar[dict[str, dict[str, Any]] | None] = ContextVar(
+    "resurgo_line_results", default=None
+)
+
+
+def block_memo(name: str) -> dict[str, Any] | None:
+    """Inside a `memoised_prefixes` block, the memory of the per-line function `name` (text →
+    its result; the caller stores at most MEMO_MAX_LINES); None outside any block. For
+    functions of one line's text that several passes call on the same lines."""
+    results = _RESULTS.get()
+    if results is None:
+        return None
+    memo = results.get(name)
+    if memo is None:
+        memo = results[name] = {}
+    return memo
 
 
 @contextmanager
@@ -165,9 +181,11 @@ def memoised_prefixes() -> Iterator[None]:
         yield
         return
     token = _MEMO.set({})
+    results = _RESULTS.set({})
     try:
         yield
     finally:
+        _RESULTS.reset(results)
         _MEMO.reset(token)
 
 

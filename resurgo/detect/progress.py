@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from typing import NamedTuple, Protocol
 
 import re2
 
-from resurgo.detect.lines import split_srun_label, strip_prefixes
+from resurgo.detect.lines import MEMO_MAX_LINES, block_memo, split_srun_label, strip_prefixes
 from resurgo.detect.literals import gated
 
 MAX_PATTERN_CHARS = 1000
@@ -263,7 +264,9 @@ def _parse_custom(line: str, custom: CustomPattern) -> int | None:
 
 
 def _parse_builtin(line: str, body: str | None = None) -> int | None:
-    if _GATE.search(line) is None:
+    # The gate's literals only (not its regex): every format below needs one of its
+    # alternatives with the same word boundaries, so the regex would decide nothing more.
+    if not _GATE.may_match(line):
         return None
     text = strip_prefixes(line).body if body is None else body
     # Literal gates: each regex below needs the literal tested before it, so a line without
@@ -392,10 +395,24 @@ def _duration_ms(value: str, unit: str) -> float | None:
     return ms if math.isfinite(ms) and ms >= 0 else None
 
 
-def timing_fields(text: str) -> dict[str, float]:
+def timing_fields(text: str) -> Mapping[str, float]:
     """Every duration field on a line, in ms: `step_time_s: 0.50`, `data_time_s=0.35`,
     `dt=554.0ms`, `fwd_bwd_time 12ms`, plus `parse_step_duration`'s spellings (as `step`).
-    A value without a unit is in seconds unless its key ends in `_ms`."""
+    A value without a unit is in seconds unless its key ends in `_ms`. Computed once per
+    distinct line inside a `memoised_prefixes` block (the event scan and the series reader
+    both ask), so the result is read-only."""
+    memo = block_memo("timing_fields")
+    if memo is None:
+        return _timing_fields(text)
+    found: Mapping[str, float] | None = memo.get(text)
+    if found is None:
+        found = _timing_fields(text)
+        if len(memo) < MEMO_MAX_LINES:
+            memo[text] = found
+    return found
+
+
+def _timing_fields(text: str) -> dict[str, float]:
     out = keyed_fields(text)
     if "time (ms) |" in text:
         # DeepSpeed's wall_clock_breakdown (deepspeed/utils/timer.py SynchronizedWallClockTimer

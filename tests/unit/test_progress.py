@@ -339,3 +339,18 @@ def test_deepspeed_wall_clock_breakdown_phases() -> None:
         "forward": 123.45, "backward": 234.56, "backward_inner": 200.0,
         "backward_allreduce": 30.0, "step": 40.0,
     }  # fmt: skip
+
+
+def test_timing_fields_are_read_once_per_line_inside_an_attribution_block() -> None:
+    # The event scan and the series reader both ask for a line's fields: inside a
+    # `memoised_prefixes` block the second ask is the first answer, equal to a fresh read.
+    from resurgo.detect.lines import memoised_prefixes
+
+    line = "iter 40 | step_time 0.52s | dt=554.0ms"
+    fresh = dict(progress.timing_fields(line))
+    assert fresh == {"step_time": 520.0, "dt": 554.0}
+    with memoised_prefixes():
+        first = progress.timing_fields(line)
+        assert progress.timing_fields(line) is first
+        assert dict(first) == fresh
+    assert progress.timing_fields(line) is not first  # (the memory ends with the block)
