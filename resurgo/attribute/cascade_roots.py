@@ -26,6 +26,7 @@ import re
 
 from resurgo.attribute.analysis import Analysis, Verdict
 from resurgo.attribute.events import ElasticFailure, Event
+from resurgo.attribute.kind_bounds import silent_until_killed
 from resurgo.attribute.oom_blocks import block_of, oom_blocks
 from resurgo.attribute.topology import split_host_prefix
 from resurgo.contracts import AnomalyKind, Category, LogLine
@@ -129,7 +130,8 @@ def mismatch_report(a: Analysis) -> Verdict | None:
         "job's code issued different collectives on different ranks", 0.85,
         ranks=[r for e in reports[:1] if (r := e.rank) is not None],
         evidence=[e.line for e in reports[:3]],
-        kind=AnomalyKind.HANG if timed_out else AnomalyKind.CRASH,
+        # (Or when no process ended of it and the job sat silent until Slurm killed it.)
+        kind=AnomalyKind.HANG if timed_out or silent_until_killed(a) else AnomalyKind.CRASH,
     )  # fmt: skip
 
 

@@ -29,7 +29,12 @@ import statistics
 from datetime import datetime
 
 from resurgo.attribute.analysis import Analysis, Verdict, event_node
-from resurgo.attribute.liveness import progress_times
+from resurgo.attribute.liveness import (
+    HANG_SILENCE_FACTOR,
+    HANG_SILENCE_FLOOR_SECONDS,
+    _any_time,
+    progress_times,
+)
 from resurgo.attribute.stages_outcome import _scheduler
 from resurgo.contracts import AnomalyKind, Category
 
@@ -201,3 +206,25 @@ def running_kind(a: Analysis, v: Verdict) -> Verdict:
     if a.state == "RUNNING" and not ended and _last(a) < first:
         v.kind = AnomalyKind.HANG
     return v
+
+
+def silent_until_killed(a: Analysis) -> bool:
+    """Slurm ended the job (a cancel, a time limit) long after the last line its output dated,
+    and no process of it had ended before: whatever error it printed, the job stayed stuck
+    until it was killed, a hang (attribution-labels.md kind: progress stopped first and the
+    job stayed stuck, however it ended; a cancel ends a hang)."""
+    cut = a.kill_order
+    if cut is None or cut >= len(a.lines):
+        return False
+    if any(x.order < cut and x.status != "terminated" for x in a.scan.exit_order):
+        return False
+    last = next((t for e in reversed(a.lines[:cut]) if (t := _any_time(e.text))), None)
+    if last is None:
+        return False
+    kill = _when(a.lines[cut].text, last.year)
+    if kill is None:
+        return False
+    times = progress_times(a)
+    gap = _typical_gap(times) if len(times) >= 3 else None
+    allowed = max(HANG_SILENCE_FACTOR * gap if gap else 0.0, HANG_SILENCE_FLOOR_SECONDS)
+    return (kill - last.replace(tzinfo=None)).total_seconds() > allowed

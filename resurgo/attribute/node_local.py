@@ -367,7 +367,7 @@ def _software(v: Verdict, node: str, reason: str) -> Verdict:
 
 # Path errors a lost file-system client produces (attribution-labels.md: filesystem outages are
 # system_software), and the client faults that explain them in a node's own logs.
-PATH_ERRORS = frozenset({"file_not_found", "permission_denied"})
+PATH_ERRORS = frozenset({"file_not_found", "permission_denied", "container_image_file_missing"})
 FS_CLIENT_FAULTS = frozenset(
     {
         "lustre_error",
@@ -376,6 +376,7 @@ FS_CLIENT_FAULTS = frozenset(
         "fs_stale_handle",
         "fs_transport_shutdown",
         "fs_io_error",
+        "nhc_fs_not_mounted",
     }
 )
 

@@ -34,11 +34,13 @@ SITE_OWNED_IN_NODE_LOGS = frozenset(
 # received: 0000:03:00.0`, then the device's own driver prefix (`nvidia 0000:03:00.0: PCIe Bus
 # Error: ...`). When that device is a GPU it is the GPU's fault, a NIC/HCA's the network's, not
 # the host's (attribution labels: hardware_gpu covers the GPU's PCIe link, hardware_network the
-# NICs/HCAs). Linux drivers/pci/pcie/aer.c prints both lines.
+# NICs/HCAs). Linux drivers/pci/pcie/aer.c prints both lines (newer kernels `error message
+# received from BDF`, older `error received: BDF`).
 AER_IDS = frozenset({"pcie_aer_fatal"})
 _BDF = r"(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]"
 _AER_DEVICE = re.compile(
-    rf"\berror received: (?P<bdf>{_BDF})|\b[\w-]+ (?P<dev>{_BDF}): PCIe Bus Error"
+    rf"\berror (?:message )?received(?::| from) (?P<bdf>{_BDF})"
+    rf"|\b[\w-]+ (?P<dev>{_BDF}): PCIe Bus Error"
 )
 # What a PCI function is, from a host's files: its driver prefix (`nvidia 0000:03:00.0:`,
 # `mlx5_core 0000:41:00.0:`), its vendor id on a device line (`[10de:26b9]` NVIDIA, `[15b3:1021]`

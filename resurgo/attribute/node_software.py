@@ -59,12 +59,18 @@ _NOTE_HOST = re.compile(
 )
 _REMOVED_IP = re.compile(r"\baddress (?P<ip>\d{1,3}(?:\.\d{1,3}){3}) (?:removed|lease expired)")
 DHCP_IDS = frozenset({"dhcp_address_changed"})
+_DHCP_RECORD = re.compile(r"(?i)\bdhcp|\blease\b")
 # A lease a node's DHCP client took (dhclient `DHCPACK of IP` / `bound to IP`, NetworkManager
 # `dhcp4 (IF): address IP`): by itself a routine renewal, so no catalogue entry; it says the
 # address changed only when peers' failing connections go to another address of that subnet
 # that no node of the job holds.
+# Newer NetworkManager prints the lease with its state change (`dhcp4 (eth0): state changed
+# extended -> extended, address=192.168.1.50`, home-assistant/operating-system#2341),
+# systemd-networkd `eth0: DHCPv4 address 10.193.102.105/24, gateway ... acquired from`
+# (systemd/systemd#16071).
 _LEASE = re.compile(
-    r"\b(?:DHCPACK of|bound to|dhcp4 \(\S+\): address) (?P<ip>\d{1,3}(?:\.\d{1,3}){3})\b"
+    r"\b(?:(?:DHCPACK of|bound to|dhcp4 \(\S+\): address|DHCPv4 address) "
+    r"|dhcp4 \(\S+\): state changed [\w >-]{1,40}, address=)(?P<ip>\d{1,3}(?:\.\d{1,3}){3})\b"
 )
 _FAILED_TOWARDS = re.compile(
     r"(?:remote ?Gids?:? ?::ffff:|peer )(?P<ip>\d{1,3}(?:\.\d{1,3}){3})\b", re.I
@@ -266,9 +272,16 @@ def _renewed_to_another_address(a: Analysis, v: Verdict) -> Verdict:
         return v
     ((gone, lines),) = towards.items()
     token = re.compile(rf"(?<![\d.]){re.escape(gone)}(?![\d.])")
-    if any(token.search(e.text) for node_lines in a.node_logs.values() for e in node_lines):
-        return v  # a node still shows that address: not taken away
-    subnet = gone.rsplit(".", 1)[0] + "."
+    if any(
+        token.search(e.text) and not _DHCP_RECORD.search(e.text)
+        for node_lines in a.node_logs.values()
+        for e in node_lines
+    ):
+        return v  # a node still shows that address: not taken away (a DHCP client's record
+        # of the lease naming it, `address X expired, replaced by Y`, says the opposite)
+    # (The same /16: site fabrics hand out /23 and wider, and the new lease's line is a
+    # node of this job whose failing address nobody holds any more.)
+    subnet = ".".join(gone.split(".")[:2]) + "."
     leased: dict[str, LogLine] = {}
     for host, node_lines in a.node_logs.items():
         node = a.topo.hosts.canonical(host)

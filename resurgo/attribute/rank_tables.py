@@ -46,6 +46,7 @@ RECENT_REPORTS = 10
 _NVRX_RANK = re.compile(r"\bRank=(\d{1,7})\s+Node=([\w.-]+)\s+Score=(\d*\.?\d+)")
 _NVRX_ID = re.compile(r"StragglerId\(rank=(\d{1,7}),\s*node='([\w.-]+)'\)")
 _PERF_DICT = re.compile(r"GPUs relative perf: \{([^{}]*)\}")
+_RANK_FIELD = re.compile(r"\b(?:Mn|Mx)\w{2,3}/Rnk:\s*[\d.]+[A-Za-z%]*/(\d{1,6})\b")
 _MEGATRON_RTT = re.compile(
     r"\bMnRtt/Rnk:\s*(?P<mn>\d+(?:\.\d+)?)ms/(?P<mnr>\d+)\s*\|\s*MxRtt/Rnk:\s*"
     r"(?P<mx>\d+(?:\.\d+)?)ms/(?P<mxr>\d+)"
@@ -78,6 +79,11 @@ class RankReports:
     """Ranks the tables print (highest + 1): with the node list, places ranks node-major."""
     rotating: bool = False
     """Reports named a slow rank, but a different one each time."""
+    rotating_ranks: list[int] = field(default_factory=list)
+    """The ranks the recent reports named, when `rotating` (they may share one node)."""
+    seen_world: int = 0
+    """The highest rank any report's extremes named, plus one: the world, failing a better
+    source, where it divides among the nodes."""
     lines: list[LogLine] = field(default_factory=list)
     phase: str = ""
     """The job's own timer column that singled the slow ranks out (`rank_phases`)."""
@@ -144,6 +150,10 @@ def _megatron_detector(a: Analysis, bodies: list[tuple[int, str]], out: RankRepo
         if m is None:
             continue
         low, high = float(m.group("mn")), float(m.group("mx"))
+        # (Every extreme the report prints names a rank: over many reports the highest of
+        # them is the world's last rank, which places ranks on nodes node-major.)
+        named = [int(r) for r in _RANK_FIELD.findall(body)]
+        out.seen_world = max(out.seen_world, max(named, default=-1) + 1)
         if low > 0 and high / low >= MEGATRON_SPREAD:
             slow.append((int(m.group("mxr")), order))
     _blame_recurring(a, slow, out)
@@ -161,6 +171,7 @@ def _blame_recurring(a: Analysis, slow: list[tuple[int, int]], out: RankReports)
         out.lines += [a.lines[o] for r, o in recent if r == rank][-2:]
     else:
         out.rotating = True
+        out.rotating_ranks = [r for r, _ in recent]
         out.lines += [a.lines[o] for _, o in recent[-2:]]
 
 
@@ -440,10 +451,13 @@ def read_rank_reports(a: Analysis) -> RankReports:
         out.lines += lines
     if not out.nodes:
         _per_host_summary(a, bodies, out)
-    per_node = ranks_per_node(a) if out.ranks and not out.world and a.node_list else None
-    if per_node and max(out.ranks) < per_node * len(a.node_list):
+    named = [*out.ranks, *out.rotating_ranks]
+    per_node = ranks_per_node(a) if named and not out.world and a.node_list else None
+    if per_node and max(named) < per_node * len(a.node_list):
         # Reports that name ranks only: placed node-major from the GPUs per node the job says.
         out.world = per_node * len(a.node_list)
+    elif named and not out.world and a.node_list and out.seen_world % len(a.node_list) == 0:
+        out.world = out.seen_world  # (else from every rank the reports' extremes named)
     if out.ranks or out.nodes:
         out.rotating = False
     a._rank_reports = out  # type: ignore[attr-defined]

@@ -42,6 +42,7 @@ from resurgo.attribute.kind_bounds import (
     ended_by_error,
     progressing_at_time_limit,
     running_kind,
+    silent_until_killed,
 )
 from resurgo.attribute.launch_mismatch import launch_exceeds_allocation
 from resurgo.attribute.liveness import noted_running, running_fine, still_progressing
@@ -234,6 +235,8 @@ def _kind(a: Analysis, verdict: Verdict, anomaly: Anomaly | None) -> Kind:
     if not decisive and _hung_first(a):
         # The cause left no error in the job's output (it is in a node's logs, or nowhere).
         return AnomalyKind.HANG
+    if silent_until_killed(a):
+        return AnomalyKind.HANG  # (its error did not end it: it sat stuck until Slurm did)
     return AnomalyKind.CRASH
 
 

@@ -470,8 +470,8 @@ def _job_from_sacct(rows: list[dict[str, str]]) -> tuple[JobObservation | None, 
     except ValueError:
         return None, {}
     fields = {"JobId": str(obs.job_id), "JobState": state}
-    if "User" in main:
-        fields["UserId"] = main["User"]
+    # (its owner, and how long it ran: sacct's Elapsed is scontrol's RunTime)
+    fields |= {k: main[s] for s, k in (("User", "UserId"), ("Elapsed", "RunTime")) if main.get(s)}
     return obs, fields
 
 

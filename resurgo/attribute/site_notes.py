@@ -65,3 +65,19 @@ def _several_nodes_behind_a_noted_switch(a: Analysis, v: Verdict) -> Verdict:
             ranks=v.ranks, evidence=[entry, *v.evidence], kind=v.kind, outcome=v.outcome,
         )  # fmt: skip
     return v
+
+
+# An operator's note that the output was abridged and that every task/rank printed the same
+# (`# every task reported the same watchdog; 250 copies omitted`): ranks missing from the lines
+# shown are not silent (attribution-labels.md: a `#` line states a fact).
+_ABRIDGED = re.compile(r"(?i)\b(?:omitted|elided|abridged|snipped|not shown|left out)\b")
+_EVERY_ACTOR = re.compile(r"(?i)\b(?:every|all(?: the)?|each)\s+(?:\d+\s+)?(?:tasks?|ranks?|nodes?"
+                          r"|process(?:es)?|workers?)\b")  # fmt: skip
+
+
+def all_reported_abridged(a: Analysis) -> bool:
+    """The job's output carries a note that it was abridged and every actor printed the same."""
+    return any(
+        e.text.lstrip().startswith("#") and _ABRIDGED.search(e.text) and _EVERY_ACTOR.search(e.text)
+        for e in a.lines
+    )

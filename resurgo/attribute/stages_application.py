@@ -40,7 +40,9 @@ NONDETERMINISTIC_APP = frozenset(
 )
 # A path the job names that is missing or forbidden: on one node a mount (retry elsewhere), on
 # every rank of every node the job's own data or configuration (failure taxonomy B.8).
-CONFIGURED_PATHS = frozenset({"file_not_found", "permission_denied"})
+CONFIGURED_PATHS = frozenset(
+    {"file_not_found", "permission_denied", "container_image_file_missing"}
+)
 
 
 # PyTorch's OOM message accounts for the GPU's memory (c10/cuda/CUDACachingAllocator.cpp): since
@@ -73,25 +75,36 @@ def _gib(m: re.Match[str], name: str) -> float:
     return float(m[name]) * _GIB[m[f"{name}_unit"]]
 
 
-def _accounting(message: str) -> tuple[str, float, float, float] | None:
-    """(GPU index, total, free, this process's) GiB from an OOM message, if it says."""
+# The share of the GPU held by neither free memory nor the failing process above which other
+# processes hold it. Since PyTorch 2.1 the message counts the process's whole use ("Including
+# non-PyTorch memory, this process has ..."), so a quarter of an 80 GB GPU is no context or
+# library overhead; before 2.1 it counted only PyTorch's reserve, leaving the CUDA context and
+# other libraries' allocations out, so half.
+OTHERS_SHARE = 0.25
+OTHERS_SHARE_BEFORE_2_1 = 0.5
+
+
+def _accounting(message: str) -> tuple[str, float, float, float, float] | None:
+    """(GPU index, total, free, this process's GiB, the share of the GPU others must hold to
+    count) from an OOM message, if it says."""
     if (old := _BEFORE_2_1.search(message)) is not None:
-        return old["gpu"], _gib(old, "total"), _gib(old, "free"), _gib(old, "own")
+        return (old["gpu"], _gib(old, "total"), _gib(old, "free"), _gib(old, "own"),
+                OTHERS_SHARE_BEFORE_2_1)  # fmt: skip
     tf, own = _TOTAL_FREE.search(message), _THIS_PROCESS.search(message)
     if tf is None or own is None:
         return None
-    return tf["gpu"], _gib(tf, "total"), _gib(tf, "free"), _gib(own, "own")
+    return tf["gpu"], _gib(tf, "total"), _gib(tf, "free"), _gib(own, "own"), OTHERS_SHARE
 
 
 def _held_outside(message: str, same: list[Event], a: Analysis) -> bool:
-    """Most of the GPU is held by processes other than the one that ran out (at least half
-    of it neither free nor its own): another job's leftover, unless two of this job's ranks
+    """Much of the GPU is held by processes other than the one that ran out (neither free nor
+    its own, see OTHERS_SHARE): another job's leftover, unless two of this job's ranks
     on one node ran out on the same GPU index (the job mapped them onto one GPU)."""
     acc = _accounting(message)
     if acc is None:
         return False
-    gpu, total, free, own = acc
-    if total - free - own < 0.5 * total:
+    gpu, total, free, own, share = acc
+    if total - free - own < share * total:
         return False
     shared: dict[str | None, set[int | str | None]] = {}
     for e in same:

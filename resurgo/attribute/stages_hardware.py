@@ -67,6 +67,15 @@ def _node_failure(a: Analysis, outcome: str | None) -> Verdict | None:
                 reported = a.topo.hosts.canonical(e.match.groups.get("node"))
                 if reported and (not a.node_list or a.node_list == [reported]):
                     failed[reported] = e.line
+    if not failed and node_fail:
+        # Slurm says a node failed but not which: the job's node whose own kernel logged a
+        # fatal hardware fault (a machine-check panic, a fatal Xid) in the job's window is it.
+        fatal = {
+            e.node: e.line for e in _hardware_events(a)
+            if e.node and a.in_job(e.node) and e.root and e.match.severity == "fatal"
+        }  # fmt: skip
+        if len(fatal) == 1:
+            failed.update(fatal)
     culprits = sorted(failed)
     # Known only from Slurm (NODE_FAIL, `Not responding`, BOOT_FAIL): a scheduler event whose
     # node is still excluded (attribution-labels.md); node evidence below names the hardware.

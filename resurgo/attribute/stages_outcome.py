@@ -20,7 +20,9 @@ from resurgo.attribute.collective_stalls import mismatched_collectives
 from resurgo.attribute.liveness import (
     HANG_SILENCE_FACTOR,
     HANG_SILENCE_FLOOR_SECONDS,
+    STARTUP_ALLOWANCE_SECONDS,
     _any_time,
+    bar_silence,
     last_progress,
     progress_times,
     running_fine,
@@ -236,6 +238,20 @@ def _hung_until_time_limit(a: Analysis, kill: list[LogLine]) -> Verdict | None:
                 Category.UNKNOWN, "hang|time_limit", f"the job's output was last written at "
                 f"{written} and it stayed silent {silence / 3600:.1f} h until its time limit",
                 0.6, evidence=[a.lines[last], *kill[:2]], kind=AnomalyKind.HANG,
+                outcome="timeout",
+            )  # fmt: skip
+    if len(times) < 2 and last is not None and killed is not None:
+        # No clock on the progress lines, but the last tqdm bar's own clock accounts for less
+        # of the run than Slurm's run time, by more than a start-up and a silence that would
+        # be a hang: it stopped long before the kill. (Not the iterations at their printed
+        # pace: an excerpt of a log prints fewer of them than ran.)
+        guess = bar_silence(a)
+        if guess is not None and guess > HANG_SILENCE_FLOOR_SECONDS:
+            return Verdict(
+                Category.UNKNOWN, "hang|time_limit", "its progress accounts for the run "
+                f"until at least {guess / 60:.0f} min before its time limit (after a "
+                f"{STARTUP_ALLOWANCE_SECONDS / 60:.0f} min allowance for start-up), then "
+                "nothing", 0.6, evidence=[a.lines[last], *kill[:2]], kind=AnomalyKind.HANG,
                 outcome="timeout",
             )  # fmt: skip
     if len(times) < 2 or last is None or killed is None:

@@ -35,6 +35,7 @@ from resurgo.attribute.causes import (
 )
 from resurgo.attribute.events import Event, TaskExit, normalise
 from resurgo.attribute.oom_blocks import oom_blocks
+from resurgo.attribute.site_notes import all_reported_abridged
 from resurgo.attribute.stages_application import application_verdict
 from resurgo.attribute.stages_common import (
     _backed,
@@ -256,19 +257,20 @@ _KERNEL_FILES = ("dmesg_", "journal_", "syslog_", "console_")
 def _quiet_node(a: Analysis, node: str) -> bool:
     """The bundle holds this node's kernel log and it says nothing of this job's window but
     an operator's notes or other jobs' OOM kills (their cgroups name other jobs)."""
-    files = [
-        lines for name, lines in a.node_logs.items()
-        if a.topo.hosts.canonical(name) == node and lines
-        and lines[0].source.startswith(_KERNEL_FILES)
+    # (A host's files come as one list: its other files, a DCGM diagnostic say, are not its
+    # kernel's.)
+    kernel = [
+        e for name, lines in a.node_logs.items() if a.topo.hosts.canonical(name) == node
+        for e in lines if e.source.startswith(_KERNEL_FILES)
     ]  # fmt: skip
-    if not files:
+    if not kernel:
         return False
     job_id = a.job.job_id if a.job is not None else None
     others = [b for b in oom_blocks(a.node_logs) if b.of_another_job(job_id)]
     return all(
         not e.text.strip() or e.text.lstrip().startswith("#") or _NOTHING_LOGGED.match(e.text)
         or any(b.holds(e) for b in others)
-        for lines in files for e in lines
+        for e in kernel
     )  # fmt: skip
 
 
@@ -456,6 +458,8 @@ def _cascade_only(a: Analysis) -> Verdict | None:
     silent = sorted(
         x for x in actors - reporting - {e.actor for e in a.events if e.root} if x[:1] in kinds
     )
+    if all_reported_abridged(a):
+        silent = []  # an operator's note: every rank reported it, the copies were left out
     hang = any(e.match.kind == AnomalyKind.HANG for e in cascades)
     culprits: list[str] = []
     ranks: list[int] = []

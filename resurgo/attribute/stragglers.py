@@ -121,6 +121,17 @@ def stragglers(a: Analysis, *, timings_only: bool = False) -> Verdict | None:
         slow.append(rank)
         if host is not None:
             node_of[rank] = host
+    rotating = reports.rotating
+    host = _one_node(a, reports.rotating_ranks, reports.world) if rotating else None
+    if host is not None and diagnose_slow_nodes(a, [host]) is not None:
+        # The slowest rank changes from report to report, but every one of them runs on the
+        # same node, and that node's own diagnostics show why it is slow (a foreign process
+        # on its GPUs, a degraded link): the node, not the job. (Without them, one node's
+        # ranks being slowest is what a pipeline's heavier last stage looks like.)
+        for rank in sorted(set(reports.rotating_ranks)):
+            slow.append(rank)
+            node_of[rank] = host
+        rotating = False
     summary_nodes |= {n for n in reports.nodes if a.topo.hosts.canonical(n) or a.in_job(n)}
     summary_lines += reports.lines[-4:]
     if timings_only and not slow and not summary_nodes:
@@ -130,7 +141,7 @@ def stragglers(a: Analysis, *, timings_only: bool = False) -> Verdict | None:
     code = _application_straggler(
         a,
         sorted(set(slow) | summary_ranks),
-        reports.rotating,
+        rotating,
         reports.ranks,
         reports.known,
         extra_work=bool(_EXTRA_WORK_KEY.search(slow_key) or HOST_WORK.search(reports.phase)),
@@ -455,6 +466,14 @@ def _jobwide(a: Analysis) -> Verdict | None:
         f"({found.ratio:.2f}x slower), no rank or node singled out", 0.5,
         evidence=found.lines, kind=AnomalyKind.STRAGGLER,
     )  # fmt: skip
+
+
+def _one_node(a: Analysis, ranks: list[int], world: int) -> str | None:
+    """The one node all these (two or more different) ranks run on, where it is known."""
+    if len(set(ranks)) < 2 or len(a.node_list) < 2:
+        return None
+    hosts = {a.topo.node_of(r, r) or _node_major(a, r, world) for r in ranks}
+    return hosts.pop() if len(hosts) == 1 and None not in hosts else None
 
 
 def _node_major(a: Analysis, rank: int, world: int) -> str | None:

@@ -126,6 +126,12 @@ FLOORS = {
     "s29-": (0.85, 0.88, 0.87, 0),
     "s30-": (0.95, 0.97, 0.97, 0),
     "s31-": (0.82, 0.84, 0.9, 0),
+    # Sets 32-36 (session 11): scored on arrival (README), then the classes they exposed fixed.
+    "s32-": (0.8, 0.92, 0.9, 0),
+    "s33-": (0.92, 0.97, 0.95, 0),
+    "s34-": (1.0, 1.0, 1.0, 0),
+    "s35-": (0.97, 1.0, 1.0, 0),
+    "s36-": (0.92, 1.0, 1.0, 0),
     "hardware": (1.0, 1.0, 1.0, 0),
     "software": (1.0, 1.0, 1.0, 0),
     "lifecycle": (1.0, 1.0, 1.0, 0),
@@ -135,7 +141,7 @@ FLOORS = {
 def _sets() -> list[tuple[str, list[Path]]]:
     sets = [
         (prefix, [b for b in corpus_dirs(NEXT) if b.name.startswith(prefix)])
-        for prefix in [f"s{n}-" for n in range(6, 32)]
+        for prefix in [f"s{n}-" for n in range(6, 37)]
     ]
     for name in ("hardware", "software", "lifecycle"):
         if (SHARED / name / "cases").is_dir():

@@ -1,0 +1,338 @@
+"""Classes the blind sets 32-34 exposed, each with the real line shapes that carry it.
+
+- PyTorch's OOM accounting (CUDACachingAllocator.cpp since 2.1) counts the failing process's
+  whole use, so a third of the GPU held by nobody in the job is another process's (tie-breaker
+  4: a leftover allocation is system_software, the node excluded).
+- NHC's `check_fs_mount: /x not mounted` (mej/nhc scripts/ww_fs.nhc) on the one node whose
+  ranks could not find their files: that node's mount, not the job's path.
+- A job Slurm ended NODE_FAIL without saying which node: the one whose kernel panicked.
+- A time limit long after the last tqdm bar's own clock (the bar prints its elapsed time).
+- A job that printed its error and then sat silent until a cancel: a hang (labels, kind).
+- Megatron's straggler report naming a different slowest rank each time, all on one node
+  whose own nvidia-smi shows a foreign process: that node; without such a diagnosis, one
+  node's ranks being slowest is a pipeline's heavier last stage (the application's).
+"""
+
+# ruff: noqa: E501  (real log lines are long)
+from __future__ import annotations
+
+from resurgo.attribute.offline import default_advice
+from resurgo.attribute.rules import attribute
+from resurgo.contracts import AdviceKind, AnomalyKind, Attribution, Category, LogLine
+from resurgo.detect.registry import Registry
+
+
+def _lines(text: str, source: str = "job.log") -> list[LogLine]:
+    return [LogLine(source=source, line_no=i + 1, text=t) for i, t in enumerate(text.splitlines())]
+
+
+def _run(
+    job: str, nodes: list[str], node_logs: dict[str, str] | None = None, scheduler: str = ""
+) -> Attribution:
+    logs = {h: _lines(t, f"node_{h}.txt") for h, t in (node_logs or {}).items()}
+    return attribute(
+        Registry.default(), None, _lines(job), None, [], nodes, node_logs=logs,
+        scheduler_lines=_lines(scheduler, "scheduler.txt") if scheduler else None,
+    )  # fmt: skip
+
+
+# ---------------------------------------------------------------- OOM: whose memory
+OOM = (
+    "2: [rank19]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.25 GiB. GPU 3 "
+    "has a total capacity of 79.15 GiB of which {free} is free. Including non-PyTorch memory, this "
+    "process has {own} memory in use. Of the allocated memory 39.20 GiB is allocated by PyTorch, "
+    "and 512.00 MiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is "
+    "large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.\n"
+    "srun: error: dgx-3: task 2: Exited with exit code 1\n"
+)
+SMI = (
+    "$ nvidia-smi --query-compute-apps=gpu_bus_id,pid,process_name,used_memory --format=csv\n"
+    "00000000:4E:00.0, 72210, python, 41790 MiB\n"
+    "00000000:4E:00.0, 190533, python, 37968 MiB\n"
+)
+
+
+def test_an_oom_with_a_third_of_the_gpu_held_by_another_process_is_the_nodes() -> None:
+    # 79.15 total - 0.41 free - 40.81 this process = 37.9 GiB (48 %) held by someone else.
+    a = _run(OOM.format(free="412.69 MiB", own="40.81 GiB"), ["dgx-1", "dgx-2", "dgx-3"],
+             {"dgx-3": SMI})  # fmt: skip
+    assert a.category == Category.SYSTEM_SOFTWARE
+    assert a.culprit_nodes == ["dgx-3"]
+    assert default_advice(a).kind == AdviceKind.REQUEUE_EXCLUDING
+
+
+def test_an_oom_where_the_process_holds_nearly_all_of_the_gpu_is_the_jobs() -> None:
+    # 79.15 - 0.41 - 76.9 = 1.8 GiB beside it: the CUDA context and libraries, not a leftover.
+    a = _run(OOM.format(free="412.69 MiB", own="76.90 GiB"), ["dgx-1", "dgx-2", "dgx-3"])
+    assert a.category == Category.APPLICATION
+    assert default_advice(a).kind == AdviceKind.STOP
+
+
+# ---------------------------------------------------------------- NHC: a mount missing
+MISSING = (
+    "[gpfs-cn12] 2025-11-18 07:00:04 starting 2-node job\n"
+    "[gpfs-cn14] Traceback (most recent call last):\n"
+    '[gpfs-cn14]   File "/gpfs/projects/geo/src/train.py", line 58, in build_dataset\n'
+    "[gpfs-cn14] FileNotFoundError: [Errno 2] No such file or directory: '/gpfs/projects/geo/data/shards/shard-00017.tar'\n"
+    "srun: error: gpfs-cn14: task 1: Exited with exit code 1\n"
+)
+
+
+def test_a_file_missing_on_the_node_whose_health_check_finds_its_mount_missing() -> None:
+    nhc = "ERROR:  nhc:  Health check failed:  check_fs_mount:  /gpfs/projects not mounted\n"
+    a = _run(MISSING, ["gpfs-cn12", "gpfs-cn14"],
+             {"gpfs-cn14": nhc, "gpfs-cn12": "(nhc: all checks passed)\n"})  # fmt: skip
+    assert a.category == Category.SYSTEM_SOFTWARE
+    assert a.culprit_nodes == ["gpfs-cn14"]
+    assert default_advice(a).kind == AdviceKind.REQUEUE_EXCLUDING
+
+
+def test_the_same_missing_file_with_healthy_mounts_is_the_jobs_path() -> None:
+    a = _run(MISSING, ["gpfs-cn12", "gpfs-cn14"], {"gpfs-cn14": "(nhc: all checks passed)\n"})
+    assert a.category == Category.APPLICATION
+
+
+# ---------------------------------------------------------------- NODE_FAIL: which node
+NODE_FAIL_JOB = (
+    "0: [rank0]:[E321 02:07:08.173731275 ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1580, OpType=ALLREDUCE, NumelIn=466119168, NumelOut=466119168, Timeout(ms)=600000)\n"
+    "srun: error: node-12: task 0: Exited with exit code 1\n"
+    "srun: error: node-13: task 1: Killed\n"
+)
+NODE_FAIL_SCHED = (
+    "JobId=91822 JobName=sft\n   JobState=NODE_FAIL Reason=None\n"
+    "   StartTime=2025-03-20T21:44:02 EndTime=2025-03-21T02:27:30\n   NodeList=node-[12-13]\n"
+)
+
+
+def test_node_fail_without_a_node_names_the_one_whose_kernel_panicked() -> None:
+    panic = (
+        "[Fri Mar 21 01:56:58 2025] mce: [Hardware Error]: Machine check: Processor context corrupt\n"
+        "[Fri Mar 21 01:56:58 2025] Kernel panic - not syncing: Fatal machine check\n"
+    )
+    a = _run(NODE_FAIL_JOB, ["node-12", "node-13"],
+             {"node-13": panic, "node-12": "(no kernel messages in the job window)\n"},
+             NODE_FAIL_SCHED)  # fmt: skip
+    assert a.category == Category.HARDWARE_HOST
+    assert a.culprit_nodes == ["node-13"]
+
+
+def test_node_fail_with_clean_kernels_names_no_node() -> None:
+    a = _run(NODE_FAIL_JOB, ["node-12", "node-13"], {"node-13": "(clean)\n"}, NODE_FAIL_SCHED)
+    assert a.category == Category.SCHEDULER
+    assert a.culprit_nodes == []
+
+
+# ---------------------------------------------------------------- time limit: the bar's clock
+TIMEOUT_SCHED = (
+    "JobId=771245 JobName=sft\n   JobState=TIMEOUT Reason=TimeLimit\n"
+    "   RunTime=04:00:00 TimeLimit=04:00:00\n"
+    "   StartTime=2024-11-03T08:00:11 EndTime=2024-11-03T12:00:11\n   NodeList=node-[12-13]\n"
+)
+TIMEOUT_KILL = (
+    "slurmstepd: error: *** JOB 771245 ON node-12 CANCELLED AT 2024-11-03T12:00:11 DUE TO TIME LIMIT ***\n"
+    "srun: error: node-13: task 1: Terminated\nsrun: error: node-12: task 0: Terminated\n"
+)
+
+
+def _bars(last_elapsed: str) -> str:
+    return (
+        "0: {'loss': 1.8032, 'grad_norm': 0.7770, 'learning_rate': 1.6918e-05, 'epoch': 0.31}\n"
+        "0:  15%|███                 | 1486/9408 [2:51:58<15:25:38, 7.01s/it]\n"
+        f"0:  15%|███                 | 1487/9408 [{last_elapsed}<15:25:31, 7.01s/it]\n"
+    )
+
+
+def test_a_time_limit_an_hour_after_the_bars_clock_stopped_is_a_hang() -> None:
+    a = _run(_bars("2:52:05") + TIMEOUT_KILL, ["node-12", "node-13"], scheduler=TIMEOUT_SCHED)
+    assert (a.kind, a.category) == (AnomalyKind.HANG, Category.UNKNOWN)
+
+
+def test_a_time_limit_while_the_bar_still_counts_is_the_schedulers() -> None:
+    a = _run(_bars("3:49:55") + TIMEOUT_KILL, ["node-12", "node-13"], scheduler=TIMEOUT_SCHED)
+    assert (a.kind, a.category) == (AnomalyKind.CRASH, Category.SCHEDULER)
+
+
+# ---------------------------------------------------------------- an error, then silence
+MISMATCH = (
+    "0: 2026-02-02 10:05:00 step 100 loss 2.80\n"
+    "0: 2026-02-02 10:10:00 step 200 loss 2.60\n"
+    "0: 2026-02-02 10:12:30 step 250: entering eval\n"
+    "2: [rank9]: RuntimeError: Detected mismatch between collectives on ranks. Rank 9 is running collective: CollectiveFingerPrint(SequenceNumber=2711, OpType=ALLREDUCE, TensorShape=[1], TensorDtypes=Float, TensorDeviceTypes=TensorOptions(dtype=float, device=cuda)), but Rank 0 is running collective: CollectiveFingerPrint(SequenceNumber=2711, OpType=BARRIER).\n"
+    "slurmstepd: error: *** JOB 611290 ON a100-5 CANCELLED AT {kill} ***\n"
+)
+
+
+def test_an_error_followed_by_silence_until_a_cancel_is_a_hang() -> None:
+    a = _run(MISMATCH.format(kill="2026-02-02T11:40:03"), ["a100-5", "a100-6"])
+    assert (a.kind, a.category) == (AnomalyKind.HANG, Category.APPLICATION)
+
+
+def test_an_error_moments_before_the_cancel_stays_a_crash() -> None:
+    a = _run(MISMATCH.format(kill="2026-02-02T10:13:03"), ["a100-5", "a100-6"])
+    assert (a.kind, a.category) == (AnomalyKind.CRASH, Category.APPLICATION)
+
+
+# ---------------------------------------------------------------- rotating slowest rank
+def _megatron_reports(slowest: list[int]) -> str:
+    out = ["# 8 GPUs per node; --log-straggler; job still running when collected"]
+    for i, rank in enumerate(slowest):
+        t = f"2025-12-01 08:{5 + 2 * i:02d}:41"
+        out.append(
+            f"0: [{t}] iteration {20 * (i + 1):8d}/   50000 | consumed samples: {15360 * (i + 1)} | "
+            "elapsed time per iteration (ms): 5090.8 | learning rate: 1.000E-04 | lm loss: 2.1E+00 |"
+        )
+        out.append(
+            f"0: INFO:megatron.core.utils:[{t}] | MnRtt/Rnk: 3391.24ms/{(rank + 11) % 24} | "
+            f"MxRtt/Rnk: 5080.78ms/{rank} | MnPwr/Rnk: 287000W/47 | MxPwr/Rnk: 690112W/0 | "
+            "MnTmp/Rnk: 50C/5 | MxTmp/Rnk: 66C/15 |"
+        )
+    return "\n".join(out) + "\n"
+
+
+NODES6 = [f"gpu-n{i}" for i in range(1, 7)]
+RUNNING = "JobId=5 JobName=gpt\n   JobState=RUNNING Reason=None\n   NodeList=gpu-n[1-6]\n"
+BURN = (
+    "|    0   N/A  N/A    118220      C   python                                      61234MiB |\n"
+    "|    0   N/A  N/A     40021      C   /opt/burnin/gpu_burn                         9120MiB |\n"
+)
+ROTATING_ON_N4 = [28, 25, 30, 26, 24, 30, 29, 27, 31, 24, 26, 28]
+
+
+def test_a_rotating_slowest_rank_on_one_node_with_a_foreign_process_is_that_node() -> None:
+    a = _run(_megatron_reports(ROTATING_ON_N4), NODES6, {"gpu-n4": "$ nvidia-smi\n" + BURN},
+             RUNNING)  # fmt: skip
+    assert a.kind == AnomalyKind.STRAGGLER
+    assert a.culprit_nodes == ["gpu-n4"]
+
+
+def test_a_rotating_slowest_rank_on_one_node_without_a_diagnosis_names_no_node() -> None:
+    # One node's ranks, none of them for long: a pipeline's last stage looks the same.
+    a = _run(_megatron_reports(ROTATING_ON_N4), NODES6, None, RUNNING)
+    assert a.kind == AnomalyKind.STRAGGLER
+    assert a.culprit_nodes == []
+
+
+def test_a_slowest_rank_rotating_across_nodes_names_no_node() -> None:
+    rotating = [3, 28, 41, 12, 19, 44, 7, 33, 22, 15, 38, 1]
+    a = _run(_megatron_reports(rotating), NODES6, {"gpu-n4": "$ nvidia-smi\n" + BURN}, RUNNING)
+    assert a.culprit_nodes == []
+
+
+# ---------------------------------------------------------------- a lease moved an address
+def test_peers_failing_towards_an_address_dhcp_moved_to_another_subnet_name_its_node() -> None:
+    # NetworkManager's newer lease line (`state changed new lease, address=`), a new /24.
+    job = (
+        "1: kp-1:3479:3901 [4] transport/net_ib.cc:73 NCCL WARN NET/IB : Got async event : GID table change\n"
+        "0: kp-0:3468:3905 [4] ib_plugin.c:1615 NCCL WARN NET/IB : Got completion from peer 10.216.210.237<54862> with status=12 opcode=0 len=0 vendor err 129 (Recv) localGid fd00:1148:9000:5000:4:200:3:ff22 remoteGids\n"
+        "0: [rank4]:[E114 05:41:02.118822301 ProcessGroupNCCL.cpp:1595] [PG 0 Rank 4] Process group watchdog thread terminated with exception: NCCL error: remote process exited or there was a network error, NCCL version 2.20.5\n"
+        "srun: error: kp-0: task 0: Exited with exit code 1\nsrun: error: kp-1: task 1: Exited with exit code 1\n"
+    )
+    journal = (
+        "Jan 14 05:40:51 kp-1 NetworkManager[1811]: <info>  [1736833251.0221] dhcp4 (ens1f0np0): state changed new lease, address=10.216.211.19\n"
+        "Jan 14 05:40:51 kp-1 NetworkManager[1811]: <info>  [1736833251.0235] device (ens1f0np0): DHCPv4: address 10.216.210.237 expired, replaced by 10.216.211.19\n"
+    )
+    a = _run(job, ["kp-0", "kp-1"], {"kp-1": journal, "kp-0": "(no kernel messages)\n"})
+    assert a.category == Category.SYSTEM_SOFTWARE
+    assert a.culprit_nodes == ["kp-1"]
+
+
+# ---------------------------------------------------------------- what a PCIe device is
+def test_a_fatal_aer_received_from_an_hca_is_the_network() -> None:
+    # Newer kernels: `AER: Uncorrected (Fatal) error message received from BDF`.
+    dmesg = (
+        "[Tue Jan 21 16:15:48 2025] pcieport 0000:40:01.1: AER: Uncorrected (Fatal) error message received from 0000:41:00.0\n"
+        "[Tue Jan 21 16:15:48 2025] mlx5_core 0000:41:00.0:   device [15b3:1021] error status/mask=00040000/00000000\n"
+        "[Tue Jan 21 16:15:50 2025] mlx5_core 0000:41:00.0 mlx5_1: Port: 1 Link DOWN\n"
+    )
+    job = (
+        "0: ib-h03:1:2 [0] NCCL WARN NET/IB : Got completion from peer 10.44.1.4<3312> with error 12, opcode 0, len 0, vendor err 129 (Send)\n"
+        "srun: error: ib-h03: task 0: Exited with exit code 1\n"
+    )
+    a = _run(
+        job,
+        ["ib-h03", "ib-h04"],
+        {"ib-h04": dmesg, "ib-h03": "(no kernel messages in the job window)\n"},
+    )
+    assert a.category == Category.HARDWARE_NETWORK
+    assert a.culprit_nodes == ["ib-h04"]
+
+
+# ---------------------------------------------------------------- an abridged output
+def test_ranks_left_out_of_an_abridged_output_are_not_silent() -> None:
+    timeout = "{t}: [rank{r}]:[E210 05:05:42.31000 ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=188201, OpType=REDUCE_SCATTER, NumelIn=1048576, NumelOut=1048576, Timeout(ms)=1800000) ran for 1800004 milliseconds before timing out.\n"
+    shown = "".join(timeout.format(t=t, r=r) for t, r in ((0, 0), (2, 37), (5, 88)))
+    setup = "".join(f"{t}: [rank{r}]: starting\n" for t, r in ((0, 0), (1, 20), (2, 37), (5, 88)))
+    nodes = [f"gnode{i}" for i in range(10, 16)]
+    bare = _run(setup + shown, nodes)
+    noted = _run(
+        "# every task reported the same watchdog; 250 copies omitted\n" + setup + shown, nodes
+    )
+    assert bare.culprit_nodes != []  # (the control: the rank that did not report is suspect)
+    assert noted.culprit_nodes == []
+
+
+# ---------------------------------------------------------------- a quiet kernel, other files
+def test_a_node_whose_kernel_log_is_clean_is_not_named_for_a_lone_cuda_error() -> None:
+    job = (
+        "3: [rank29]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.21\n"
+        "3: ncclUnhandledCudaError: Call to CUDA function failed.\n3: Last error:\n3: Cuda failure 999 'unknown error'\n"
+        "srun: error: node04: task 3: Exited with exit code 1\n"
+    )
+    logs = {
+        "node04": [
+            LogLine(
+                source="dmesg_node04.txt", line_no=1, text="(no kernel messages in the job window)"
+            ),
+            LogLine(
+                source="node_node04.txt", line_no=1, text="# dcgmi diag -r 2 (node04, after job)"
+            ),
+            LogLine(
+                source="node_node04.txt", line_no=2, text="| Memory                    | Pass |"
+            ),
+        ]
+    }
+    a = attribute(
+        Registry.default(), None, _lines(job), None, [], ["node01", "node04"], node_logs=logs
+    )
+    assert a.category == Category.UNKNOWN
+    assert a.culprit_nodes == []
+
+
+# ---------------------------------------------------------------- a container image path
+def test_an_image_path_missing_on_every_node_is_the_jobs() -> None:
+    line = "{t}: FATAL:   could not open image /scratch/q/imgs/train_v3.sif: failed to retrieve path for /scratch/q/imgs/train_v3.sif: lstat /scratch/q/imgs/train_v3.sif: no such file or directory\n"
+    job = (
+        line.format(t=0)
+        + line.format(t=1)
+        + (
+            "srun: error: osc-a101: task 0: Exited with exit code 255\n"
+            "srun: error: osc-a102: task 1: Exited with exit code 255\n"
+        )
+    )
+    a = _run(job, ["osc-a101", "osc-a102"])
+    assert a.category == Category.APPLICATION
+    assert default_advice(a).kind == AdviceKind.STOP
+
+
+# ---------------------------------------------------------------- pairwise figures labelled
+def test_pairwise_results_with_a_labelled_figure_single_out_the_slow_node() -> None:
+    job = (
+        "0: [2026-07-13 18:13:33,449] [INFO] [logging.py:96:log_dist] [Rank 0] step=130, skipped=0, lr=[0.00029]\n"
+        "0: [2026-07-13 18:14:24,507] [INFO] [logging.py:96:log_dist] [Rank 0] step=140, skipped=0, lr=[0.00029]\n"
+        "# operator: job running; nccl-tests all_reduce_perf between pairs:\n"
+        "# dgx-b-01<->dgx-b-02 busbw 181.2 GB/s ; dgx-b-01<->dgx-b-04 busbw 180.7 GB/s ; "
+        "dgx-b-03<->dgx-b-01 busbw 48.9 GB/s ; dgx-b-03<->dgx-b-04 busbw 49.3 GB/s\n"
+    )
+    sched = "JobId=9 JobName=ds\n   JobState=RUNNING Reason=None\n   NodeList=dgx-b-[01-04]\n"
+    a = _run(job, [f"dgx-b-0{i}" for i in range(1, 5)], None, sched)
+    assert a.kind == AnomalyKind.STRAGGLER
+    assert a.culprit_nodes == ["dgx-b-03"]
+
+
+def test_sacct_elapsed_is_the_run_time_the_bars_clock_is_read_against() -> None:
+    sacct = (
+        "JobID|JobName|Partition|Account|AllocCPUS|State|ExitCode|Start|End|Elapsed|NNodes|NodeList\n"
+        "771245|sft|gpu|ml|64|TIMEOUT|0:0|2024-11-03T08:00:11|2024-11-03T12:00:11|04:00:00|2|node-[12-13]\n"
+    )
+    a = _run(_bars("2:52:05") + TIMEOUT_KILL, ["node-12", "node-13"], scheduler=sacct)
+    assert (a.kind, a.category) == (AnomalyKind.HANG, Category.UNKNOWN)
