@@ -75,7 +75,7 @@ class Analysis:
         self.node_list = list(node_list) or (list(job.node_list) if job else [])
         restarts = job.restarts if job is not None else None
         self.header = lines[:20]  # (the whole output's head: an operator's notes on the job)
-        self.lines = split_attempt(lines, restarts)
+        self.lines = split_attempt(lines, restarts, job.state if job is not None else None)
         self.topo: Topology = learn_topology(
             self.lines,
             self.node_list,

@@ -90,10 +90,30 @@ def _slurm_only(entry: LogLine) -> bool:
     return body.startswith(("slurmstepd:", "srun:")) or bool(_SIGNAL_NOTE.search(body))
 
 
-def split_attempt(lines: list[LogLine], restarts: int | None) -> list[LogLine]:
+# A preemption's kill: with `--requeue` the job runs again, appending to the same output.
+_PREEMPTION = gated(re.compile(r"CANCELLED AT \S+ DUE TO PREEMPTION"))
+# States a job that was preempted and requeued can end in afterwards (not PREEMPTED itself, and
+# not waiting to run again: then the output's last run is the preempted one).
+_RAN_AGAIN = frozenset(
+    {"RUNNING", "COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "CANCELLED"}
+)
+
+
+def split_attempt(
+    lines: list[LogLine], restarts: int | None, state: str | None = None
+) -> list[LogLine]:
     """The lines of the last attempt when one output file holds several (append mode)."""
     marks = [i for i, e in enumerate(lines) if _REQUEUE.search(e.text)]
     start = marks[-1] + 1 if marks else 0
+    if state in _RAN_AGAIN:
+        # Slurm says the job did not end preempted, yet its output holds a preemption's kill
+        # with the job's own output after it: an earlier run, requeued; the run after it (past
+        # the killed run's own teardown lines) is this attempt.
+        kills = [i for i, e in enumerate(lines) if _PREEMPTION.search(e.text) and i >= start]
+        if kills and any(not _slurm_only(e) for e in lines[kills[-1] + 1 :]):
+            start = kills[-1] + 1
+            while start < len(lines) and _slurm_only(lines[start]):
+                start += 1
     if marks and all(_slurm_only(e) for e in lines[start:]):
         # The run after the requeue has printed nothing yet (the job waits to run again): the
         # output's last run is the one the requeue ended, after any earlier requeue.

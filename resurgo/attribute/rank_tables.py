@@ -451,12 +451,12 @@ def read_rank_reports(a: Analysis) -> RankReports:
         out.lines += lines
     if not out.nodes:
         _per_host_summary(a, bodies, out)
-    named = [*out.ranks, *out.rotating_ranks]
-    per_node = ranks_per_node(a) if named and not out.world and a.node_list else None
-    if per_node and max(named) < per_node * len(a.node_list):
+    ranks = [*out.ranks, *out.rotating_ranks]
+    per_node = ranks_per_node(a) if ranks and not out.world and a.node_list else None
+    if per_node and max(ranks) < per_node * len(a.node_list):
         # Reports that name ranks only: placed node-major from the GPUs per node the job says.
         out.world = per_node * len(a.node_list)
-    elif named and not out.world and a.node_list and out.seen_world % len(a.node_list) == 0:
+    elif ranks and not out.world and a.node_list and out.seen_world % len(a.node_list) == 0:
         out.world = out.seen_world  # (else from every rank the reports' extremes named)
     if out.ranks or out.nodes:
         out.rotating = False

@@ -43,6 +43,9 @@ _JOINING = re.compile(
     r"attempts to join the next round of the rendezvous"
     r"|added itself to the (?:participants|wait list) of round \d+ of the rendezvous"
     r"|/rendezvous/dynamic_rendezvous\.py:\d+\]"
+    # (the agent itself before it joins: agent/server/api.py `_rendezvous` logs
+    # `[default] Rendezvous'ing worker group`)
+    r"|\[\w+\] Rendezvous'ing worker group\b"
 )
 
 
@@ -57,7 +60,7 @@ def agent_never_started(a: Analysis) -> Verdict | None:
     if not roots and a.scan.max_iteration is None and (a.scheduler_outcome() or "") == "timeout":
         # No timeout raised (a rendezvous timeout longer than the time limit): the agents
         # that started announce joining and wait until Slurm kills the job.
-        joined = [e for e in a.lines if "rendezvous" in e.text and _JOINING.search(e.text)]
+        joined = [e for e in a.lines if "endezvous" in e.text and _JOINING.search(e.text)]
         waited = [(e, strip_prefixes(e.text).body) for e in joined]
         how = "waited for it until the time limit"
     if not waited or (waiting and len(waiting) != len(roots)):

@@ -210,9 +210,11 @@ def _never_progressed(a: Analysis, kill: list[LogLine]) -> Verdict | None:
     # run then passed without a step).
     before = a.lines[: a.kill_order] if a.kill_order is not None else a.lines
     stamps = [t for e in before if (t := _any_time(e.text)) is not None]
+    end = datetime.fromisoformat(killed)
     if a.job is not None and a.job.start_time is not None:
         stamps.append(a.job.start_time.replace(tzinfo=None))
-    end = datetime.fromisoformat(killed)
+    elif (run := a.facts.run_time()) is not None:
+        stamps.append(end - run)  # (sacct's Elapsed back from the kill: when it started)
     last = max((t for t in stamps if t <= end), default=None)
     if last is None or (end - last).total_seconds() <= OUTPUT_SILENCE_SECONDS:
         return None

@@ -336,3 +336,56 @@ def test_sacct_elapsed_is_the_run_time_the_bars_clock_is_read_against() -> None:
     )
     a = _run(_bars("2:52:05") + TIMEOUT_KILL, ["node-12", "node-13"], scheduler=sacct)
     assert (a.kind, a.category) == (AnomalyKind.HANG, Category.UNKNOWN)
+
+
+# ---------------------------------------------------------------- preempted, requeued, ran again
+PREEMPTED_THEN = (
+    "0: [rank0]:[titan] 2025-09-14 19:01:10,000 - root - INFO - step: 3300  loss:  3.9782\n"
+    "slurmstepd: error: *** JOB 3390021 ON gpu101 CANCELLED AT 2025-09-14T19:02:10 DUE TO PREEMPTION ***\n"
+    "srun: error: gpu101: task 0: Terminated\n"
+    "pyxis: importing docker image: nvcr.io#nvidia/pytorch:25.08-py3\n"
+    "slurmstepd: error: pyxis: child 91003 failed with error code: 1\n"
+    "slurmstepd: error: pyxis: failed to import docker image\n"
+    "slurmstepd: error: pyxis:     [ERROR] URL https://nvcr.io/proxy_auth?scope=repository:nvidia/pytorch:pull returned error code: 503 Service Unavailable\n"
+    "slurmstepd: error: pyxis: couldn't start container\n"
+    "srun: error: gpu101: task 0: Exited with exit code 1\n"
+)
+
+
+def _sacct_state(state: str) -> str:
+    return (
+        "JobID|JobName|Partition|Account|AllocCPUS|State|ExitCode|Start|End|Elapsed|NNodes|NodeList\n"
+        f"3390021|llama3|gpu|ml|96|{state}|1:0|2025-09-14T19:05:31|2025-09-14T19:05:49|00:00:18|1|gpu101\n"
+    )
+
+
+def test_a_run_after_a_preemption_in_the_same_output_is_the_attempt_slurm_ended() -> None:
+    a = _run(PREEMPTED_THEN, ["gpu101"], scheduler=_sacct_state("FAILED"))
+    assert a.category == Category.SYSTEM_SOFTWARE  # the registry's 503, not the preemption
+    assert default_advice(a).kind == AdviceKind.REQUEUE
+
+
+def test_a_job_slurm_says_was_preempted_is_the_preemption() -> None:
+    a = _run(PREEMPTED_THEN.split("pyxis: importing")[0], ["gpu101"],
+             scheduler=_sacct_state("PREEMPTED"))  # fmt: skip
+    assert a.category == Category.SCHEDULER
+
+
+# ---------------------------------------------------------------- one agent never came up
+def test_agents_rendezvousing_until_the_time_limit_name_the_node_whose_agent_never_spoke() -> None:
+    # torch/distributed/elastic/agent/server/api.py `_rendezvous`: `[default] Rendezvous'ing
+    # worker group`; task 2's agent printed nothing; sacct gives the only clock (Elapsed).
+    job = "".join(
+        f"{t}: I0302 21:15:1{t}.900200 140211 torch/distributed/elastic/agent/server/api.py:677] [default] Rendezvous'ing worker group\n"
+        for t in (0, 1, 3)
+    ) + (
+        "slurmstepd: error: *** JOB 23340 ON sdf-gpu03 CANCELLED AT 2025-03-02T23:15:02 DUE TO TIME LIMIT ***\n"
+        "srun: error: sdf-gpu05: task 2: Terminated\n"
+    )
+    sacct = (
+        "JobID|JobName|Partition|User|State|ExitCode|Start|End|Elapsed|NNodes|NodeList\n"
+        "23340|mae|ampere|okim|TIMEOUT|0:0|2025-03-02T21:15:02|2025-03-02T23:15:02|02:00:00|4|sdf-gpu[03-06]\n"
+    )
+    a = _run(job, [f"sdf-gpu0{i}" for i in range(3, 7)], scheduler=sacct)
+    assert (a.kind, a.category) == (AnomalyKind.HANG, Category.UNKNOWN)
+    assert a.culprit_nodes == ["sdf-gpu05"]
