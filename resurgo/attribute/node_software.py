@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 
 from resurgo.attribute.analysis import Analysis, Verdict
+from resurgo.attribute.net_plugin import odd_net_plugin
 from resurgo.attribute.shm_size import shm_too_small
 from resurgo.attribute.site_software import (
     container_without_gpus,
@@ -82,7 +83,7 @@ def node_software(a: Analysis, v: Verdict) -> Verdict:
     """`v` with the node (and category) its own software state says, where one does."""
     for join in (jobs_own_container, container_without_gpus, site_software_everywhere,
                  shm_too_small, name_full_disk, odd_bootstrap_interface, gid_changed_by_dhcp,
-                 name_pasted_gpu_fault):  # fmt: skip
+                 name_pasted_gpu_fault, odd_net_plugin):  # fmt: skip
         v = join(a, v)
     return v
 

@@ -116,7 +116,7 @@ FLOORS = {
     "s22-": (0.95, 0.98, 0.97, 0),
     # Sets 23-25 (session 9, third round): scored on arrival, classes fixed in session 10.
     "s23-": (0.77, 0.84, 0.85, 0),
-    "s24-": (0.92, 0.91, 0.95, 0),
+    "s24-": (0.92, 0.93, 0.97, 0),
     "s25-": (0.85, 0.88, 0.87, 0),
     # Sets 26-28 (session 10): scored on arrival (README), then the classes they exposed fixed.
     "s26-": (0.87, 0.97, 0.87, 0),
@@ -127,11 +127,11 @@ FLOORS = {
     "s30-": (0.95, 0.97, 0.97, 0),
     "s31-": (0.82, 0.84, 0.9, 0),
     # Sets 32-36 (session 11): scored on arrival (README), then the classes they exposed fixed.
-    "s32-": (0.8, 0.92, 0.9, 0),
-    "s33-": (0.92, 0.97, 0.95, 0),
+    "s32-": (0.82, 0.95, 0.92, 0),
+    "s33-": (0.95, 1.0, 0.97, 0),
     "s34-": (1.0, 1.0, 1.0, 0),
     "s35-": (0.97, 1.0, 1.0, 0),
-    "s36-": (0.92, 1.0, 1.0, 0),
+    "s36-": (0.95, 1.0, 1.0, 0),
     "hardware": (1.0, 1.0, 1.0, 0),
     "software": (1.0, 1.0, 1.0, 0),
     "lifecycle": (1.0, 1.0, 1.0, 0),

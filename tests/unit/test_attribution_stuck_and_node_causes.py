@@ -389,3 +389,34 @@ def test_agents_rendezvousing_until_the_time_limit_name_the_node_whose_agent_nev
     a = _run(job, [f"sdf-gpu0{i}" for i in range(3, 7)], scheduler=sacct)
     assert (a.kind, a.category) == (AnomalyKind.HANG, Category.UNKNOWN)
     assert a.culprit_nodes == ["sdf-gpu05"]
+
+
+# ---------------------------------------------------------------- one node without the plugin
+def _plugin_job(third: str) -> str:
+    return (
+        "0: hgx-04:589474:589541 [0] NCCL INFO NET/Plugin: Loaded net plugin NCCL RDMA Plugin v8 (v8)\n"
+        "0: hgx-04:589474:589541 [0] NCCL INFO P2P plugin IBext_v8\n"
+        "1: hgx-05:411020:411088 [0] NCCL INFO NET/Plugin: Loaded net plugin NCCL RDMA Plugin v8 (v8)\n"
+        f"2: hgx-11:18226:18274 [5] NCCL INFO {third}\n"
+        "0: #       size         count      type   redop    root     time   algbw   busbw #wrong\n"
+        "slurmstepd: error: *** JOB 1634 ON hgx-04 CANCELLED AT 2025-03-09T06:00:03 DUE TO TIME LIMIT ***\n"
+    )
+
+
+PLUGIN_SACCT = (
+    "JobID|JobName|State|ExitCode|Start|End|Elapsed|NNodes|NodeList\n"
+    "1634|nccl-tests|TIMEOUT|0:0|2025-03-09T04:00:01|2025-03-09T06:00:03|02:00:02|3|hgx-[04-05],hgx-11\n"
+)
+
+
+def test_the_one_node_on_nccls_internal_transport_is_named() -> None:
+    a = _run(_plugin_job("NET/Plugin: Could not find: libnccl-net.so. Using internal network plugin."),
+             ["hgx-04", "hgx-05", "hgx-11"], scheduler=PLUGIN_SACCT)  # fmt: skip
+    assert (a.kind, a.category) == (AnomalyKind.HANG, Category.SYSTEM_SOFTWARE)
+    assert a.culprit_nodes == ["hgx-11"]
+
+
+def test_every_node_on_the_same_plugin_names_none() -> None:
+    a = _run(_plugin_job("NET/Plugin: Loaded net plugin NCCL RDMA Plugin v8 (v8)"),
+             ["hgx-04", "hgx-05", "hgx-11"], scheduler=PLUGIN_SACCT)  # fmt: skip
+    assert a.culprit_nodes == []
