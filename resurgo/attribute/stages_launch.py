@@ -182,9 +182,11 @@ def world_larger_than_launched(a: Analysis) -> Verdict | None:
 
 # Lightning announces each process as it joins the process group (lightning/fabric/utilities/
 # distributed.py `_init_dist_connection`): `Initializing distributed: GLOBAL_RANK: 4, MEMBER:
-# 5/8`; the world it waits for is what the Trainer was told (devices x num_nodes).
+# 5/8` (PyTorch Lightning before 1.6: `initializing ddp: GLOBAL_RANK: ...`); the world it waits
+# for is what the Trainer was told (devices x num_nodes).
 _MEMBER = re.compile(
-    r"\bInitializing distributed: GLOBAL_RANK: (?P<rank>\d+), MEMBER: \d+/(?P<world>\d+)\b"
+    r"\b[Ii]nitializing (?:distributed|ddp): GLOBAL_RANK: (?P<rank>\d+), "
+    r"MEMBER: \d+/(?P<world>\d+)\b"
 )
 
 
@@ -232,13 +234,15 @@ def _members_short_of_world(a: Analysis) -> Verdict | None:
     if len(worlds) != 1 or started is None:
         return None
     (world,) = worlds
-    if not len(ranks) == started < world:
+    if not started <= len(ranks) < world:
         return None  # some started process never announced itself: not the job's count
+    # (More members than tasks: a task spawned its node's devices itself, as Lightning does
+    # when Slurm's task count does not match; the world still never filled.)
     return Verdict(
         Category.APPLICATION, "launch|world_larger_than_launched",
-        f"all {started} processes the job started joined a world of {world} that never came: "
-        "the launch starts fewer processes than the job's declared world size", 0.85,
-        evidence=evidence[:3], kind=AnomalyKind.HANG,
+        f"{len(ranks)} members (of {started} tasks Slurm started) joined a world of {world} "
+        "that never came: the launch starts fewer processes than the job's declared world "
+        "size", 0.85, evidence=evidence[:3], kind=AnomalyKind.HANG,
     )  # fmt: skip
 
 

@@ -420,3 +420,22 @@ def test_every_node_on_the_same_plugin_names_none() -> None:
     a = _run(_plugin_job("NET/Plugin: Loaded net plugin NCCL RDMA Plugin v8 (v8)"),
              ["hgx-04", "hgx-05", "hgx-11"], scheduler=PLUGIN_SACCT)  # fmt: skip
     assert a.culprit_nodes == []
+
+
+# ---------------------------------------------------------------- Lightning's older wording
+def test_lightning_members_of_a_world_never_filled_under_the_older_wording() -> None:
+    # PyTorch Lightning before 1.6: `initializing ddp: GLOBAL_RANK: 1, MEMBER: 2/8`.
+    job = (
+        "#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n"
+        "srun python train.py --num_nodes 2 --devices 4\n"
+        + "".join(f"initializing ddp: GLOBAL_RANK: {r}, MEMBER: {r + 1}/8\n" for r in range(4))
+        + "slurmstepd: error: *** JOB 42859712 ON m9g-1-3 CANCELLED AT 2025-08-03T16:25:19 DUE TO TIME LIMIT ***\n"
+    )
+    sched = (
+        "JobId=42859712 JobName=job.sh\n   JobState=TIMEOUT Reason=TimeLimit\n   RunTime=04:00:02\n"
+        "   StartTime=2025-08-03T12:25:17 EndTime=2025-08-03T16:25:19\n"
+        "   NodeList=m9g-1-[3-4]\n   NumNodes=2 NumCPUs=192 NumTasks=2\n"
+    )
+    a = _run(job, ["m9g-1-3", "m9g-1-4"], scheduler=sched)
+    assert (a.kind, a.category) == (AnomalyKind.HANG, Category.APPLICATION)
+    assert default_advice(a).kind == AdviceKind.STOP
