@@ -90,13 +90,15 @@ def _slurm_only(entry: LogLine) -> bool:
     return body.startswith(("slurmstepd:", "srun:")) or bool(_SIGNAL_NOTE.search(body))
 
 
-# A preemption's kill: with `--requeue` the job runs again, appending to the same output.
-_PREEMPTION = gated(re.compile(r"CANCELLED AT \S+ DUE TO PREEMPTION"))
-# States a job that was preempted and requeued can end in afterwards (not PREEMPTED itself, and
-# not waiting to run again: then the output's last run is the preempted one).
+# A kill Slurm requeues after (`--requeue`): the job runs again, appending to the same output.
+_REQUEUED_KILL = gated(re.compile(r"CANCELLED AT \S+ DUE TO (?P<why>PREEMPTION|NODE FAILURE)"))
+_STATE_OF_KILL = {"PREEMPTION": "PREEMPTED", "NODE FAILURE": "NODE_FAIL"}
+# States a requeued job can be in afterwards (not waiting to run again: then the output's last
+# run is the one the kill ended).
 _RAN_AGAIN = frozenset(
-    {"RUNNING", "COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "CANCELLED"}
-)
+    {"RUNNING", "COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "CANCELLED",
+     "PREEMPTED"}
+)  # fmt: skip
 
 
 def split_attempt(
@@ -106,10 +108,13 @@ def split_attempt(
     marks = [i for i, e in enumerate(lines) if _REQUEUE.search(e.text)]
     start = marks[-1] + 1 if marks else 0
     if state in _RAN_AGAIN:
-        # Slurm says the job did not end preempted, yet its output holds a preemption's kill
-        # with the job's own output after it: an earlier run, requeued; the run after it (past
-        # the killed run's own teardown lines) is this attempt.
-        kills = [i for i, e in enumerate(lines) if _PREEMPTION.search(e.text) and i >= start]
+        # Slurm says the job did not end the way a preemption's or a node failure's kill in its
+        # output ends it, and the job's own output goes on after that kill: an earlier run,
+        # requeued; the run after it (past the killed run's own teardown lines) is this attempt.
+        kills = [
+            i for i, e in enumerate(lines) if i >= start and (k := _REQUEUED_KILL.search(e.text))
+            and _STATE_OF_KILL[k["why"]] != state
+        ]  # fmt: skip
         if kills and any(not _slurm_only(e) for e in lines[kills[-1] + 1 :]):
             start = kills[-1] + 1
             while start < len(lines) and _slurm_only(lines[start]):

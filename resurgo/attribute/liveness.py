@@ -40,6 +40,9 @@ _ALIVE_NOTE = re.compile(r"(?i)\b(?:still running|running normally|squeue:? R\b|
 _TQDM_ELAPSED = re.compile(r"\|\s*\d+/\d+\s*\[(?:(?P<h>\d{1,4}):)?(?P<m>\d\d):(?P<s>\d\d)<")
 # Lightning's and HF's evaluation loops label their bars (`Validation DataLoader 0:`,
 # `Evaluating:`, `Testing DataLoader 0:`, `Predicting DataLoader 0:`).
+# Lightning's training bar is per epoch (`Epoch 78: 100%|...| 1563/1563 [19:38<00:00, ...]`):
+# its clock restarts with each epoch.
+_EPOCH_BAR = re.compile(r"\bEpoch (\d{1,9})\b")
 _EVAL_BAR = re.compile(r"(?i)\b(?:validation|validating|evaluat\w*|eval|testing|predicting)\b")
 _HF_LOG_DICT = re.compile(r"\{'loss': [-\d.e+naif]+,.*'epoch': \d+(?:\.\d+)?\}")
 _RUNNING_NOTE = re.compile(r"(?i)\b(?:still running|running normally|squeue:? R\b)")
@@ -178,6 +181,8 @@ def _bar_silence(a: Analysis) -> float | str | None:
         m = next((b for b in bars if b is not None), None)
         if m is not None and _EVAL_BAR.search(m.string[: m.start()]):
             return "eval"  # a validation loop's bar: its clock started with the pass
+        if m is not None and (e := _EPOCH_BAR.search(m.string[: m.start()])) and int(e[1]) > 0:
+            return "eval"  # Lightning's per-epoch bar: its clock started with this epoch
         if m is not None:
             h, mi, sec = int(m["h"] or 0), int(m["m"]), int(m["s"])
             return run.total_seconds() - (h * 3600 + mi * 60 + sec) - STARTUP_ALLOWANCE_SECONDS

@@ -35,6 +35,7 @@ from typing import NamedTuple
 
 from resurgo.attribute.analysis import Analysis, Kind, Verdict, fingerprint
 from resurgo.attribute.app_hangs import application_hang
+from resurgo.attribute.array_tasks import array_task_of
 from resurgo.attribute.bundle import Bundle
 from resurgo.attribute.engine_fault import survives_engine_faults
 from resurgo.attribute.kind_bounds import (
@@ -53,7 +54,7 @@ from resurgo.attribute.node_local import (
     path_error_after_fs_loss,
 )
 from resurgo.attribute.node_software import node_software
-from resurgo.attribute.scheduler import array_task_in_log, job_id_in_log, parse_scheduler
+from resurgo.attribute.scheduler import job_id_in_log, parse_scheduler
 from resurgo.attribute.shared_services import hung_on_shared_service, shared_outage
 from resurgo.attribute.site_notes import noted_fabric_outage
 from resurgo.attribute.stages_hardware import (
@@ -143,7 +144,10 @@ def analyse(
     metrics: list[LogLine] | None = None,
 ) -> tuple[Attribution, Progress]:
     """`attribute`, plus the attempt's training progress as its output shows it."""
-    facts = parse_scheduler(scheduler_lines or [], job_id_in_log(lines), array_task_in_log(lines))
+    scheduler_lines = scheduler_lines or []
+    facts = parse_scheduler(
+        scheduler_lines, job_id_in_log(lines), array_task_of(lines, scheduler_lines)
+    )
     if obs is not None:
         facts.job = obs
     for node in nodes:

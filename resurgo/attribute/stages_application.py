@@ -155,8 +155,9 @@ def application_verdict(
     if (odd := _one_node_short_of_gpus(a, mid, same)) is not None:
         return Verdict(
             Category.SYSTEM_SOFTWARE, f"{first.key}|one_node", f"{summary}: only {odd}'s ranks "
-            "find fewer GPUs than the job asks for, the others start: that node's GPU "
-            "configuration (MIG left enabled, a GPU missing)", 0.75,
+            "fail on the GPUs they were given (fewer than the job asks for, or two ranks on "
+            "one), the others start: that node's GPU configuration (MIG left enabled, a GPU "
+            "missing, its gres.conf)", 0.75,
             culprits=[odd], ranks=ranks, evidence=evidence,
         )  # fmt: skip
     held = _held_by_other(first.message) if mid == "cuda_oom" else None
@@ -190,7 +191,7 @@ def application_verdict(
 # Asking for a GPU index the process cannot see: the job's configuration when every node says
 # it, one node's GPU setup when only that node's ranks do (a GPU fallen off, MIG mode left on
 # from another partition: nvidia-smi's `mig.mode.current`, NVIDIA MIG user guide).
-DEVICE_COUNT_IDS = frozenset({"cuda_invalid_device"})
+DEVICE_COUNT_IDS = frozenset({"cuda_invalid_device", "nccl_duplicate_gpu"})
 
 
 def _one_node_short_of_gpus(a: Analysis, mid: str, same: list[Event]) -> str | None:

@@ -439,3 +439,82 @@ def test_lightning_members_of_a_world_never_filled_under_the_older_wording() -> 
     a = _run(job, ["m9g-1-3", "m9g-1-4"], scheduler=sched)
     assert (a.kind, a.category) == (AnomalyKind.HANG, Category.APPLICATION)
     assert default_advice(a).kind == AdviceKind.STOP
+
+
+# ---------------------------------------------------------------- an array task by its node
+def test_an_array_tasks_output_is_matched_to_its_row_by_the_node_slurm_names() -> None:
+    job = (
+        "[sweep] 06:43:00 step 860 loss 1.570\n"
+        "RuntimeError: CUDA error: uncorrectable ECC error encountered\n"
+        "srun: error: gpu-c12: task 0: Exited with exit code 1\n"
+    )
+    sacct = "JobID|JobName|State|ExitCode|Start|End|Elapsed|NNodes|NodeList\n" + "".join(
+        f"810200_{t}|sweep|{state}|{code}|2024-10-20T06:00:00|2024-10-20T07:50:00|01:50:00|1|{node}\n"
+        for t, state, code, node in (
+            (0, "COMPLETED", "0:0", "gpu-c09"), (1, "COMPLETED", "0:0", "gpu-c10"),
+            (4, "FAILED", "1:0", "gpu-c12"), (5, "COMPLETED", "0:0", "gpu-c09"),
+        )
+    )  # fmt: skip
+    xid = "[Sun Oct 20 06:44:02 2024] NVRM: Xid (PCI:0000:41:00): 48, pid=8812, name=python, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 3, subpartition 0.\n"
+    a = _run(job, [], {"gpu-c12": xid}, sacct)
+    assert a.category == Category.HARDWARE_GPU
+    assert a.culprit_nodes == ["gpu-c12"]
+
+
+# ---------------------------------------------------------------- a node failure, requeued
+def test_a_run_after_a_node_failure_kill_that_still_trains_is_healthy() -> None:
+    job = (
+        "[2024-07-09 02:10:10] step 13950 loss 1.1000\n"
+        "slurmstepd: error: *** JOB 2240098 ON gpu21 CANCELLED AT 2024-07-09T02:14:41 DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***\n"
+        "[2024-07-09 02:31:50] resume from /ckpt/llava/step_14000\n"
+        + "".join(
+            f"[2024-07-09 07:{m:02d}:10] step {21000 + m * 25} loss 1.0793\n"
+            for m in range(0, 40, 2)
+        )
+    )
+    sched = (
+        "JobId=2240098 JobName=llava-ft\n   JobState=RUNNING Reason=None\n   Restarts=1\n"
+        "   RunTime=05:01:00\n   StartTime=2024-07-09T02:31:10\n   NodeList=gpu[21-23,25-29]\n"
+        "$ date\n2024-07-09T07:40:00\n"
+    )
+    a = _run(job, [f"gpu{i}" for i in (21, 22, 23, 25, 26, 27, 28, 29)], scheduler=sched)
+    assert a.kind == "none"
+
+
+# ---------------------------------------------------------------- a per-epoch bar's clock
+def test_lightnings_per_epoch_bar_clock_is_not_the_runs() -> None:
+    bars = "".join(
+        f"Epoch {e}: 100%|██████████| 1563/1563 [19:38<00:00,  1.33it/s, v_num=0, train_loss=1.379]\n"
+        for e in (76, 77, 78)
+    )
+    sched = "JobId=1447702 JobName=byol\n   JobState=RUNNING Reason=None\n   RunTime=02:02:00\n   NodeList=gpu[101-102]\n"
+    a = _run("# operator note: job still running at the time of collection\n" + bars,
+             ["gpu101", "gpu102"], scheduler=sched)  # fmt: skip
+    assert a.kind == "none"
+
+
+# ---------------------------------------------------------------- two ranks on one GPU
+def _duplicate(nodes_saying: list[str]) -> str:
+    out = []
+    for i, node in enumerate(nodes_saying):
+        r = 8 * i
+        out.append(
+            f"{r}: {node}:61224:61301 [0] init.cc:1062 NCCL WARN Duplicate GPU detected : rank {r} and rank {r + 1} both on CUDA device 41000"
+        )
+        out.append(
+            f"{r}: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.21.5"
+        )
+        out.append(f"srun: error: {node}: tasks {r}-{r + 7}: Exited with exit code 1")
+    return "\n".join(out) + "\n"
+
+
+def test_two_ranks_on_one_gpu_on_one_node_only_is_that_nodes_assignment() -> None:
+    a = _run(_duplicate(["gpu-d03"]), ["gpu-d01", "gpu-d02", "gpu-d03", "gpu-d04"])
+    assert a.category == Category.SYSTEM_SOFTWARE
+    assert a.culprit_nodes == ["gpu-d03"]
+
+
+def test_two_ranks_on_one_gpu_on_every_node_is_the_jobs_mapping() -> None:
+    a = _run(_duplicate(["gpu-d01", "gpu-d02"]), ["gpu-d01", "gpu-d02"])
+    assert a.category == Category.APPLICATION
+    assert default_advice(a).kind == AdviceKind.STOP
