@@ -19,7 +19,7 @@ from resurgo.attribute.metrics import Finding, findings
 from resurgo.attribute.node_logs import scan_node_logs
 from resurgo.attribute.oom_blocks import without_other_jobs_ooms
 from resurgo.attribute.scheduler import SchedulerFacts, owner_cancelled
-from resurgo.attribute.topology import Topology, learn_topology
+from resurgo.attribute.topology import Topology, addresses_in_node_files, learn_topology
 from resurgo.contracts import AnomalyKind, Category, LogLine
 from resurgo.detect.registry import Registry
 
@@ -80,7 +80,7 @@ class Analysis:
             self.lines,
             self.node_list,
             num_tasks=facts.num_tasks,
-            aliases=facts.host_aliases(),
+            aliases={**addresses_in_node_files(node_logs), **facts.host_aliases()},
         )
         self.scan: JobScan = scan_job(registry, self.lines, self.topo)
         boot = {n: t for n in facts.node_fields if (t := facts.boot_time(n)) is not None}

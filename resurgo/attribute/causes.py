@@ -13,6 +13,8 @@ import re
 from resurgo.attribute.analysis import Analysis, Verdict, event_node
 from resurgo.attribute.events import Event
 from resurgo.attribute.oom_blocks import block_of, oom_blocks
+from resurgo.attribute.oom_holders import job_pids
+from resurgo.attribute.ps_listing import others_hold_more
 from resurgo.attribute.stages_common import _rank
 from resurgo.attribute.topology import split_host_prefix
 from resurgo.attribute.tracebacks import REPORTS_ANOTHER
@@ -26,7 +28,9 @@ _VERSION_PAIR = re.compile(r"\brank (?P<rank>\d+) version (?P<code>\d{4,6})\b")
 # NCCL developers"): by itself, from one rank, no evidence against the node it ran on.
 LIBRARY_BUGS = frozenset({"nccl_internal_error"})
 # A program's environment missing a piece: the job's own, or one node's image.
-ENVIRONMENT_IDS = frozenset({"shared_library_missing", "lmod_module_unknown"})
+ENVIRONMENT_IDS = frozenset(
+    {"shared_library_missing", "lmod_module_unknown", "mpi_pmi_init_failed"}
+)
 _ENVIRONMENT = re.compile(
     r"\b(?:ImportError|ModuleNotFoundError)\b|cannot open shared object file|"
     r"undefined symbol: |GLIBC_\d[\d.]* not found"
@@ -447,8 +451,25 @@ def oom_verdict(a: Analysis, e: Event) -> Verdict | None:
             "another user's process holds most of the node's memory", 0.75,
             culprits=[e.node] if e.node else [], evidence=[e.line],
         )  # fmt: skip
+    job_user = a.job.user if a.job is not None else ""
+    if (
+        not block.memcg
+        and not block.tasks
+        and e.node
+        and (held := others_hold_more(a.node_logs.get(e.node, []), job_user, block.killed_rss_kib))
+    ):
+        # (No task table in the report: the operator's `ps` of the node shows who held it.)
+        return Verdict(
+            Category.SYSTEM_SOFTWARE, "oom|held_by_other|host", f"{e.match.id} on {e.node}: "
+            f"{held.user}'s process {held.pid} holds {held.rss_kib // 1024**2} GiB of the "
+            "node's memory", 0.75, culprits=[e.node], evidence=[e.line, held.line],
+        )  # fmt: skip
     job_id = a.job.job_id if a.job is not None else None
-    if block.of_this_job(job_id):
+    if block.of_this_job(job_id) or (
+        # A memory cgroup's limit killing a process the job's output names as its own: the
+        # limit of the job's allocation (Slurm's task/cgroup), which the job outgrew.
+        block.memcg and block.killed_pid is not None and str(block.killed_pid) in job_pids(a)
+    ):
         return Verdict(
             Category.APPLICATION, e.key, f"{e.match.id} on {e.node}: the job's own processes "
             "ran out of host memory", 0.8, evidence=[e.line],

@@ -220,7 +220,14 @@ def silent_until_killed(a: Analysis) -> bool:
         return False
     last = next((t for e in reversed(a.lines[:cut]) if (t := _any_time(e.text))), None)
     if last is None:
-        return False
+        # Only glog-style stamps (c10's `[E314 14:33:45.172 ProcessGroupNCCL.cpp:607]`, absl's
+        # `I0223 22:58:05.579038`) carry no year: Slurm's dated kill line gives it.
+        dated = _ISO.search(a.lines[cut].text[:200])
+        year = int(dated.group(1)[:4]) if dated is not None else None
+        stamps = (_when(e.text, year) for e in reversed(a.lines[:cut])) if year else iter(())
+        last = next((t for t in stamps if t is not None), None)
+        if last is None:
+            return False
     kill = _when(a.lines[cut].text, last.year)
     if kill is None:
         return False

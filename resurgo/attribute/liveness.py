@@ -16,13 +16,14 @@ from __future__ import annotations
 import itertools
 import re
 import statistics
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from resurgo.attribute.analysis import Analysis, Verdict
 from resurgo.attribute.retried import retried_ok
 from resurgo.attribute.series import last_sample_order, read_series
 from resurgo.attribute.stragglers import stragglers
 from resurgo.contracts import Category
+from resurgo.detect.lines import strip_prefixes
 
 # A running job is hung when its progress lines stop for this many of their usual intervals
 # (and at least the floor): a collective timeout is 10 minutes by default.
@@ -122,7 +123,44 @@ def progress_times(a: Analysis) -> list[datetime]:
     sampled = [
         t for s in longest if s.order < len(a.lines) and (t := _any_time(a.lines[s.order].text))
     ]
-    return sampled if len(sampled) >= 2 else list(a.scan.progress_times)
+    if len(sampled) >= 2:
+        return sampled
+    clocked = _clock_times(a, orders or [s.order for s in longest])
+    return clocked if len(clocked) >= 2 else list(a.scan.progress_times)
+
+
+_CLOCK = re.compile(r"^(\d\d):(\d\d):(\d\d)(?:[.,]\d+)?$")
+_ISO_DATE = re.compile(r"\b(\d{4})-(\d\d)-(\d\d)[T ]\d\d:\d\d:\d\d\b")
+
+
+def _clock_times(a: Analysis, orders: list[int]) -> list[datetime]:
+    """Progress lines stamped with the time of day only (`[g0033] 10:37:26 rank0: it 23225`):
+    dated from the job's start (Slurm's record, else the first dated line of the output, a
+    kill line), a day later each time the clock goes back past midnight."""
+    start = a.job.start_time if a.job is not None else None
+    if start is None:
+        dated = next((m for e in a.lines if (m := _ISO_DATE.search(e.text[:200]))), None)
+        if dated is None:
+            return []
+        start = datetime(int(dated[1]), int(dated[2]), int(dated[3]))
+    day = start.replace(hour=0, minute=0, second=0, microsecond=0, tzinfo=None)
+    out: list[datetime] = []
+    for o in orders:
+        if o >= len(a.lines):
+            continue
+        clock = strip_prefixes(a.lines[o].text).time
+        m = _CLOCK.match(clock) if clock else None
+        if m is None:
+            continue
+        h, mi, sec = int(m[1]), int(m[2]), int(m[3])
+        if h > 23 or mi > 59 or sec > 59:
+            continue
+        t = day.replace(hour=h, minute=mi, second=sec)
+        if out and (out[-1] - t).total_seconds() > 12 * 3600:
+            day = day + timedelta(days=1)  # (past midnight)
+            t = t + timedelta(days=1)
+        out.append(t)
+    return out
 
 
 def progress_silence(a: Analysis) -> tuple[float, float] | None:

@@ -31,7 +31,7 @@ from resurgo.contracts import LogLine
 _START = re.compile(r"\binvoked oom-killer\b")
 _KILLED = re.compile(
     r"\b(?:Memory cgroup out of memory|Out of memory): Killed process (?P<pid>\d+)\b"
-    r"(?:.*?\bUID:(?P<uid>\d+))?"
+    r"(?:.*?\banon-rss:(?P<rss>\d+)kB)?(?:.*?\bUID:(?P<uid>\d+))?"
 )
 _SUMMARY = re.compile(r"\boom-kill:constraint=(?P<constraint>\w+)\b(?P<rest>.*)")
 _SUMMARY_UID = re.compile(r"\bpid=(?P<pid>\d+),uid=(?P<uid>\d+)")
@@ -55,6 +55,9 @@ class OomBlock:
     killed_uid: int | None = None
     tasks: list[tuple[int, int, int]] = field(default_factory=list)
     """(pid, uid, rss pages) per row of the kernel's task dump."""
+    killed_rss_kib: int | None = None
+    memcg: bool = False
+    """A memory cgroup reached its limit (mm/memcontrol.c), not the whole node."""
 
     def holds(self, line: LogLine) -> bool:
         return line.source == self.source and self.first <= line.line_no <= self.last
@@ -97,6 +100,14 @@ def read_blocks(source: str, lines: Iterable[LogLine]) -> list[OomBlock]:
             columns = []
             continue
         if current is None:
+            if (killed := _KILLED.search(text)) is not None:
+                # (A kill whose report the file does not hold: the kernel's one-line summary.)
+                lone = OomBlock(source, entry.line_no, entry.line_no)
+                lone.killed_pid = int(killed["pid"])
+                lone.killed_uid = int(killed["uid"]) if killed["uid"] is not None else None
+                lone.memcg = killed[0].startswith("Memory cgroup")
+                lone.killed_rss_kib = int(killed["rss"]) if killed["rss"] else None
+                blocks.append(lone)
             continue
         if (head := _TABLE_HEAD.search(text)) is not None:
             columns = _columns(text[head.start() :])
@@ -110,6 +121,7 @@ def read_blocks(source: str, lines: Iterable[LogLine]) -> list[OomBlock]:
             current.jobs.update(int(j) for j in _CGROUP_JOB.findall(stats["path"]))
         elif (summary := _SUMMARY.search(text)) is not None:
             current.constraint = summary["constraint"]
+            current.memcg = current.memcg or summary["constraint"] == "CONSTRAINT_MEMCG"
             rest = summary["rest"]
             for key in ("oom_memcg=", "task_memcg="):
                 if key in rest:
@@ -121,6 +133,8 @@ def read_blocks(source: str, lines: Iterable[LogLine]) -> list[OomBlock]:
             current.killed_pid = int(killed["pid"])
             if killed["uid"] is not None:
                 current.killed_uid = int(killed["uid"])
+            current.memcg = current.memcg or killed[0].startswith("Memory cgroup")
+            current.killed_rss_kib = int(killed["rss"]) if killed["rss"] else None
             current.last = entry.line_no
             current = None  # the report ends with the kill
             continue

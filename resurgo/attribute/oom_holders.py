@@ -19,8 +19,9 @@ _HOLDER = re.compile(r"\bProcess (\d+) has \d+(?:\.\d+)? GiB memory in use")
 # (deepspeed/launcher/launch.py sigkill_handler), Ray's `(ActorName pid=N)` log prefix.
 _OWN_PID = re.compile(
     r"\(pid: (\d+)\)|\bSending process (\d+) closing signal|^\S+?:(\d+):\d+ \[\d+\] NCCL"
-    r"|\bKilling subprocess (\d+)\b|^\(\w+ pid=(\d+)(?:,|\))"
+    r"|\bKilling subprocess (\d+)\b"
 )
+_RAY_PID = re.compile(r"\(\w+ pid=(\d+)(?:,|\))")  # (the normaliser peels it off the body)
 # PyTorch's accounting of the failing process's own memory (CUDACachingAllocator.cpp since 2.1:
 # `Process N has 39.36 GiB memory in use. Of the allocated memory 38.34 GiB is allocated by
 # PyTorch, and 385.64 MiB is reserved by PyTorch but unallocated`): NVML lists the failing
@@ -42,11 +43,19 @@ def held_by_the_job(a: Analysis, message: str) -> bool:
         return False
     if len(holders) == 1 and _holder_is_this_process(message):
         return True
+    return holders <= job_pids(a)
+
+
+def job_pids(a: Analysis) -> set[str]:
+    """The process ids the job's own output names as its processes (its launchers' lines)."""
     own: set[str] = set()
     for entry in a.lines:
-        for m in _OWN_PID.finditer(strip_prefixes(entry.text).body):
+        pre = strip_prefixes(entry.text)
+        for m in _OWN_PID.finditer(pre.body):
             own.update(g for g in m.groups() if g)
-    return holders <= own
+        if pre.offset and (ray := _RAY_PID.search(entry.text, 0, pre.offset)) is not None:
+            own.add(ray.group(1))
+    return own
 
 
 def _holder_is_this_process(message: str) -> bool:

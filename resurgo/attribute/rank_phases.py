@@ -170,6 +170,39 @@ def _csv_tables(
     return tables
 
 
+# One rank's own timer fields on its own line, the rank named by its prefix or by the per-rank
+# log file an operator tailed (`[workerlog.13] batch_cost: 1.8838 data_cost: 1.4702`:
+# PaddlePaddle's launcher writes rank N's output to log/workerlog.N; PaddleDetection and
+# mmengine print `batch_cost`/`data_cost`, `time`/`data_time` in seconds).
+_RANK_FILE = re.compile(r"^\[?(?:workerlog|worker|rank)[._-]?(\d{1,7})\]?:? ")
+_RANK_FIELD = re.compile(
+    r"(?<![\w.])(?P<name>[A-Za-z][A-Za-z_]{0,30}_(?:cost|time|ms))[:=]\s*(?P<value>\d+(?:\.\d+)?)\b"
+)
+
+
+def _rank_line_table(
+    lines: list[LogLine], bodies: list[tuple[int, str]]
+) -> list[tuple[int, dict[str, dict[int, float]]]]:
+    """The last value each rank's own lines give each timer field, as one table (at the last
+    such line), when enough ranks give them."""
+    columns: dict[str, dict[int, float]] = {}
+    last = -1
+    for order, body in bodies:
+        if "_" not in body:
+            continue
+        rank = strip_prefixes(lines[order].text).rank
+        if (label := _RANK_FILE.match(body)) is not None:
+            rank = int(label.group(1))
+        if rank is None:
+            continue
+        for m in _RANK_FIELD.finditer(body):
+            scale = 1.0 if m["name"].endswith("_ms") else 1000.0
+            columns.setdefault(m["name"], {})[rank] = float(m["value"]) * scale
+            last = order
+    columns = {n: v for n, v in columns.items() if len(v) >= MIN_TABLE_RANKS}
+    return [(last, columns)] if columns else []
+
+
 @dataclass
 class PhaseReports:
     reports: list[Flagged] = field(default_factory=list)
@@ -193,6 +226,7 @@ def phase_reports(a: Analysis, bodies: list[tuple[int, str]]) -> PhaseReports:
             (o, c, {}) for o, c in _one_line_tables(peeled)
         ]
         found += _csv_tables(peeled)
+        found += [(o, c, {}) for o, c in _rank_line_table(lines, peeled)]
         for order, columns, hosts in sorted(found, key=lambda t: t[0]):
             out.known.update(hosts)
             out.world = max(out.world, *(max(v, default=-1) + 1 for v in columns.values()))

@@ -38,6 +38,7 @@ from resurgo.attribute.app_hangs import application_hang
 from resurgo.attribute.array_tasks import array_task_of
 from resurgo.attribute.bundle import Bundle
 from resurgo.attribute.engine_fault import survives_engine_faults
+from resurgo.attribute.firewall import firewalled_node
 from resurgo.attribute.kind_bounds import (
     died_of_node_fault,
     ended_by_error,
@@ -176,6 +177,7 @@ def analyse(
         )  # (pending again after a requeue: not running)
         or _repeating_gpu_exception(a)
         or unreachable_node(a)
+        or firewalled_node(a)
         or progressing_at_time_limit(a, outcome)  # (ran past any node fault until the limit)
         or killed_by_oom(a)  # (before the peers' network errors it explains)
         or _hardware(a)

@@ -73,6 +73,9 @@ _METRICS: list[tuple[str, re.Pattern[str], float, bool]] = [
     ("tokens_per_s", re.compile(r"(?i)\btokens/s(?:ec)?[:=]?\s+" + _NUM), 1.0, False),
     ("tokens_per_s", re.compile(r"(?i)(?<![\w.])" + _NUM + r"\s*tok(?:en)?s/s(?:ec)?\b"), 1.0,
      False),
+    # SGLang's scheduler (`Decode batch. #running-req: 25, ..., gen throughput (token/s):
+    # 951.5, #queue-req: 0`): a serving job's rhythm
+    ("tokens_per_s", re.compile(r"(?i)\bthroughput \(tok(?:en)?s?/s\):\s*" + _NUM), 1.0, False),
     ("images_per_s", re.compile(r"(?i)(?<![\w.])" + _NUM + r"\s*im(?:g|ages)/s(?:ec)?\b"), 1.0,
      False),
     # MaxText `completed step: 10, seconds: 1.234, TFLOP/s/device: 123.4, Tokens/s/device: ...`

@@ -28,7 +28,9 @@ from resurgo.attribute.stages_common import _noted_as_the_jobs
 from resurgo.contracts import Category, LogLine
 
 # The generic NCCL failures a transport setting shows up as.
-GENERIC_NCCL_IDS = frozenset({"nccl_system_error", "nccl_ib_verbs_call_failed"})
+GENERIC_NCCL_IDS = frozenset(
+    {"nccl_system_error", "nccl_ib_verbs_call_failed", "nccl_no_socket_interface"}
+)
 
 # NCCL's detail lines, and the settings that govern what each one is about (NCCL env docs:
 # NCCL_IB_GID_INDEX / NCCL_IB_ADDR_FAMILY / NCCL_IB_ADDR_RANGE / NCCL_IB_ROCE_VERSION_NUM pick
@@ -46,7 +48,8 @@ _DETAILS: tuple[tuple[re.Pattern[str], tuple[str, ...]], ...] = (
     (
         re.compile(
             r"NCCL WARN (?:N(?:et|ET/Socket) : No (?:interface|usable listening interface) found"
-            r"|Call to (?:bind|connect) failed|Bootstrap : no socket interface found)"
+            r"|Call to (?:bind|connect) failed)"
+            r"|NCCL (?:WARN|INFO) Bootstrap : no socket interface found"
             r"|NCCL WARN .{0,40}\bbootstrap\b"
         ),
         _SOCKETS,
@@ -61,7 +64,7 @@ def _governing(a: Analysis) -> set[str]:
     """The settings the job's NCCL detail lines are about."""
     names: set[str] = set()
     for entry in a.lines[:MAX_SCANNED]:
-        if "NCCL WARN" not in entry.text:
+        if "NCCL WARN" not in entry.text and "NCCL INFO Bootstrap" not in entry.text:
             continue
         for pattern, settings in _DETAILS:
             if pattern.search(entry.text):

@@ -76,7 +76,10 @@ def _node_failure(a: Analysis, outcome: str | None) -> Verdict | None:
         }  # fmt: skip
         if len(fatal) == 1:
             failed.update(fatal)
-    culprits = sorted(failed)
+    # A power-saved (cloud) node the controller woke for the job and that never came up is
+    # powered down again and replaced by a fresh instance: nothing of it to leave out.
+    never_up = {n for n in failed if _not_resumed(a, n)}
+    culprits = sorted(set(failed) - never_up)
     # Known only from Slurm (NODE_FAIL, `Not responding`, BOOT_FAIL): a scheduler event whose
     # node is still excluded (attribution-labels.md); node evidence below names the hardware.
     category = Category.SCHEDULER
@@ -113,6 +116,19 @@ def _node_failure(a: Analysis, outcome: str | None) -> Verdict | None:
         # (srun's `Node failure on` ends the step whatever else the output shows.)
         outcome="node_fail" if node_fail or not a.running or said_by_srun else None,
     )  # fmt: skip
+
+
+# slurmctld's power_save (src/slurmctld/power_save.c): `node a3-gpu-dy-5 not resumed by
+# ResumeTimeout(1200) - marking down and power_save`.
+_NOT_RESUMED = re.compile(r"\bnode (?P<node>\S+) not resumed by ResumeTimeout\b")
+
+
+def _not_resumed(a: Analysis, node: str) -> bool:
+    return any(
+        (m := _NOT_RESUMED.search(e.text)) is not None and a.topo.hosts.canonical(m["node"]) == node
+        for e in a.facts.lines
+        if "ResumeTimeout" in e.text
+    )
 
 
 def _named_node(a: Analysis, e: Event) -> str | None:

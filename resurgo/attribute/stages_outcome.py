@@ -137,11 +137,13 @@ def _scheduler(a: Analysis, outcome: str | None) -> Verdict | None:
     if outcome == "admin_cancelled" and _timed_out_before_the_kill(a):
         return None  # stuck first: the cancel only ended the hang
     if outcome in ("timeout", "timeout_no_checkpoint"):
+        if (own := _step_limit(a)) is not None:
+            return own
         if (diverged := ranks_diverged(a)) is not None:
             return diverged  # the job's ranks deadlocked in its own collectives
         if _timed_out_before_the_kill(a):
             return None  # stuck first: the collectives' timeouts decide (cascades)
-        if (idle := _never_progressed(a, lines)) is not None:
+        if (idle := _finished_then_idle(a) or _never_progressed(a, lines)) is not None:
             return idle
     if outcome == "timeout" and (hung := _hung_until_time_limit(a, lines)) is not None:
         if (place := deadlocked_in_job_code(a.node_logs, a.lines)) is not None:
@@ -162,6 +164,50 @@ def _scheduler(a: Analysis, outcome: str | None) -> Verdict | None:
     }[outcome]
     return Verdict(Category.SCHEDULER, outcome, what, 0.9, evidence=lines,
                    kind=AnomalyKind.CRASH, outcome=outcome)  # fmt: skip
+
+
+def _finished_then_idle(a: Analysis) -> Verdict | None:
+    """The output says training finished, then nothing but the job script's own trace (`+
+    wait`) until the time limit: the script did not exit (it waited on helpers it started in
+    the background, a process it left running), the job's own doing, a hang."""
+    done, cut = a.scan.completed_line, a.kill_order
+    if done is None or cut is None:
+        return None
+    at = next((i for i in range(cut - 1, -1, -1) if a.lines[i] is done), None)
+    if at is None:
+        return None
+    after = [e.text.strip() for e in a.lines[at + 1 : cut]]
+    if any(t and not t.startswith(("+", "#")) for t in after):
+        return None  # (it went on to do something: evaluating, uploading)
+    return Verdict(
+        Category.APPLICATION, "hang|finished_not_exited", "training finished "
+        f"({done.text.strip()[:80]}) but the job script did not exit until the time limit",
+        0.85, evidence=[done, *a.lines[at + 1 : cut][:2], a.lines[cut]], kind=AnomalyKind.HANG,
+    )  # fmt: skip
+
+
+def _step_limit(a: Analysis) -> Verdict | None:
+    """A step ended by its own time limit while the job, which went on to fail or finish, had
+    time left, and the step saved nothing to resume from: a step's limit is what the job script
+    gave srun (`-t`/`--time`; without it a step has the job's), and resubmitting runs the step
+    from its start into the same limit (attribution-labels.md tie-breaker 6). A step that
+    checkpointed resumes and gets further: the scheduler's time limit, requeued."""
+    if a.state not in ("FAILED", "COMPLETED"):
+        return None
+    kills = [i for i in range(max(len(a.lines) - 200, 0), len(a.lines))
+             if "DUE TO TIME LIMIT" in a.lines[i].text]  # fmt: skip
+    if not kills or not all("*** STEP " in a.lines[i].text for i in kills):
+        return None
+    # The killed step's own output: from the job script's last traced srun before the kill.
+    start = next((i for i in range(kills[0] - 1, -1, -1)
+                  if a.lines[i].text.startswith("+") and "srun" in a.lines[i].text), 0)  # fmt: skip
+    if any(_SAVED.search(e.text) for e in a.lines[start : kills[0]]):
+        return None
+    return Verdict(
+        Category.APPLICATION, "step_time_limit", "a job step reached its own time limit (the "
+        "job script's srun -t/--time) while the job had time left, with nothing saved to "
+        "resume from", 0.85, evidence=[a.lines[i] for i in kills[:2]],
+    )  # fmt: skip
 
 
 def ranks_diverged(a: Analysis) -> Verdict | None:
@@ -348,5 +394,6 @@ def _nothing(a: Analysis) -> Verdict:
     return Verdict(
         Category.UNKNOWN, f"exit|{code}", f"job {state} with exit code {code} and no recognised "
         "error", 0.3, evidence=[x.line for x in a.scan.exit_order[:3]] or a.lines[-3:],
-        kind=AnomalyKind.CRASH,
+        # (Slurm's kill ended it: whether it sat stuck before is the output's to say.)
+        kind=None if a.kill_order is not None else AnomalyKind.CRASH,
     )  # fmt: skip

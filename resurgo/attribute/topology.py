@@ -369,3 +369,28 @@ def _block_layout(topo: Topology, node_list: list[str]) -> None:
         index = task // max(per_node, 1)
         if index < len(node_list):
             topo.task_node.setdefault(task, node_list[index])
+
+
+# A node's own addresses as its own files show them: `ip addr`'s `inet 10.1.4.43/24`, Ray's
+# processes started with `--node_ip_address=10.1.4.43` (ray start; raylet's command line in
+# `ps`). Ray prefixes its workers' lines with only the address (`(WorkerDict pid=1, ip=...)`).
+_FILE_OWN_ADDRESS = re.compile(
+    r"\binet (?P<ip>\d{1,3}(?:\.\d{1,3}){3})/\d{1,2}\b|--node[-_]ip[-_]address[= ]"
+    r"(?P<ray>\d{1,3}(?:\.\d{1,3}){3})\b"
+)
+MAX_ADDRESS_LINES = 2000
+
+
+def addresses_in_node_files(node_logs: Mapping[str, list[LogLine]]) -> dict[str, str]:
+    """Address -> host, from the addresses each host's own files say it has (an address two
+    hosts claim is left out: a file quoting another host's command line)."""
+    seen: dict[str, set[str]] = {}
+    for host, lines in node_logs.items():
+        for entry in lines[:MAX_ADDRESS_LINES]:
+            if "inet " not in entry.text and "ip_address" not in entry.text.replace("-", "_"):
+                continue
+            for m in _FILE_OWN_ADDRESS.finditer(entry.text):
+                ip = m.group("ip") or m.group("ray")
+                if ip and not ip.startswith("127."):
+                    seen.setdefault(ip, set()).add(host)
+    return {ip: next(iter(hosts)) for ip, hosts in seen.items() if len(hosts) == 1}

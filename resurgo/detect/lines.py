@@ -33,12 +33,23 @@ _SRUN_LABEL = re.compile(r" {0,8}(\d{1,7}): ", re.ASCII)
 _RANK_PREFIX = re.compile(r"\[[Rr]ank ?(\d{1,7})\](?::? ?)", re.ASCII)
 _COMMON = re.compile(r"(?: {0,8}(\d{1,7}): )?(?:\[[Rr]ank ?(\d{1,7})\](?::? ?))?", re.ASCII)
 _LOCAL_PREFIX = re.compile(r"\[default(\d{1,5})\]:? ?", re.ASCII)
+# A wrapper's per-task label (`[task 3] Traceback ...`: a job script prefixing each srun
+# task's output with $SLURM_PROCID, the way `srun --label` prints `3: `).
+_TASK_PREFIX = re.compile(r"\[(?:task|proc|procid) ?(\d{1,7})\]:? ?", re.ASCII)
 _MPI_PREFIX = re.compile(r"\[\d{1,7},(\d{1,7})\]<std(?:out|err)>: ?", re.ASCII)
 # Host names: letters, digits, dots and hyphens (never an underscore), at most 63 per label.
 # (Directly followed by a rank label too: `[node-773][rank13]: ` from a wrapper that puts the
 # host before PyTorch's own rank prefix.)
 _BRACKET_HOST = re.compile(
     r"\[(?P<host>[A-Za-z][A-Za-z0-9.-]{0,62})\](?::? |(?=\[(?:[Rr]ank ?|default)\d))", re.ASCII
+)
+# Ray's prefix on the lines its workers print (`(WorkerDict pid=231421)`, `(RayWorkerWrapper
+# pid=60211, ip=10.30.4.4)`, `(raylet, ip=10.1.4.43)`; vLLM's `(VllmWorker TP0 pid=35532)`):
+# the address names the host its process ran on.
+_RAY_PREFIX = re.compile(
+    r"\((?:raylet|gcs_server|(?:[A-Za-z_][\w.:-]{0,60}(?: [\w.:-]{1,20}){0,2} )?pid=\d{1,9})"
+    r"(?:, ip=(?P<ip>[0-9A-Fa-f.:]{3,39}))?\)(?: |$)",
+    re.ASCII,
 )
 _COLON_HOST = re.compile(r"(?P<host>[A-Za-z][A-Za-z0-9.-]{0,62}): (?=\S)", re.ASCII)
 # Names that look like hosts but are devices, log levels or counters.
@@ -234,7 +245,13 @@ def _strip_prefixes(line: str) -> LinePrefix:
             rank = int(common.group(2))
         offset = common.end()
     c = line[offset : offset + 1]
-    if not (c == "[" or c == "{" or c.isdigit() or (c.isalpha() and _maybe_more(line, offset))):
+    if not (
+        c == "["
+        or c == "{"
+        or c == "("
+        or c.isdigit()
+        or (c.isalpha() and _maybe_more(line, offset))
+    ):
         if offset == 0:
             return _new(LinePrefix, (None, None, line, 0, None, None, None))
         return _new(LinePrefix, (task, rank, line[offset:], offset, None, None, None))
@@ -251,6 +268,11 @@ def _strip_prefixes(line: str) -> LinePrefix:
                     local = int(d.group(1))
                 offset = d.end()
                 continue
+            if (tp := _TASK_PREFIX.match(line, offset)) is not None:
+                if task is None:
+                    task = int(tp.group(1))
+                offset = tp.end()
+                continue
             if (mp := _MPI_PREFIX.match(line, offset)) is not None:
                 if rank is None:
                     rank = int(mp.group(1))
@@ -263,6 +285,12 @@ def _strip_prefixes(line: str) -> LinePrefix:
             if (h := _BRACKET_HOST.match(line, offset)) is not None and _host_like(h["host"]):
                 host = host or h.group("host")
                 offset = h.end()
+                continue
+            break
+        if c == "(":
+            if (ray := _RAY_PREFIX.match(line, offset)) is not None:
+                host = host or ray.group("ip")
+                offset = ray.end()
                 continue
             break
         if c.isdigit() or c == " ":

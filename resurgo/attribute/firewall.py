@@ -1,0 +1,63 @@
+"""A node whose own firewall turns away the job's other nodes.
+
+Packet filters log what they refuse when asked to: firewalld with `LogDenied` prefixes each
+line with the zone and verdict (`filter_IN_public_REJECT: IN=ens3f0 OUT= MAC=... SRC=10.1.0.31
+DST=10.1.0.32 ... PROTO=TCP SPT=41822 DPT=43117 SYN`, firewalld's `--set-log-denied`), ufw with
+`[UFW BLOCK] IN=...`, a plain iptables `LOG` target with whatever prefix the rule gives. The
+fields after the prefix are the kernel's (net/netfilter/nf_log_syslog.c): the interface, the
+source and destination addresses and the protocol.
+
+A node's kernel log refusing connections from another node of the same job is that node's
+software (a firewall a re-image turned on, a rule set from the wrong role), not the fabric and
+not the job: NCCL's bootstrap and c10d's store then wait on the peer until a timeout or the
+time limit. The node to exclude is the one that refuses.
+"""
+
+from __future__ import annotations
+
+import re
+
+from resurgo.attribute.analysis import Analysis, Verdict
+from resurgo.contracts import Category, LogLine
+
+_REFUSED = re.compile(
+    r"(?:REJECT|DROP|DENY|DENIED|BLOCK)\w*\]?:? ?IN=(?P<dev>\w[\w.@-]*) OUT=\S* .*?"
+    r"\bSRC=(?P<src>[\d.]{7,15}|[0-9a-fA-F:]{3,39}) DST=(?P<dst>\S+) .*?\bPROTO=(?:TCP|UDP)\b"
+)
+MAX_EVIDENCE_LINES = 4
+
+
+def firewalled_node(a: Analysis) -> Verdict | None:
+    """The one node of the job whose kernel log shows it refusing the job's other nodes."""
+    refusing: dict[str, list[LogLine]] = {}
+    peers: dict[str, set[str]] = {}
+    for host, lines in a.node_logs.items():
+        node = a.topo.hosts.canonical(host)
+        if node is None or not a.in_job(node):
+            continue
+        for entry in lines:
+            text = entry.text
+            if "IN=" not in text or "SRC=" not in text:
+                continue
+            m = _REFUSED.search(text)
+            if m is None:
+                continue
+            source = a.topo.hosts.canonical(m["src"])
+            if source is None or source == node or not a.in_job(source):
+                continue  # (the internet's scanners, or the node itself)
+            if a.node_list and source not in a.node_list:
+                continue
+            refusing.setdefault(node, []).append(entry)
+            peers.setdefault(node, set()).add(source)
+    if len(refusing) != 1:
+        return None  # none, or several nodes refusing each other: a site-wide rule set
+    ((node, lines),) = refusing.items()
+    if any(e.node == node and e.root and e.hardware for e in a.node_events):
+        return None  # its own link or NIC failed: the hardware stages decide
+    who = ", ".join(sorted(peers[node]))
+    return Verdict(
+        Category.SYSTEM_SOFTWARE, "firewall|refuses_peers",
+        f"{node}'s firewall refuses connections from the job's other nodes ({who}): that "
+        "node's own software", 0.75,
+        culprits=[node], evidence=lines[:MAX_EVIDENCE_LINES],
+    )  # fmt: skip
