@@ -110,12 +110,6 @@ _PG_WAIT = re.compile(r"\bWaiting for creating a placement group of specs for \d
 _KILLED = frozenset({"timeout", "timeout_no_checkpoint", "owner_cancelled", "admin_cancelled"})
 
 
-def _ended(outcome: str | None) -> str | None:
-    """How Slurm ended it, kept for a time limit; a cancel of a stuck job is not the owner
-    giving up on a healthy one (the hang decides what to do)."""
-    return outcome if outcome in ("timeout", "timeout_no_checkpoint") else None
-
-
 def placement_never_satisfied(a: Analysis, outcome: str | None) -> Verdict | None:
     """vLLM found fewer GPUs in its Ray cluster than it needs and then waited for its placement
     group until the job was killed: the job's launch asked for what it never gave Ray."""
@@ -134,7 +128,7 @@ def placement_never_satisfied(a: Analysis, outcome: str | None) -> Verdict | Non
         Category.APPLICATION, "hang|placement_group_unsatisfiable", "the job's Ray cluster has "
         "fewer GPUs than vLLM's parallel size needs; it waited for its placement group until "
         "the job was killed (the launch's parallel size or Ray cluster)", 0.8,
-        evidence=[short, waits[-1]], kind=AnomalyKind.HANG, outcome=_ended(outcome),
+        evidence=[short, waits[-1]], kind=AnomalyKind.HANG,
     )  # fmt: skip
 
 
@@ -170,6 +164,29 @@ def _main_threads(lines: list[LogLine]) -> list[list[str]]:
     return [s for s in stacks if s]
 
 
+# A thread blocked waiting for another to hand it something (queue.Queue.get, an Event or a
+# Condition: CPython Lib/queue.py, Lib/threading.py; multiprocessing's queues): a dead producer
+# (a prefetch thread that raised, whose `Exception in thread ...` ended only that thread) leaves
+# the consumer there for good.
+_WAIT_PRIMITIVE = re.compile(
+    r"^(?:queue|threading|multiprocessing/queues|multiprocessing/connection|selectors)\.py:"
+    r"(?:get|wait|_poll|poll|select|acquire)$"
+)
+TOP_FRAMES = 4
+
+
+def _waits_in_own_code(frames: list[str]) -> str | None:
+    """The job's own frame that called a wait primitive at the top of a stack, if any."""
+    top = frames[:TOP_FRAMES]
+    if not top or not _WAIT_PRIMITIVE.match(top[0]):
+        return None
+    for f in top[1:]:
+        if _WAIT_PRIMITIVE.match(f):
+            continue
+        return f if not _LIBRARY.search(f.rsplit(":", 1)[0]) else None
+    return None
+
+
 def dataloader_deadlock(a: Analysis, outcome: str | None) -> Verdict | None:
     """A stuck job's dump shows a process waiting on its DataLoader workers, not in any
     collective, while the others wait in collectives; no node shows a fault."""
@@ -180,23 +197,31 @@ def dataloader_deadlock(a: Analysis, outcome: str | None) -> Verdict | None:
     stacks = _main_threads(lines)
     waiting = [
         s for s in stacks
-        if any(_DATALOADER_WAIT.search(f) for f in s[:8])
-        and not any("torch/distributed/" in f for f in s)
+        if (any(_DATALOADER_WAIT.search(f) for f in s[:8]) or _waits_in_own_code(s))
+        # (torchrun's `@record` wrapper, torch/distributed/elastic, sits at the bottom of
+        # every rank's stack: not a collective)
+        and not any("torch/distributed/" in f and "/elastic/" not in f for f in s)
     ]  # fmt: skip
     if not waiting:
         return None
-    if not any(_COLLECTIVE_FRAME.search(_body(e)) for e in lines):
+    if not hung and not any(_COLLECTIVE_FRAME.search(_body(e)) for e in lines):
         return None  # nothing shows the others waiting for it
     if not _nodes_clean(a):
         return None
     frames = waiting[0]
-    last = max(i for i, f in enumerate(frames) if "torch/utils/data/" in f)
-    where = frames[last + 1] if last + 1 < len(frames) else frames[last]  # its caller
+    if (own := _waits_in_own_code(frames)) is not None:
+        what = f"on a queue or event in the job's own code (py-spy: {own[-100:]})"
+    else:
+        last = max(i for i, f in enumerate(frames) if "torch/utils/data/" in f)
+        where = frames[last + 1] if last + 1 < len(frames) else frames[last]  # its caller
+        what = (
+            "on its DataLoader workers (py-spy: torch/utils/data/dataloader.py _try_get_data "
+            f"under {where[-100:]})"
+        )
     return Verdict(
-        Category.APPLICATION, "hang|dataloader_deadlock", "a process waits forever on its "
-        "DataLoader workers (py-spy: torch/utils/data/dataloader.py _try_get_data under "
-        f"{where[-100:]}) while its peers wait in a collective for it", 0.8,
-        evidence=[*a.lines[-2:]], kind=AnomalyKind.HANG, outcome=_ended(outcome),
+        Category.APPLICATION, "hang|dataloader_deadlock", f"a process waits forever {what} "
+        "while its peers wait in a collective for it", 0.8,
+        evidence=[*a.lines[-2:]], kind=AnomalyKind.HANG,
     )  # fmt: skip
 
 
@@ -267,7 +292,52 @@ def dumps_in_different_collectives(a: Analysis, outcome: str | None) -> Verdict 
         f"processes blocked in different collectives ({', '.join(sorted(ops))}) called from "
         f"different places of the job's code ({', '.join(c[-60:] for c in callers[:3])}): "
         "they can never meet", 0.8, evidence=a.lines[-2:], kind=AnomalyKind.HANG,
-        outcome=_ended(outcome),
+    )  # fmt: skip
+
+
+# What a launcher or the teardown prints for a rank (torchrun's agent, srun, a traceback): not
+# the rank's own work.
+_LAUNCHER = re.compile(
+    r"torch\.distributed|torchrun|elastic|signal|srun|slurmstepd|Traceback|Error|error|NCCL|"
+    r"Exception|frame #|terminate"
+)
+
+
+def busy_while_others_wait(a: Analysis) -> Verdict | None:
+    """Every rank but one reports its collective timing out, and that one goes on printing
+    its own output after their timeouts: it is alive and busy elsewhere in the job's code (an
+    evaluation, plots, a save only rank 0 runs), the others wait in a collective it never
+    reaches. The code path is the job's (pytorch/pytorch#54059), not the node's."""
+    waits = [e for e in a.events if e.match.kind == AnomalyKind.HANG and e.origin == "job"]
+    if not waits:
+        return None
+    waiting = {r for e in waits if (r := _rank(e)) is not None}
+    first = min(e.order for e in waits)
+    seen: set[int] = set()
+    busy: dict[int, LogLine] = {}
+    for i, entry in enumerate(a.lines):
+        pre = strip_prefixes(entry.text)
+        rank = pre.rank if pre.rank is not None else pre.task
+        if rank is None:
+            continue
+        seen.add(rank)
+        if (
+            i > first
+            and rank not in waiting
+            and pre.body.strip()
+            and not _LAUNCHER.search(pre.body)
+        ):
+            busy[rank] = entry
+    if len(waiting) < 2 or len(seen - waiting) != 1 or len(busy) != 1:
+        return None
+    ((rank, line),) = busy.items()
+    if any(e.serious and _rank(e) == rank for e in a.events) or not _nodes_clean(a):
+        return None  # (it failed itself, or a node shows a fault)
+    return Verdict(
+        Category.APPLICATION, "hang|one_rank_elsewhere", f"rank {rank} went on with its own "
+        f"work ({strip_prefixes(line.text).body[:100]}) while every other rank waited in a "
+        "collective for it: a code path only it runs", 0.8,
+        ranks=[rank], evidence=[waits[0].line, line], kind=AnomalyKind.HANG,
     )  # fmt: skip
 
 
@@ -281,5 +351,6 @@ def application_hang(a: Analysis, outcome: str | None) -> Verdict | None:
         or placement_never_satisfied(a, outcome)
         or dataloader_deadlock(a, outcome)
         or dumps_in_different_collectives(a, outcome)
+        or busy_while_others_wait(a)
         or save_outlasts_timeout(a)
     )

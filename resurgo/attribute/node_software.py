@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 
-from resurgo.attribute.analysis import Analysis, Verdict
+from resurgo.attribute.analysis import Analysis, Verdict, event_node
 from resurgo.attribute.net_plugin import odd_net_plugin
 from resurgo.attribute.shm_size import shm_too_small
 from resurgo.attribute.site_software import (
@@ -264,14 +264,19 @@ def _renewed_to_another_address(a: Analysis, v: Verdict) -> Verdict:
     and one node's DHCP client took a different address of the same subnet during the job:
     the lease moved that node's address (and its RoCE GID) from under its peers."""
     towards: dict[str, list[LogLine]] = {}
+    reporters: dict[str, set[str | None]] = {}
     for x in a.events:
         if x.origin != "job" or not (x.root or x.cascade):
             continue
         if (m := _FAILED_TOWARDS.search(x.line.text)) is not None:
             towards.setdefault(m["ip"], []).append(x.line)
-    if len(towards) != 1:
+            reporters.setdefault(m["ip"], set()).add(event_node(a, x))
+    # The address most of the job's nodes failed towards (the moved node itself fails towards
+    # whichever peer it was talking to).
+    ranked = sorted(towards, key=lambda ip: len(reporters[ip]), reverse=True)
+    if not ranked or (len(ranked) > 1 and len(reporters[ranked[0]]) <= len(reporters[ranked[1]])):
         return v
-    ((gone, lines),) = towards.items()
+    gone, lines = ranked[0], towards[ranked[0]]
     token = re.compile(rf"(?<![\d.]){re.escape(gone)}(?![\d.])")
     if any(
         token.search(e.text) and not _DHCP_RECORD.search(e.text)

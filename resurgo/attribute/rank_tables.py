@@ -44,6 +44,9 @@ MIN_REPORTS = 3
 RECENT_REPORTS = 10
 
 _NVRX_RANK = re.compile(r"\bRank=(\d{1,7})\s+Node=([\w.-]+)\s+Score=(\d*\.?\d+)")
+# (The callback's logger may name itself first: `megatron.bridge.NVRxStragglerDetection: GPU
+# relative performance:`.)
+_NVRX_HEADER = re.compile(r"(?:^|: )GPU (?:relative|individual) performance:\s*$")
 _NVRX_ID = re.compile(r"StragglerId\(rank=(\d{1,7}),\s*node='([\w.-]+)'\)")
 _PERF_DICT = re.compile(r"GPUs relative perf: \{([^{}]*)\}")
 _RANK_FIELD = re.compile(r"\b(?:Mn|Mx)\w{2,3}/Rnk:\s*[\d.]+[A-Za-z%]*/(\d{1,6})\b")
@@ -87,6 +90,9 @@ class RankReports:
     lines: list[LogLine] = field(default_factory=list)
     phase: str = ""
     """The job's own timer column that singled the slow ranks out (`rank_phases`)."""
+    gpus_steady: bool = False
+    """NVRx's individual scores (each rank against its own best) stayed above the threshold
+    in every report: no GPU degraded, the ranks differ by the work they are given."""
 
 
 def _bodies(a: Analysis) -> list[tuple[int, str]]:
@@ -97,11 +103,14 @@ def _nvrx(a: Analysis, bodies: list[tuple[int, str]], out: RankReports) -> None:
     reports: list[set[tuple[int, str | None]]] = []
     current: set[tuple[int, str | None]] | None = None
     in_worst = False
+    individual: list[set[tuple[int, str | None]]] = []
     for order, body in bodies:
-        if "performance:" in body and body.strip().startswith("GPU "):
+        if "performance:" in body and _NVRX_HEADER.search(body):
             current = set()
-            reports.append(current)
-            in_worst = False
+            (individual if "individual" in body else reports).append(current)
+            # (Some wrappers list the ranks under the header with no Worst/Best split: a
+            # score below the threshold is flagged wherever it is listed.)
+            in_worst = True
             continue
         if "Worst performing" in body:
             in_worst = True
@@ -128,6 +137,7 @@ def _nvrx(a: Analysis, bodies: list[tuple[int, str]], out: RankReports) -> None:
                 reports.append(flagged)
                 out.lines.append(a.lines[order])
     _consistent([r for r in reports if r], out)
+    out.gpus_steady = len(individual) >= MIN_REPORTS and not any(individual)
 
 
 def _consistent(reports: list[set[tuple[int, str | None]]], out: RankReports) -> None:

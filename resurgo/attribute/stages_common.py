@@ -14,6 +14,7 @@ from datetime import datetime
 from resurgo.attribute.analysis import Analysis, Verdict, event_node
 from resurgo.attribute.bundle import line_time
 from resurgo.attribute.events import ElasticFailure, Event
+from resurgo.attribute.oom_blocks import oom_blocks
 from resurgo.attribute.scheduler import node_failed
 from resurgo.contracts import AnomalyKind, Category, LogLine
 
@@ -298,3 +299,51 @@ def after_the_kill(a: Analysis, e: Event) -> bool:
         return e.when.replace(tzinfo=None) > datetime.fromisoformat(m.group(1))
     except ValueError:
         return False
+
+
+def every_rank_waited(a: Analysis) -> bool:
+    """Every rank of the job reported its collective timing out: none was silent, so a task
+    ending first without a word is one of the waiters (tie-breaker 2 needs a silent one)."""
+    waited = {
+        r for e in a.events if e.match.kind == AnomalyKind.HANG
+        and (r := e.rank if e.rank is not None else _said_rank(e.message)) is not None
+    }  # fmt: skip
+    nodes = max(len(a.node_list), 1)
+    if not waited or waited != set(range(max(waited) + 1)) or len(waited) % nodes:
+        return False  # (a rank missing, or a world the nodes cannot hold evenly: not all)
+    return len(waited) >= max(a.topo.world_size() or 0, 2 * nodes)
+
+
+def _said_rank(message: str) -> int | None:
+    m = _RANK_IN_MESSAGE.search(message)
+    return int(m.group(1)) if m is not None else None
+
+
+# ProcessGroupNCCL's own `[Rank 14] Watchdog caught collective operation timeout` (no prefix).
+_RANK_IN_MESSAGE = re.compile(r"\[Rank (\d{1,7})\]")
+
+
+# What a node file holds when the node was checked and its kernel had nothing to say
+# (attribution-labels.md: "(no kernel messages in the job window)").
+_NOTHING_LOGGED = re.compile(r"^\s*\(no kernel messages\b[^)]*\)\s*$")
+_KERNEL_FILES = ("dmesg_", "journal_", "syslog_", "console_")
+
+
+def quiet_node(a: Analysis, node: str) -> bool:
+    """The bundle holds this node's kernel log and it says nothing of this job's window but
+    an operator's notes or other jobs' OOM kills (their cgroups name other jobs)."""
+    # (A host's files come as one list: its other files, a DCGM diagnostic say, are not its
+    # kernel's.)
+    kernel = [
+        e for name, lines in a.node_logs.items() if a.topo.hosts.canonical(name) == node
+        for e in lines if e.source.startswith(_KERNEL_FILES)
+    ]  # fmt: skip
+    if not kernel:
+        return False
+    job_id = a.job.job_id if a.job is not None else None
+    others = [b for b in oom_blocks(a.node_logs) if b.of_another_job(job_id)]
+    return all(
+        not e.text.strip() or e.text.lstrip().startswith("#") or _NOTHING_LOGGED.match(e.text)
+        or any(b.holds(e) for b in others)
+        for e in kernel
+    )  # fmt: skip

@@ -20,6 +20,7 @@ from resurgo.attribute.events import Event
 from resurgo.attribute.fault_order import in_time_order, stuck_before_node_loss
 from resurgo.attribute.metrics import Finding
 from resurgo.attribute.peer_ends import common_end, numbered_owners
+from resurgo.attribute.rerun_checks import rerun_suspects
 from resurgo.attribute.scheduler import node_failed
 from resurgo.attribute.stages_common import (
     _exit_lines,
@@ -225,7 +226,7 @@ def _hardware(a: Analysis) -> Verdict | None:
         return None
     by_node: dict[str, list[Event]] = {}
     unplaced: list[Event] = []
-    blamed = _blamed_peers(a, events)
+    blamed = _blamed_peers(a, events) | rerun_suspects(a, events)
     for e in events:
         node = e.node
         if node is None and e.actor is not None:

@@ -34,7 +34,6 @@ from resurgo.attribute.causes import (
     oom_verdict,
 )
 from resurgo.attribute.events import Event, TaskExit, normalise
-from resurgo.attribute.oom_blocks import oom_blocks
 from resurgo.attribute.site_notes import all_reported_abridged
 from resurgo.attribute.stages_application import application_verdict
 from resurgo.attribute.stages_common import (
@@ -48,6 +47,8 @@ from resurgo.attribute.stages_common import (
     _shared_service,
     _watchdog_aborts,
     after_the_kill,
+    every_rank_waited,
+    quiet_node,
     said_everywhere,
 )
 from resurgo.attribute.stages_outcome import ranks_diverged
@@ -173,7 +174,7 @@ def _root_failure(a: Analysis) -> Verdict | None:
         x for x in a.scan.exit_order
         if x.status == "exit" and x.code and not x.after_termination
         and x.actor not in spoke and x.node not in spoke
-    ]  # fmt: skip
+    ] if not every_rank_waited(a) else []  # fmt: skip
     if silent:
         x = silent[0]
         explained = _explain_by_node(a, x.node, node_app)
@@ -233,7 +234,7 @@ def _from_death(a: Analysis, x: TaskExit, node_app: list[Event]) -> Verdict:
     # is the framework's or the node's software; a bare SIGKILL says nothing about the cause.
     native = x.status == "signal"
     node = x.node
-    if node is not None and _quiet_node(a, node) and not _backed(a, node):
+    if node is not None and quiet_node(a, node) and not _backed(a, node):
         # Its node's logs were looked at and show nothing at all: the signal alone says
         # neither why nor that the node is bad (attribution-labels.md tie-breaker 2).
         return Verdict(
@@ -245,32 +246,6 @@ def _from_death(a: Analysis, x: TaskExit, node_app: list[Event]) -> Verdict:
         Category.SYSTEM_SOFTWARE if native else Category.UNKNOWN,
         f"signal|{normalise(x.what)}", f"task {x.task} on {x.node} died first: {x.what}",
         0.6, culprits=[x.node] if x.node else [], ranks=[x.task], evidence=[x.line],
-    )  # fmt: skip
-
-
-# What a node file holds when the node was checked and its kernel had nothing to say
-# (attribution-labels.md: "(no kernel messages in the job window)").
-_NOTHING_LOGGED = re.compile(r"^\s*\(no kernel messages\b[^)]*\)\s*$")
-_KERNEL_FILES = ("dmesg_", "journal_", "syslog_", "console_")
-
-
-def _quiet_node(a: Analysis, node: str) -> bool:
-    """The bundle holds this node's kernel log and it says nothing of this job's window but
-    an operator's notes or other jobs' OOM kills (their cgroups name other jobs)."""
-    # (A host's files come as one list: its other files, a DCGM diagnostic say, are not its
-    # kernel's.)
-    kernel = [
-        e for name, lines in a.node_logs.items() if a.topo.hosts.canonical(name) == node
-        for e in lines if e.source.startswith(_KERNEL_FILES)
-    ]  # fmt: skip
-    if not kernel:
-        return False
-    job_id = a.job.job_id if a.job is not None else None
-    others = [b for b in oom_blocks(a.node_logs) if b.of_another_job(job_id)]
-    return all(
-        not e.text.strip() or e.text.lstrip().startswith("#") or _NOTHING_LOGGED.match(e.text)
-        or any(b.holds(e) for b in others)
-        for e in kernel
     )  # fmt: skip
 
 
@@ -377,7 +352,7 @@ def _from_primaries(
             and not _PEER_FAILURE.search(first.message)
             # NCCL's own bug report ("internal error - please report this issue") alone, from
             # one rank on a node whose kernel log is clean, is no evidence against the node.
-            and not (mid in LIBRARY_BUGS and all(_quiet_node(a, n) for n in nodes))
+            and not (mid in LIBRARY_BUGS and all(quiet_node(a, n) for n in nodes))
         )
         node_local = (
             odd_node
@@ -427,7 +402,7 @@ def _from_primaries(
         return Verdict(Category.APPLICATION, f"native_crash|{own}", f"{summary} in the job's "
                        f"own {own[-120:]}", 0.85, ranks=ranks, evidence=evidence)  # fmt: skip
     named = mid not in SHARED_UNKNOWN and not everywhere
-    if named and nodes and all(_quiet_node(a, n) and not _backed(a, n) for n in nodes):
+    if named and nodes and all(quiet_node(a, n) and not _backed(a, n) for n in nodes):
         # A death of no known cause on nodes whose kernel logs were checked and say nothing:
         # no evidence names them (attribution-labels.md tie-breaker 2).
         named = False
@@ -441,6 +416,13 @@ def _from_primaries(
 def _cascade_only(a: Analysis) -> Verdict | None:
     cascades = [e for e in a.events if e.cascade and e.serious and e.actor is not None]
     if not cascades:
+        if every_rank_waited(a):
+            waits = [e for e in a.events if e.match.kind == AnomalyKind.HANG]
+            return Verdict(
+                Category.UNKNOWN, "hang", "every rank timed out waiting in its collective, none "
+                "was silent: no rank or node stands out", 0.4,
+                evidence=[e.line for e in waits[:3]], kind=AnomalyKind.HANG,
+            )  # fmt: skip
         return None
     mismatch = _collective_mismatch(cascades)
     if mismatch is not None:

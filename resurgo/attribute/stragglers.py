@@ -12,6 +12,7 @@ import statistics
 
 from resurgo.attribute.analysis import Analysis, Verdict
 from resurgo.attribute.node_diagnostics import degraded_nodes, diagnose_slow_nodes
+from resurgo.attribute.periodic_work import periodic_own_work
 from resurgo.attribute.rank_phases import COMPUTE, HOST_WORK, node_quiet, own_work_lines
 from resurgo.attribute.rank_tables import read_rank_reports
 from resurgo.attribute.series import actor_fields, jobwide_slowdown
@@ -146,6 +147,7 @@ def stragglers(a: Analysis, *, timings_only: bool = False) -> Verdict | None:
         reports.known,
         extra_work=bool(_EXTRA_WORK_KEY.search(slow_key) or HOST_WORK.search(reports.phase)),
         compute=bool(COMPUTE.search(phase) and not HOST_WORK.search(phase)),
+        gpus_steady=reports.gpus_steady,
     )
     if code is not None:
         return code
@@ -164,7 +166,7 @@ def stragglers(a: Analysis, *, timings_only: bool = False) -> Verdict | None:
     # are the straggler's only trace.
     outliers = degraded_nodes(a) if a.running else []
     if not (slow or report or degraded or warn or summary_nodes or outliers):
-        return _own_work(a) or _one_rank_in_own_code(a) or _jobwide(a)
+        return _own_work(a) or _one_rank_in_own_code(a) or periodic_own_work(a) or _jobwide(a)
     nodes = {node_of[r] for r in slow if node_of.get(r)} | summary_nodes
     for e in report:
         named = {n for n in a.node_list if re.search(rf"\b{re.escape(n)}\b", e.line.text)}
@@ -312,6 +314,7 @@ def _application_straggler(
     *,
     extra_work: bool = False,
     compute: bool = False,
+    gpus_steady: bool = False,
 ) -> Verdict | None:
     """Slowness that is the code's: only rank 0 (it does the job's extra work: logging,
     evaluation, checkpoint I/O, as the NVRx usage guide notes), a slowest rank that moves
@@ -343,6 +346,13 @@ def _application_straggler(
         if split and not own:
             why += "; the launch splits layers unevenly across pipeline stages"
             own = split[:1]
+        reported_lines = [e for e in a.lines[-400:] if "individual performance" in e.text]
+        if gpus_steady and not own and reported_lines:
+            # NVRx's individual scores compare each GPU with its own best: all steady while the
+            # relative ones flag a different rank each time, the ranks differ by their work
+            # (NVRx straggler detection docs), not by a degrading GPU.
+            why += "; every GPU keeps its own best speed"
+            own = reported_lines[-1:]
     if not why:
         return None
     return Verdict(

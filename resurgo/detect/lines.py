@@ -68,11 +68,11 @@ _MONTHS = frozenset(
 )
 # Leading time stamps: ISO 8601 / Python logging (`2024-05-01 12:00:00,123`, `...T...Z`),
 # syslog (`May  1 12:00:00`), bare `12:00:00.123`, glog (`I0501 12:00:00.123456`), in
-# brackets or not, followed by an optional separator.
+# brackets or not, followed by an optional separator (Open MPI's --timestamp-output: `...Z: `).
 _TIME_PREFIX = re.compile(
     r"\[?(?P<time>\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?|"
     r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d(?:\.\d{1,9})?|"
-    r"\d\d:\d\d:\d\d(?:[.,]\d{1,9})?)\]?(?: ?[-|] ?| )",
+    r"\d\d:\d\d:\d\d(?:[.,]\d{1,9})?)\]?(?: ?[-|] ?|: | )",
     re.ASCII,
 )
 _NCCL_PREFIX = re.compile(

@@ -389,3 +389,191 @@ def test_ray_and_task_label_prefixes_are_peeled_with_their_host_and_task() -> No
     task = strip_prefixes("[task 3] json.decoder.JSONDecodeError: Unterminated string")
     assert (task.task, task.body) == (3, "json.decoder.JSONDecodeError: Unterminated string")
     assert strip_prefixes("(a) b").body == "(a) b"  # (a parenthesis of prose stays)
+
+
+# ---------------------------------------------------------------- sets 39-41
+def test_an_hca_firmware_fatal_under_open_mpi_timestamped_output_is_that_nodes_network() -> None:
+    # Open MPI's --tag-output --timestamp-output: `<ISO time>: [job,rank]<stream>:` before NCCL's own prefix.
+    job = (
+        "2023-06-02T16:25:37.206Z: [1,12]<stdout>:dgx1-08:815:864 [0] transport/net_ib.cu:80 NCCL WARN NET/IB : Got async event : local catastrophic error\n"
+        "2023-06-02T16:25:43.562Z: [1,21]<stderr>:RuntimeError: NCCL error in: /opt/conda/conda-bld/pytorch_1556653099582/work/torch/lib/c10d/ProcessGroupNCCL.cpp:272, unhandled system error\n"
+        "2023-06-02T16:25:43.555Z: [1,29]<stderr>:RuntimeError: NCCL error in: /opt/conda/conda-bld/pytorch_1556653099582/work/torch/lib/c10d/ProcessGroupNCCL.cpp:272, unhandled system error\n"
+    )
+    health = (
+        "[Fri Jun  2 16:25:36 2023] mlx5_core 0000:05:00.0: poll_health:755:(pid 0): Fatal error 1 detected\n"
+        "[Fri Jun  2 16:25:36 2023] mlx5_core 0000:05:00.0: print_health_info:435:(pid 0): synd 0x1: firmware internal error\n"
+    )
+    nodes = ["dgx1-07", "dgx1-08", "dgx1-09", "dgx1-10"]
+    a = _run(job, nodes, {"dgx1-08": health})
+    assert (a.category, a.culprit_nodes) == (Category.HARDWARE_NETWORK, ["dgx1-08"])
+    assert strip_prefixes(job.splitlines()[0]).rank == 12
+
+
+def test_acs_left_on_in_one_nodes_pcie_switches_is_that_nodes_setting() -> None:
+    job = "".join(
+        f"[gpu-n2{n}] [rank{r}]:[E603 05:12:00.1 ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=3, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600010 milliseconds before timing out.\n"
+        for n, r in ((1, 0), (2, 1), (3, 2), (4, 3))
+    ) + "srun: error: gpu-n21: task 0: Exited with exit code 1\n"
+    acs = "\t\tACSCtl:\tSrcValid{v} TransBlk- ReqRedir{v} CmpltRedir{v} UpstreamFwd{v} EgressCtrl- DirectTrans-\n"
+    nodes = ["gpu-n21", "gpu-n22", "gpu-n23", "gpu-n24"]
+    a = _run(job, nodes, {"gpu-n22": acs.format(v="-"), "gpu-n23": acs.format(v="+")})
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["gpu-n23"])
+
+
+WATCHDOG = "[E ProcessGroupNCCL.cpp:737] [Rank {r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=469508, OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1802218 milliseconds before timing out.\n"
+
+
+def test_every_rank_timing_out_in_the_same_collective_names_no_node() -> None:
+    job = "".join(WATCHDOG.format(r=r) for r in range(16)) + (
+        "srun: error: gpu-v101: task 0: Exited with exit code 1\n"
+        "srun: error: gpu-v102: task 1: Exited with exit code 1\n"
+    )
+    a = _run(job, ["gpu-v101", "gpu-v102"])
+    assert (a.kind, a.category, a.culprit_nodes) == (AnomalyKind.HANG, Category.UNKNOWN, [])
+    # Rank 7 missing from the reports (silent): not everyone waited, the silent one is suspect.
+    b = _run(job.replace(WATCHDOG.format(r=7), ""), ["gpu-v101", "gpu-v102"])
+    assert b.summary != a.summary
+
+
+def test_rank_zero_busy_with_its_own_work_while_the_others_time_out_is_the_jobs_code() -> None:
+    job = (
+        "0: [2025-01-22 16:19:39,013] INFO: running test on clic_edm_ttbar_pf (rank 0)\n"
+        + "".join(
+            f"{t}: [rank{r}]:[E0122 16:49:49.193945801 ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=172811, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800052 milliseconds before timing out.\n"
+            for t, r in ((0, 1), (0, 2), (0, 3), (1, 4), (1, 5), (1, 6), (1, 7))
+        )
+        + "0: [2025-01-22 16:50:09,118] INFO: make_plots: writing 42 plots to /mnt/ceph/users/ewu/mlpf/exp/plots/epoch_1\n"
+        "srun: error: workergpu044: tasks 4-7: Aborted (core dumped)\n"
+    )
+    a = _run(job, ["workergpu041", "workergpu044"], {"workergpu041": "(no kernel messages in the job window)\n"})
+    assert (a.kind, a.category) == (AnomalyKind.HANG, Category.APPLICATION)
+    assert _advice(a) == AdviceKind.STOP
+    # Rank 0 silent after the others' timeouts: nothing says it was busy elsewhere.
+    b = _run(job.replace("0: [2025-01-22 16:50:09,118] INFO: make_plots", "# make_plots"), ["workergpu041", "workergpu044"])
+    assert b.category != Category.APPLICATION
+
+
+STUCK_DUMP = (
+    "# py-spy dump of task 9 on node-14\n"
+    'Thread 77120 (idle): "MainThread"\n'
+    "    wait (threading.py:327)\n"
+    "    get (queue.py:180)\n"
+    "    _next_record (speechlm/data/sharded.py:158)\n"
+    "    __iter__ (speechlm/data/sharded.py:131)\n"
+    "    __next__ (torch/utils/data/dataloader.py:701)\n"
+    "    main (train_asr.py:96)\n"
+    "    wrapper (torch/distributed/elastic/multiprocessing/errors/__init__.py:345)\n"
+)
+
+
+def test_a_rank_waiting_on_its_own_codes_queue_while_the_others_time_out_is_a_deadlock() -> None:
+    job = "".join(
+        f"{r}: [rank{r}]:[E0610 00:06:56.320539176 ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=33871, OpType=ALLREDUCE, NumelIn=152850688, NumelOut=152850688, Timeout(ms)=600000) ran for 1800010 milliseconds before timing out.\n"
+        for r in range(16) if r != 9
+    ) + STUCK_DUMP + "slurmstepd: error: *** JOB 2209931 ON node-12 CANCELLED AT 2024-06-09T23:56:02 ***\n"
+    nodes = ["node-12", "node-13", "node-14", "node-15"]
+    a = _run(job, nodes, {n: "(no kernel messages in the job window)\n" for n in nodes})
+    assert (a.kind, a.category) == (AnomalyKind.HANG, Category.APPLICATION)
+    assert _advice(a) == AdviceKind.STOP
+    # The same wait inside a library's own queue (not the job's code) says nothing of the job.
+    site = "/opt/venv/lib/python3.11/site-packages/webdataset"
+    lib = job.replace("(speechlm/data/sharded.py:158)", f"({site}/tariterators.py:158)").replace(
+        "(speechlm/data/sharded.py:131)", f"({site}/pipeline.py:131)")
+    b = _run(lib.replace("(torch/utils/data/dataloader.py:701)", "(lightning/loops/fit_loop.py:701)"), nodes,
+             {n: "(no kernel messages in the job window)\n" for n in nodes})  # fmt: skip
+    assert b.category != Category.APPLICATION
+
+
+def test_a_dataloader_wait_under_torchruns_record_wrapper_ended_by_the_limit_stops() -> None:
+    dumps = (
+        'Thread 913320 (active): "MainThread"\n'
+        "    broadcast (torch/distributed/distributed_c10d.py:1191)\n"
+        "    eval_batch (deepspeed/runtime/pipe/engine.py:459)\n"
+        "    main (pretrain_gpt.py:245)\n"
+        'Thread 913324 (idle): "MainThread"\n'
+        "    wait (threading.py:306)\n"
+        "    get (queue.py:179)\n"
+        "    _try_get_data (torch/utils/data/dataloader.py:1011)\n"
+        "    _get_data (torch/utils/data/dataloader.py:1163)\n"
+        "    __next__ (torch/utils/data/dataloader.py:530)\n"
+        "    eval_batch (deepspeed/runtime/pipe/engine.py:453)\n"
+        "    wrapper (torch/distributed/elastic/multiprocessing/errors/__init__.py:345)\n"
+    )
+    job = (
+        "[2022-05-09 05:35:11] PULSE: tr11-176B-ml is running for 8:04:09 since 2022-05-08T21:31:02\n"
+        "[2022-05-09 17:35:11] PULSE: tr11-176B-ml is running for 20:04:09 since 2022-05-08T21:31:02\n"
+        "slurmstepd: error: *** JOB 2287711 ON r7i0n0 CANCELLED AT 2022-05-09T17:31:05 DUE TO TIME LIMIT ***\n"
+    )
+    a = _run(job, ["r7i0n0", "r7i5n6"], {"r7i5n6": dumps, "r7i0n0": "(no kernel messages in the job window)\n"})
+    assert (a.kind, a.category) == (AnomalyKind.HANG, Category.APPLICATION)
+    assert _advice(a) == AdviceKind.STOP  # (not a free requeue for the time limit)
+
+
+def test_megatrons_rerun_verdict_printed_by_rank_zero_blames_the_rank_that_computed_wrongly() -> None:
+    job = (
+        "5: [rank43]: [2025-01-21 05:44:51] WARNING [megatron.core.rerun_state_machine] Unexpected result tensor(nan, device='cuda:3') on rank 43 at iteration #18204 invocation #1 (message='found NaN in local forward loss calculation')\n"
+        "srun: error: gpu-r3-14: task 5: Exited with exit code 16\n"
+        "srun: error: gpu-r3-09: task 0: Exited with exit code 16\n"
+        "0: [2025-01-21 05:48:07] WARNING [megatron.core.rerun_state_machine] Second rerun: unexpected result is not reproducible on a different GPU, therefore was likely incorrect\n"
+        "0: [2025-01-21 05:48:07] WARNING [megatron.core.rerun_state_machine] Possible persistent error!\n"
+    )
+    nodes = ["gpu-r3-09", "gpu-r3-10", "gpu-r3-11", "gpu-r3-12", "gpu-r3-13", "gpu-r3-14", "gpu-r3-15", "gpu-r3-16"]
+    a = _run(job, nodes)
+    assert (a.category, a.culprit_nodes) == (Category.HARDWARE_GPU, ["gpu-r3-14"])
+    # Megatron's own failure line names the node.
+    b = _run("Rank 29, node gpu-r3-11, device 5, iteration #5120: Possible transient error!\n", nodes)
+    assert (b.category, b.culprit_nodes) == (Category.HARDWARE_GPU, ["gpu-r3-11"])
+
+
+def test_rank_zeros_periodic_sample_generation_is_an_application_straggler() -> None:
+    it = "3:  [2024-12-02 {t}] iteration {i:8d}/   50000 | consumed samples: {s:12d} | elapsed time per iteration (ms): {ms} | global batch size:   256 |\n"
+    job = "# job still running at capture (2024-12-02 18:09)\n"
+    minute = 0
+    for block in range(4):
+        for k in range(9):
+            i = block * 100 + k * 10 + 10
+            job += it.format(t=f"17:{minute // 60:02d}:{minute % 60:02d}", i=i, s=i * 256, ms="4110.2")
+            minute += 1
+        job += f"0: [rank0] iteration {block * 100 + 100}: generating 16 samples for wandb table (greedy, max_new_tokens=256) ...\n"
+        job += f"0: [rank0] sample generation took 19{block}.2 s\n"
+        job += it.format(t=f"17:{minute // 60:02d}:{minute % 60:02d}", i=block * 100 + 100, s=0, ms="23641.1")
+        minute += 1
+    a = _run(job, ["node21", "node23"], {"node21": "(no kernel messages in the job window)\n"})
+    assert (a.kind, a.category, a.culprit_nodes) == (AnomalyKind.STRAGGLER, Category.APPLICATION, [])
+    assert _advice(a) == AdviceKind.NONE
+
+
+def test_nvrx_reports_flagging_a_different_rank_each_time_with_steady_gpus_are_the_jobs() -> None:
+    job = "# job still running at time of capture\n"
+    for n, (slow, other) in enumerate(((5, 17), (28, 7), (14, 9), (30, 22))):
+        job += (
+            f"[2024-09-04 06:{10 + n:02d}:00] iteration {8500 + n * 5} | elapsed time per iteration (ms): 4563.7 |\n"
+            f"[2024-09-04 06:{10 + n:02d}:00] megatron.bridge.NVRxStragglerDetection: GPU relative performance:\n"
+            f"  Rank={slow} Node=h100-n05{1 + slow // 8} Score=0.62\n"
+            f"  Rank={other} Node=h100-n05{1 + other // 8} Score=0.86\n"
+            f"[2024-09-04 06:{10 + n:02d}:00] megatron.bridge.NVRxStragglerDetection: GPU individual performance:\n"
+            f"  Rank={other} Node=h100-n05{1 + other // 8} Score=0.98\n"
+            "  Rank=0 Node=h100-n051 Score=1.00\n"
+        )
+    a = _run(job, ["h100-n051", "h100-n052", "h100-n053", "h100-n054"])
+    assert (a.kind, a.category, a.culprit_nodes) == (AnomalyKind.STRAGGLER, Category.APPLICATION, [])
+    # The individual scores falling too: the GPUs themselves slow down, not the job's work.
+    b = _run(job.replace("Score=0.98", "Score=0.55"), ["h100-n051", "h100-n052", "h100-n053", "h100-n054"])
+    assert b.category != Category.APPLICATION
+
+
+def test_the_address_most_peers_fail_towards_is_the_one_dhcp_moved() -> None:
+    job = (
+        "1: roce-h800-12:4506:4599 [6] transport/net_ib.cc:1695 NCCL WARN NET/IB : Got completion from peer 10.40.3.23<58760> with status=12 opcode=1 len=0 vendor err 129 (Send) localGid ::ffff:10.40.3.22 remoteGids::ffff:10.40.3.23\n"
+        "3: roce-h800-14:4705:4798 [5] transport/net_ib.cc:1695 NCCL WARN NET/IB : Got completion from peer 10.40.3.23<42312> with status=12 opcode=1 len=0 vendor err 129 (Send) localGid ::ffff:10.40.3.24 remoteGids::ffff:10.40.3.23\n"
+        "0: roce-h800-11:4405:4498 [1] transport/net_ib.cc:1695 NCCL WARN NET/IB : Got completion from peer 10.40.3.23<41002> with status=12 opcode=1 len=0 vendor err 129 (Send) localGid ::ffff:10.40.3.21 remoteGids::ffff:10.40.3.23\n"
+        "2: roce-h800-13:4611:4702 [2] transport/net_ib.cc:1695 NCCL WARN NET/IB : Got completion from peer 10.40.3.22<44645> with status=12 opcode=0 len=0 vendor err 129 (Recv) localGid ::ffff:10.40.3.23 remoteGids::ffff:10.40.3.22\n"
+        "srun: error: roce-h800-11: task 0: Exited with exit code 1\n"
+    )
+    journal = (
+        "Sep 25 15:43:57 roce-h800-13 dhclient[1732]: DHCPNAK from 10.40.0.1 (xid=0x5a1c3e21)\n"
+        "Sep 25 15:44:00 roce-h800-13 systemd-networkd[1198]: enp26s0np0: DHCPv4 address 10.40.3.77/16, gateway 10.40.0.1 acquired from 10.40.0.1\n"
+    )
+    nodes = ["roce-h800-11", "roce-h800-12", "roce-h800-13", "roce-h800-14"]
+    a = _run(job, nodes, {"roce-h800-13": journal})
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["roce-h800-13"])
