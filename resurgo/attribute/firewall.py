@@ -25,6 +25,13 @@ _REFUSED = re.compile(
     r"\bSRC=(?P<src>[\d.]{7,15}|[0-9a-fA-F:]{3,39}) DST=(?P<dst>\S+) .*?\bPROTO=(?:TCP|UDP)\b"
 )
 MAX_EVIDENCE_LINES = 4
+# A listing of the node's own rules whose input chain drops what no rule accepts (`iptables -S`:
+# `-P INPUT DROP`; `iptables -L`: `Chain INPUT (policy DROP)`; nft: `type filter hook input
+# priority 0; policy drop;`): every port NCCL's bootstrap or c10d's store picks is closed.
+_DENY_ALL = re.compile(
+    r"^\s*-P INPUT (?:DROP|REJECT)\b|\bChain INPUT \(policy (?:DROP|REJECT)\b"
+    r"|\bhook input\b.{0,40}\bpolicy drop;"
+)
 
 
 def firewalled_node(a: Analysis) -> Verdict | None:
@@ -49,6 +56,9 @@ def firewalled_node(a: Analysis) -> Verdict | None:
                 continue
             refusing.setdefault(node, []).append(entry)
             peers.setdefault(node, set()).add(source)
+    if not refusing:
+        refusing = _denying_by_default(a)
+        peers = {n: {"every peer"} for n in refusing}
     if len(refusing) != 1:
         return None  # none, or several nodes refusing each other: a site-wide rule set
     ((node, lines),) = refusing.items()
@@ -61,3 +71,19 @@ def firewalled_node(a: Analysis) -> Verdict | None:
         "node's own software", 0.75,
         culprits=[node], evidence=lines[:MAX_EVIDENCE_LINES],
     )  # fmt: skip
+
+
+def _denying_by_default(a: Analysis) -> dict[str, list[LogLine]]:
+    """Nodes whose own rule listing drops incoming connections by default, when it is not every
+    node of the job that shows one (the site's own compute profile, then)."""
+    found: dict[str, list[LogLine]] = {}
+    for host, lines in a.node_logs.items():
+        node = a.topo.hosts.canonical(host)
+        if node is None or not a.in_job(node):
+            continue
+        hits = [e for e in lines if "INPUT" in e.text or "input" in e.text]
+        if (deny := next((e for e in hits if _DENY_ALL.search(e.text)), None)) is not None:
+            found[node] = [deny]
+    if a.node_list and len(found) >= len(a.node_list):
+        return {}
+    return found

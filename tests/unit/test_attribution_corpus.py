@@ -125,7 +125,7 @@ FLOORS = {
     # Sets 29-31 (session 10, second round): scored on arrival, then a first pass of fixes.
     "s29-": (0.85, 0.88, 0.87, 0),
     "s30-": (0.95, 0.97, 0.97, 0),
-    "s31-": (0.82, 0.84, 0.9, 0),
+    "s31-": (0.85, 0.88, 0.92, 0),
     # Sets 32-36 (session 11): scored on arrival (README), then the classes they exposed fixed.
     "s32-": (0.82, 0.95, 0.92, 0),
     "s33-": (0.95, 1.0, 0.97, 0),

@@ -410,10 +410,13 @@ def test_an_hca_firmware_fatal_under_open_mpi_timestamped_output_is_that_nodes_n
 
 
 def test_acs_left_on_in_one_nodes_pcie_switches_is_that_nodes_setting() -> None:
-    job = "".join(
-        f"[gpu-n2{n}] [rank{r}]:[E603 05:12:00.1 ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=3, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600010 milliseconds before timing out.\n"
-        for n, r in ((1, 0), (2, 1), (3, 2), (4, 3))
-    ) + "srun: error: gpu-n21: task 0: Exited with exit code 1\n"
+    job = (
+        "".join(
+            f"[gpu-n2{n}] [rank{r}]:[E603 05:12:00.1 ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=3, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600010 milliseconds before timing out.\n"
+            for n, r in ((1, 0), (2, 1), (3, 2), (4, 3))
+        )
+        + "srun: error: gpu-n21: task 0: Exited with exit code 1\n"
+    )
     acs = "\t\tACSCtl:\tSrcValid{v} TransBlk- ReqRedir{v} CmpltRedir{v} UpstreamFwd{v} EgressCtrl- DirectTrans-\n"
     nodes = ["gpu-n21", "gpu-n22", "gpu-n23", "gpu-n24"]
     a = _run(job, nodes, {"gpu-n22": acs.format(v="-"), "gpu-n23": acs.format(v="+")})
@@ -445,11 +448,18 @@ def test_rank_zero_busy_with_its_own_work_while_the_others_time_out_is_the_jobs_
         + "0: [2025-01-22 16:50:09,118] INFO: make_plots: writing 42 plots to /mnt/ceph/users/ewu/mlpf/exp/plots/epoch_1\n"
         "srun: error: workergpu044: tasks 4-7: Aborted (core dumped)\n"
     )
-    a = _run(job, ["workergpu041", "workergpu044"], {"workergpu041": "(no kernel messages in the job window)\n"})
+    a = _run(
+        job,
+        ["workergpu041", "workergpu044"],
+        {"workergpu041": "(no kernel messages in the job window)\n"},
+    )
     assert (a.kind, a.category) == (AnomalyKind.HANG, Category.APPLICATION)
     assert _advice(a) == AdviceKind.STOP
     # Rank 0 silent after the others' timeouts: nothing says it was busy elsewhere.
-    b = _run(job.replace("0: [2025-01-22 16:50:09,118] INFO: make_plots", "# make_plots"), ["workergpu041", "workergpu044"])
+    b = _run(
+        job.replace("0: [2025-01-22 16:50:09,118] INFO: make_plots", "# make_plots"),
+        ["workergpu041", "workergpu044"],
+    )
     assert b.category != Category.APPLICATION
 
 
@@ -467,10 +477,15 @@ STUCK_DUMP = (
 
 
 def test_a_rank_waiting_on_its_own_codes_queue_while_the_others_time_out_is_a_deadlock() -> None:
-    job = "".join(
-        f"{r}: [rank{r}]:[E0610 00:06:56.320539176 ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=33871, OpType=ALLREDUCE, NumelIn=152850688, NumelOut=152850688, Timeout(ms)=600000) ran for 1800010 milliseconds before timing out.\n"
-        for r in range(16) if r != 9
-    ) + STUCK_DUMP + "slurmstepd: error: *** JOB 2209931 ON node-12 CANCELLED AT 2024-06-09T23:56:02 ***\n"
+    job = (
+        "".join(
+            f"{r}: [rank{r}]:[E0610 00:06:56.320539176 ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=33871, OpType=ALLREDUCE, NumelIn=152850688, NumelOut=152850688, Timeout(ms)=600000) ran for 1800010 milliseconds before timing out.\n"
+            for r in range(16)
+            if r != 9
+        )
+        + STUCK_DUMP
+        + "slurmstepd: error: *** JOB 2209931 ON node-12 CANCELLED AT 2024-06-09T23:56:02 ***\n"
+    )
     nodes = ["node-12", "node-13", "node-14", "node-15"]
     a = _run(job, nodes, {n: "(no kernel messages in the job window)\n" for n in nodes})
     assert (a.kind, a.category) == (AnomalyKind.HANG, Category.APPLICATION)
@@ -478,7 +493,8 @@ def test_a_rank_waiting_on_its_own_codes_queue_while_the_others_time_out_is_a_de
     # The same wait inside a library's own queue (not the job's code) says nothing of the job.
     site = "/opt/venv/lib/python3.11/site-packages/webdataset"
     lib = job.replace("(speechlm/data/sharded.py:158)", f"({site}/tariterators.py:158)").replace(
-        "(speechlm/data/sharded.py:131)", f"({site}/pipeline.py:131)")
+        "(speechlm/data/sharded.py:131)", f"({site}/pipeline.py:131)"
+    )
     b = _run(lib.replace("(torch/utils/data/dataloader.py:701)", "(lightning/loops/fit_loop.py:701)"), nodes,
              {n: "(no kernel messages in the job window)\n" for n in nodes})  # fmt: skip
     assert b.category != Category.APPLICATION
@@ -504,12 +520,18 @@ def test_a_dataloader_wait_under_torchruns_record_wrapper_ended_by_the_limit_sto
         "[2022-05-09 17:35:11] PULSE: tr11-176B-ml is running for 20:04:09 since 2022-05-08T21:31:02\n"
         "slurmstepd: error: *** JOB 2287711 ON r7i0n0 CANCELLED AT 2022-05-09T17:31:05 DUE TO TIME LIMIT ***\n"
     )
-    a = _run(job, ["r7i0n0", "r7i5n6"], {"r7i5n6": dumps, "r7i0n0": "(no kernel messages in the job window)\n"})
+    a = _run(
+        job,
+        ["r7i0n0", "r7i5n6"],
+        {"r7i5n6": dumps, "r7i0n0": "(no kernel messages in the job window)\n"},
+    )
     assert (a.kind, a.category) == (AnomalyKind.HANG, Category.APPLICATION)
     assert _advice(a) == AdviceKind.STOP  # (not a free requeue for the time limit)
 
 
-def test_megatrons_rerun_verdict_printed_by_rank_zero_blames_the_rank_that_computed_wrongly() -> None:
+def test_megatrons_rerun_verdict_printed_by_rank_zero_blames_the_rank_that_computed_wrongly() -> (
+    None
+):
     job = (
         "5: [rank43]: [2025-01-21 05:44:51] WARNING [megatron.core.rerun_state_machine] Unexpected result tensor(nan, device='cuda:3') on rank 43 at iteration #18204 invocation #1 (message='found NaN in local forward loss calculation')\n"
         "srun: error: gpu-r3-14: task 5: Exited with exit code 16\n"
@@ -517,11 +539,22 @@ def test_megatrons_rerun_verdict_printed_by_rank_zero_blames_the_rank_that_compu
         "0: [2025-01-21 05:48:07] WARNING [megatron.core.rerun_state_machine] Second rerun: unexpected result is not reproducible on a different GPU, therefore was likely incorrect\n"
         "0: [2025-01-21 05:48:07] WARNING [megatron.core.rerun_state_machine] Possible persistent error!\n"
     )
-    nodes = ["gpu-r3-09", "gpu-r3-10", "gpu-r3-11", "gpu-r3-12", "gpu-r3-13", "gpu-r3-14", "gpu-r3-15", "gpu-r3-16"]
+    nodes = [
+        "gpu-r3-09",
+        "gpu-r3-10",
+        "gpu-r3-11",
+        "gpu-r3-12",
+        "gpu-r3-13",
+        "gpu-r3-14",
+        "gpu-r3-15",
+        "gpu-r3-16",
+    ]
     a = _run(job, nodes)
     assert (a.category, a.culprit_nodes) == (Category.HARDWARE_GPU, ["gpu-r3-14"])
     # Megatron's own failure line names the node.
-    b = _run("Rank 29, node gpu-r3-11, device 5, iteration #5120: Possible transient error!\n", nodes)
+    b = _run(
+        "Rank 29, node gpu-r3-11, device 5, iteration #5120: Possible transient error!\n", nodes
+    )
     assert (b.category, b.culprit_nodes) == (Category.HARDWARE_GPU, ["gpu-r3-11"])
 
 
@@ -532,14 +565,22 @@ def test_rank_zeros_periodic_sample_generation_is_an_application_straggler() -> 
     for block in range(4):
         for k in range(9):
             i = block * 100 + k * 10 + 10
-            job += it.format(t=f"17:{minute // 60:02d}:{minute % 60:02d}", i=i, s=i * 256, ms="4110.2")
+            job += it.format(
+                t=f"17:{minute // 60:02d}:{minute % 60:02d}", i=i, s=i * 256, ms="4110.2"
+            )
             minute += 1
         job += f"0: [rank0] iteration {block * 100 + 100}: generating 16 samples for wandb table (greedy, max_new_tokens=256) ...\n"
         job += f"0: [rank0] sample generation took 19{block}.2 s\n"
-        job += it.format(t=f"17:{minute // 60:02d}:{minute % 60:02d}", i=block * 100 + 100, s=0, ms="23641.1")
+        job += it.format(
+            t=f"17:{minute // 60:02d}:{minute % 60:02d}", i=block * 100 + 100, s=0, ms="23641.1"
+        )
         minute += 1
     a = _run(job, ["node21", "node23"], {"node21": "(no kernel messages in the job window)\n"})
-    assert (a.kind, a.category, a.culprit_nodes) == (AnomalyKind.STRAGGLER, Category.APPLICATION, [])
+    assert (a.kind, a.category, a.culprit_nodes) == (
+        AnomalyKind.STRAGGLER,
+        Category.APPLICATION,
+        [],
+    )
     assert _advice(a) == AdviceKind.NONE
 
 
@@ -556,9 +597,16 @@ def test_nvrx_reports_flagging_a_different_rank_each_time_with_steady_gpus_are_t
             "  Rank=0 Node=h100-n051 Score=1.00\n"
         )
     a = _run(job, ["h100-n051", "h100-n052", "h100-n053", "h100-n054"])
-    assert (a.kind, a.category, a.culprit_nodes) == (AnomalyKind.STRAGGLER, Category.APPLICATION, [])
+    assert (a.kind, a.category, a.culprit_nodes) == (
+        AnomalyKind.STRAGGLER,
+        Category.APPLICATION,
+        [],
+    )
     # The individual scores falling too: the GPUs themselves slow down, not the job's work.
-    b = _run(job.replace("Score=0.98", "Score=0.55"), ["h100-n051", "h100-n052", "h100-n053", "h100-n054"])
+    b = _run(
+        job.replace("Score=0.98", "Score=0.55"),
+        ["h100-n051", "h100-n052", "h100-n053", "h100-n054"],
+    )
     assert b.category != Category.APPLICATION
 
 
@@ -577,3 +625,22 @@ def test_the_address_most_peers_fail_towards_is_the_one_dhcp_moved() -> None:
     nodes = ["roce-h800-11", "roce-h800-12", "roce-h800-13", "roce-h800-14"]
     a = _run(job, nodes, {"roce-h800-13": journal})
     assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["roce-h800-13"])
+
+
+def test_one_node_whose_own_rules_drop_incoming_by_default_is_that_nodes_firewall() -> None:
+    job = (
+        "".join(
+            f"{t}: gpu27{t + 1}:2{t}000:2{t}000 [0] NCCL INFO Bootstrap : Using enp170s0f0np0:10.70.0.7{t + 1}<0>\n"
+            for t in range(4)
+        )
+        + "slurmstepd: error: *** JOB 884136 ON gpu271 CANCELLED AT 2026-11-23T07:00:00 DUE TO TIME LIMIT ***\n"
+    )
+    rules = "$ iptables -S INPUT | head\n-P INPUT {policy}\n-A INPUT -p tcp --dport 22 -j ACCEPT\n"
+    nodes = ["gpu271", "gpu272", "gpu273", "gpu274"]
+    a = _run(
+        job, nodes, {"gpu273": rules.format(policy="DROP"), "gpu272": rules.format(policy="ACCEPT")}
+    )
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["gpu273"])
+    # Every node dropping by default: the site's own profile, not one node's.
+    b = _run(job, nodes, {n: rules.format(policy="DROP") for n in nodes})
+    assert b.culprit_nodes != ["gpu273"]
