@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from resurgo.attribute.scheduler import array_task_in_log
+from resurgo.attribute.log_header import array_task_in_log
 from resurgo.contracts import LogLine
 from resurgo.slurm.errors import ParseError
 from resurgo.slurm.parsers import expand_hostlist

@@ -206,6 +206,7 @@ SITE_IMAGE_FAULTS = frozenset(
         "cuda_driver_mismatch",
         "container_gpu_runtime_missing",
         "container_runtime_setup_failed",
+        "enroot_runtime_dir_denied",
         "nccl_ib_no_device",
         # Settings the site makes on every node (task prolog environment, nccl.conf, the
         # image's network names, MIG layout): unless the job's own script set them

@@ -260,7 +260,10 @@ def running_fine(a: Analysis) -> Verdict | None:
     for e in a.node_events:
         # A fatal node fault after the last progress line (an Xid 79, a panic) stops the job.
         fatal = e.root and e.match.severity == "fatal" and a.in_job(e.node)
-        if fatal and (last_time is None or e.when is None or e.when > last_time):
+        seen = last_time or (_glog_before(a, last, e.when.year) if e.when is not None else None)
+        if fatal and e.when is None and _restarted_before(a, last):
+            continue  # (undated, and the job restarted its workers and went on: recovered)
+        if fatal and (seen is None or e.when is None or e.when > seen):
             return None
     measured = progress_silence(a)
     when = f" {max(measured[0], 0.0):.0f}s before it was last seen" if measured is not None else ""
@@ -269,3 +272,30 @@ def running_fine(a: Analysis) -> Verdict | None:
         Category.NONE, "none", f"job running, training{at}{when}", 0.8,
         evidence=[a.lines[last]], kind="none",
     )  # fmt: skip
+
+
+# glog stamps (`W0511 02:56:01.000000 40112 torch/distributed/elastic/...`): no year, so dated
+# with the node event's own.
+_GLOG = re.compile(r"\b[IWEF](?P<mon>[01]\d)(?P<day>[0-3]\d) (?P<h>\d\d):(?P<m>\d\d):(?P<s>\d\d)\b")
+
+
+def _glog_before(a: Analysis, last: int, year: int) -> datetime | None:
+    """The latest glog stamp at or before the last progress line (torchrun's agent restarting
+    the workers dates the recovery that the progress after it shows)."""
+    for entry in reversed(a.lines[: last + 1]):
+        if (m := _GLOG.search(entry.text[:200])) is not None:
+            try:
+                return datetime(year, int(m["mon"]), int(m["day"]), int(m["h"]), int(m["m"]),
+                                int(m["s"]))  # fmt: skip
+            except ValueError:
+                return None
+    return None
+
+
+# torchrun's agent restarting its workers after a failure (torch/distributed/elastic/agent/
+# server/api.py: `Worker group FAILED. 3/3 attempts left; will restart worker group`).
+_RESTARTED = re.compile(r"\bwill restart worker group\b")
+
+
+def _restarted_before(a: Analysis, last: int) -> bool:
+    return any(_RESTARTED.search(e.text) for e in a.lines[:last])

@@ -80,3 +80,37 @@ def nodes_in_log(lines: list[LogLine]) -> list[str]:
             if store is not None and store.group(1).split(".", 1)[0] not in listed:
                 return []
     return found
+
+
+# How a job's own output names its id: the environment Slurm sets (`SLURM_JOB_ID=4412`,
+# printed by job scripts) or an operator's header (`# job 2210502 ...`).
+_JOB_ID_IN_LOG = re.compile(
+    r"\bSLURM_JOB_?ID=(\d{1,12})\b|^#\s*(?:slurm\s+)?job(?:\s+id)?[:\s]\s*(\d{2,12})\b"
+)
+
+
+def job_id_in_log(lines: list[LogLine]) -> int | None:
+    """The job id the job's output states (first 200 lines), to tell its sacct rows from those
+    of other jobs pasted beside them (an earlier run, a job of the same name)."""
+    for entry in lines[:200]:
+        m = _JOB_ID_IN_LOG.search(entry.text[:300])
+        if m is not None:
+            return int(m.group(1) or m.group(2))
+    return None
+
+
+# An array task's own output (`SLURM_ARRAY_JOB_ID=3301870 SLURM_ARRAY_TASK_ID=12`, sbatch(1)
+# OUTPUT ENVIRONMENT VARIABLES): which row of an array's sacct table is the job's.
+_ARRAY_JOB_IN_LOG = re.compile(r"\bSLURM_ARRAY_JOB_ID=(\d{1,12})\b")
+_ARRAY_TASK_IN_LOG = re.compile(r"\bSLURM_ARRAY_TASK_ID=(\d{1,9})\b")
+
+
+def array_task_in_log(lines: list[LogLine]) -> str | None:
+    """`<array job id>_<task id>` where the job's output (first 200 lines) states both."""
+    array = task = None
+    for entry in lines[:200]:
+        if "SLURM_ARRAY" not in entry.text:
+            continue
+        array = array or (m.group(1) if (m := _ARRAY_JOB_IN_LOG.search(entry.text)) else None)
+        task = task or (m.group(1) if (m := _ARRAY_TASK_IN_LOG.search(entry.text)) else None)
+    return f"{array}_{task}" if array and task else None

@@ -48,14 +48,14 @@ from resurgo.attribute.kind_bounds import (
 )
 from resurgo.attribute.launch_mismatch import launch_exceeds_allocation
 from resurgo.attribute.liveness import noted_running, running_fine, still_progressing
-from resurgo.attribute.log_header import nodes_in_log
+from resurgo.attribute.log_header import job_id_in_log, nodes_in_log
 from resurgo.attribute.node_local import (
     explain_unknown,
     name_node_local,
     path_error_after_fs_loss,
 )
 from resurgo.attribute.node_software import node_software
-from resurgo.attribute.scheduler import job_id_in_log, parse_scheduler
+from resurgo.attribute.scheduler import parse_scheduler
 from resurgo.attribute.shared_services import hung_on_shared_service, shared_outage
 from resurgo.attribute.site_notes import noted_fabric_outage
 from resurgo.attribute.stages_hardware import (

@@ -161,6 +161,12 @@ def _records(lines: list[LogLine]) -> list[tuple[str, LogLine]]:
     return out
 
 
+# A hostlist at the end of a row: names, bracket ranges with a suffix after them
+# (`g530[5-8]cc`), comma-joined.
+_HOSTS = r"[A-Za-z][\w.-]*(?:\[[\d,-]+\][\w.-]*)*"
+_LAST_HOSTLIST = re.compile(rf"\b({_HOSTS}(?:,{_HOSTS})*)\s*$")
+
+
 def _sacct(text: str, header: list[str] | None) -> dict[str, str] | None:
     if header is None:
         return None
@@ -191,7 +197,7 @@ def _sacct(text: str, header: list[str] | None) -> dict[str, str] | None:
         at = codes.index("ExitCode") if "ExitCode" in codes else 0
         if len(ec) > at:
             row["ExitCode"] = ec[at]
-        nodes = re.search(r"\b([A-Za-z][\w-]*(?:\[[\d,-]+\])?(?:,[A-Za-z][\w-]*)*)\s*$", joined)
+        nodes = _LAST_HOSTLIST.search(joined)
         if nodes and "NodeList" in header and nodes.group(1) not in ("None", "assigned"):
             row["NodeList"] = nodes.group(1)
     return row
@@ -214,40 +220,6 @@ def _squeue_row(facts: SchedulerFacts, row: dict[str, str]) -> None:
             user=row.get("USER", ""),
         )
         facts.job_fields = {"JobId": row["JOBID"], "JobState": facts.job.state}
-
-
-# How a job's own output names its id: the environment Slurm sets (`SLURM_JOB_ID=4412`,
-# printed by job scripts) or an operator's header (`# job 2210502 ...`).
-_JOB_ID_IN_LOG = re.compile(
-    r"\bSLURM_JOB_?ID=(\d{1,12})\b|^#\s*(?:slurm\s+)?job(?:\s+id)?[:\s]\s*(\d{2,12})\b"
-)
-
-
-def job_id_in_log(lines: list[LogLine]) -> int | None:
-    """The job id the job's output states (first 200 lines), to tell its sacct rows from those
-    of other jobs pasted beside them (an earlier run, a job of the same name)."""
-    for entry in lines[:200]:
-        m = _JOB_ID_IN_LOG.search(entry.text[:300])
-        if m is not None:
-            return int(m.group(1) or m.group(2))
-    return None
-
-
-# An array task's own output (`SLURM_ARRAY_JOB_ID=3301870 SLURM_ARRAY_TASK_ID=12`, sbatch(1)
-# OUTPUT ENVIRONMENT VARIABLES): which row of an array's sacct table is the job's.
-_ARRAY_JOB_IN_LOG = re.compile(r"\bSLURM_ARRAY_JOB_ID=(\d{1,12})\b")
-_ARRAY_TASK_IN_LOG = re.compile(r"\bSLURM_ARRAY_TASK_ID=(\d{1,9})\b")
-
-
-def array_task_in_log(lines: list[LogLine]) -> str | None:
-    """`<array job id>_<task id>` where the job's output (first 200 lines) states both."""
-    array = task = None
-    for entry in lines[:200]:
-        if "SLURM_ARRAY" not in entry.text:
-            continue
-        array = array or (m.group(1) if (m := _ARRAY_JOB_IN_LOG.search(entry.text)) else None)
-        task = task or (m.group(1) if (m := _ARRAY_TASK_IN_LOG.search(entry.text)) else None)
-    return f"{array}_{task}" if array and task else None
 
 
 def _job_of(job_id: str) -> str:

@@ -55,7 +55,9 @@ _DETAILS: tuple[tuple[re.Pattern[str], tuple[str, ...]], ...] = (
         _SOCKETS,
     ),
 )
-_TRACED = re.compile(r"^\+* ?(?:export )?(?P<name>NCCL_[A-Z_]+)=")
+# (bash -x's `+ export NAME=value`, or the script's own `export` echoed: a bare `NAME=value` is
+# an `env` printout, which says the value was in effect, not who set it.)
+_TRACED = re.compile(r"^(?:\++ ?(?:export )?|export )(?P<name>NCCL_[A-Z_]+)=")
 _IN_EFFECT = re.compile(r"\b(?P<name>NCCL_[A-Z_]+) set by environment to\b")
 MAX_SCANNED = 400
 

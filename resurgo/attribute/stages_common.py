@@ -93,6 +93,11 @@ def _primary_candidates(a: Analysis, victims: set[str]) -> list[Event]:
     return out
 
 
+# A shared service's failure whose own detail names a cause on the node (pyxis printing
+# enroot's log: its runtime directory refused): the nodes' configuration, not the service.
+LOCAL_DETAILS = frozenset({"enroot_runtime_dir_denied"})
+
+
 def _shared_service(
     a: Analysis, node_events: list[Event], primaries: list[Event]
 ) -> Verdict | None:
@@ -103,6 +108,8 @@ def _shared_service(
     shows nothing of a known other cause."""
     if any(e.category not in (Category.SYSTEM_SOFTWARE, Category.UNKNOWN) for e in primaries):
         return None
+    if any(e.match.id in LOCAL_DETAILS for e in a.events):
+        return None  # (the service's failure detail names a cause on the node itself)
     by_id: dict[str, dict[str, Event]] = {}
     for e in node_events:
         if e.node is None or e.match.id not in a.registry:
@@ -203,7 +210,8 @@ def _set_by_job(
     if about is None:
         return None
     name = _GOVERNING_SETTING[about.match.id]
-    traced = re.compile(rf"^\+* ?(?:export )?{name}=")
+    # (bash -x's `+ export NAME=...` or an echoed `export`; a bare `NAME=...` is an env dump)
+    traced = re.compile(rf"^(?:\++ ?(?:export )?|export ){name}=")
     owned = next((e for e in a.header + a.lines[:200] if traced.match(e.text)), None)
     if owned is None:
         owned = next((e for e in a.header if _noted_as_the_jobs(e.text, name)), None)

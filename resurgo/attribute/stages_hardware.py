@@ -85,7 +85,12 @@ def _node_failure(a: Analysis, outcome: str | None) -> Verdict | None:
     # node is still excluded (attribution-labels.md); node evidence below names the hardware.
     category = Category.SCHEDULER
     evidence = [line for line in failed.values() if line is not None]
-    specific = [e for e in _hardware_events(a) if e.node in failed]
+    # (Transport errors towards a node Slurm lost are what its death looks like from its peers,
+    # not a cause: only the node's own unambiguous faults name the hardware.)
+    specific = [
+        e for e in _hardware_events(a)
+        if e.node in failed and (e.origin == "node" or e.match.id not in AMBIGUOUS_HARDWARE)
+    ]  # fmt: skip
     if specific:
         category = specific[0].category
         evidence = [e.line for e in specific] + evidence

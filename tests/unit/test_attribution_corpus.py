@@ -140,6 +140,10 @@ FLOORS = {
     "s39-": (1.0, 1.0, 1.0, 0),
     "s40-": (1.0, 1.0, 1.0, 0),
     "s41-": (1.0, 1.0, 1.0, 0),
+    # Sets 42 (other projects' issue threads) and 43 (messy operator evidence), session 12:
+    # scored on arrival (README), then a first pass of fixes.
+    "s42-": (0.92, 0.87, 0.92, 0),
+    "s43-": (0.97, 1.0, 1.0, 0),
     "hardware": (1.0, 1.0, 1.0, 0),
     "software": (1.0, 1.0, 1.0, 0),
     "lifecycle": (1.0, 1.0, 1.0, 0),
@@ -149,7 +153,7 @@ FLOORS = {
 def _sets() -> list[tuple[str, list[Path]]]:
     sets = [
         (prefix, [b for b in corpus_dirs(NEXT) if b.name.startswith(prefix)])
-        for prefix in [f"s{n}-" for n in range(6, 42)]
+        for prefix in [f"s{n}-" for n in range(6, 44)]
     ]
     for name in ("hardware", "software", "lifecycle"):
         if (SHARED / name / "cases").is_dir():

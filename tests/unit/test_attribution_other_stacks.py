@@ -644,3 +644,108 @@ def test_one_node_whose_own_rules_drop_incoming_by_default_is_that_nodes_firewal
     # Every node dropping by default: the site's own profile, not one node's.
     b = _run(job, nodes, {n: rules.format(policy="DROP") for n in nodes})
     assert b.culprit_nodes != ["gpu273"]
+
+
+# ---------------------------------------------------------------- sets 42-43
+def test_the_jobs_own_divergence_build_and_launch_errors_on_every_rank_stop() -> None:
+    lines = {
+        "gpt-neox": "Exception: Skipped 50 iterations in a row due to Overflow - Exiting training.",
+        "xformers": "FATAL: kernel `fmha_cutlassF_f32_aligned_64x64_rf_sm80` is for sm80-sm100, but was built for sm50",
+        "vllm": "(EngineCore_0 pid=2811) ERROR 10-01 09:14:33 [core.py:700] ValueError: The number of required GPUs exceeds the total number of available GPUs in the placement group.",
+    }
+    for what, line in lines.items():
+        job = f"0: {line}\n1: {line}\nsrun: error: n1: task 0: Exited with exit code 1\nsrun: error: n2: task 1: Exited with exit code 1\n"
+        a = _run(job, ["n1", "n2"])
+        assert (a.category, _advice(a)) == (Category.APPLICATION, AdviceKind.STOP), what
+
+
+def test_an_undated_node_oom_the_job_restarted_its_workers_past_is_healthy() -> None:
+    job = (
+        "# job still running\n"
+        + "".join(
+            f"0: [batch={b}/20000]:\n0: \t Train throughput/batches_per_sec: 1.21\n"
+            for b in range(3800, 4100, 100)
+        )
+        + "1: [rank13]: RuntimeError: DataLoader worker (pid 401772) is killed by signal: Killed. \n"
+        "1: W0511 02:56:01.000000 40112 torch/distributed/elastic/agent/server/api.py:723] [default] Worker group FAILED. 3/3 attempts left; will restart worker group\n"
+        + "".join(
+            f"0: [batch={b}/20000]:\n0: \t Train throughput/batches_per_sec: 1.20\n"
+            for b in range(4000, 6100, 100)
+        )
+    )
+    dmesg = "[May 11 02:55:59] Memory cgroup out of memory: Killed process 401772 (pt_data_worker) total-vm:1000kB, anon-rss:900kB, file-rss:0kB, shmem-rss:0kB, UID:1000 pgtables:10kB oom_score_adj:0\n"
+    a = _run(
+        job,
+        ["p4d-1", "p4d-2"],
+        {"p4d-2": dmesg},
+        "JobId=12090 JobName=mpt-3b\n   JobState=RUNNING Reason=None\n",
+    )
+    assert a.kind == "none"
+
+
+def test_an_env_printout_is_not_the_job_script_setting_it() -> None:
+    job = (
+        "# the job prints its environment before launch; TaskProlog=/etc/slurm/task_prolog.d/40-nccl.sh\n"
+        + (
+            "NCCL_SOCKET_IFNAME=ib0\n"
+            + "".join(
+                f"c-14-0{n}: c-14-0{n}:5100{n}:5100{n} [0] bootstrap.cc:45 NCCL WARN Bootstrap : no socket interface found\n"
+                for n in range(1, 5)
+            )
+            + "".join(
+                f"srun: error: c-14-0{n}: task {n - 1}: Exited with exit code 1\n"
+                for n in range(1, 5)
+            )
+        )
+    )
+    nodes = [f"c-14-0{n}" for n in range(1, 5)]
+    a = _run(job, nodes)
+    assert a.category == Category.SYSTEM_SOFTWARE  # (the site's, on every node: stop, naming them)
+    assert _advice(a) == AdviceKind.STOP
+    b = _run(
+        job.replace("\nNCCL_SOCKET_IFNAME=ib0\n", "\n+ export NCCL_SOCKET_IFNAME=ib0\n"), nodes
+    )
+    assert b.category == Category.APPLICATION
+
+
+def test_a_fixed_width_sacct_hostlist_with_a_suffix_after_its_range() -> None:
+    from resurgo.attribute.scheduler import parse_scheduler
+
+    sacct = (
+        "JobID           JobName  Partition      State ExitCode    Elapsed        NodeList \n"
+        "------------ ---------- ---------- ---------- -------- ---------- --------------- \n"
+        "71902          grug-moe       h100     FAILED      1:0   00:00:37 g530[5-8]cc     \n"
+    )
+    facts = parse_scheduler(_lines(sacct, "scheduler.txt"), None, None)
+    assert facts.job is not None and facts.job.node_list == [
+        "g5305cc",
+        "g5306cc",
+        "g5307cc",
+        "g5308cc",
+    ]
+
+
+def test_transport_errors_of_a_node_slurm_then_lost_do_not_make_it_hardware() -> None:
+    # (A dying node's own queue pairs time out too: ambiguous, not the cause of its loss.)
+    job = (
+        "36: node037:40290:40590 [2] NCCL WARN NET/IB : Got completion from peer 10.44.0.36<40857> with status=12 opcode=0 len=0 vendor err 129 (Recv)\n"
+        "slurmstepd: error: *** JOB 1500388 ON node001 CANCELLED AT 2025-08-03T02:22:44 DUE TO NODE FAILURE ***\n"
+    )
+    sched = "[2025-08-03T02:20:41.195] error: Nodes node037 not responding\n[2025-08-03T02:22:41.195] error: Nodes node037 not responding, setting DOWN\n"
+    a = _run(job, [f"node{n:03d}" for n in range(1, 65)], scheduler=sched)
+    assert (a.category, a.culprit_nodes) == (Category.SCHEDULER, ["node037"])
+
+
+def test_pyxis_failing_on_enroots_own_runtime_directory_is_not_a_registry_outage() -> None:
+    job = (
+        "".join(
+            "slurmstepd: error: pyxis: failed to import docker image\n"
+            "slurmstepd: error: pyxis:     mkdir: cannot create directory '/run/enroot': Permission denied\n"
+            for _ in range(2)
+        )
+        + "srun: error: vm-1: task 0: Exited with exit code 1\nsrun: error: vm-2: task 1: Exited with exit code 1\n"
+    )
+    slurmd = "[2024-05-02T10:00:01.000] error: pyxis: failed to import docker image\n"
+    a = _run(job, ["vm-1", "vm-2"], {"vm-1": slurmd, "vm-2": slurmd})
+    assert a.category == Category.SYSTEM_SOFTWARE
+    assert "shared service" not in a.summary

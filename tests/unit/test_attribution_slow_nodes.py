@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from resurgo.attribute.log_header import nodes_in_log
+from resurgo.attribute.log_header import job_id_in_log, nodes_in_log
 from resurgo.attribute.offline import analyse_bundle, default_advice
 from resurgo.attribute.rules import attribute
-from resurgo.attribute.scheduler import job_id_in_log, parse_scheduler
+from resurgo.attribute.scheduler import parse_scheduler
 from resurgo.contracts import AdviceKind, Attribution, Category, LogLine
 from resurgo.detect.registry import Registry
 
