@@ -33,13 +33,13 @@ from resurgo.attribute.liveness import (
     HANG_SILENCE_FACTOR,
     HANG_SILENCE_FLOOR_SECONDS,
     _any_time,
+    glog_time,
     progress_times,
 )
 from resurgo.attribute.stages_outcome import _scheduler
 from resurgo.contracts import AnomalyKind, Category
 
 # glog's prefix (PyTorch's C++ warnings and errors): `[W0719 12:06:40.118000 socket.cpp:428]`.
-_GLOG = re.compile(r"\b[IWEF](?P<mon>[01]\d)(?P<day>[0-3]\d) (?P<h>\d\d):(?P<m>\d\d):(?P<s>\d\d)")
 _ISO = re.compile(r"\b(\d{4}-\d\d-\d\d)[T ](\d\d:\d\d:\d\d)")
 # The longest first-error delay that can still be "within one step": beyond it a job that
 # printed steps rarely may have been stuck in between.
@@ -55,13 +55,7 @@ def _when(text: str, year: int) -> datetime | None:
             return datetime.fromisoformat(f"{m.group(1)} {m.group(2)}")
         except ValueError:
             return None
-    if (g := _GLOG.search(text[:200])) is not None:
-        try:
-            return datetime(year, int(g["mon"]), int(g["day"]), int(g["h"]), int(g["m"]),
-                            int(g["s"]))  # fmt: skip
-        except ValueError:
-            return None
-    return None
+    return glog_time(text, year)
 
 
 def _typical_gap(times: list[datetime]) -> float | None:

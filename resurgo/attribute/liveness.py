@@ -276,19 +276,25 @@ def running_fine(a: Analysis) -> Verdict | None:
 
 # glog stamps (`W0511 02:56:01.000000 40112 torch/distributed/elastic/...`): no year, so dated
 # with the node event's own.
-_GLOG = re.compile(r"\b[IWEF](?P<mon>[01]\d)(?P<day>[0-3]\d) (?P<h>\d\d):(?P<m>\d\d):(?P<s>\d\d)\b")
+_GLOG = re.compile(r"\b[IWEF](?P<mon>[01]\d)(?P<day>[0-3]\d) (?P<h>\d\d):(?P<m>\d\d):(?P<s>\d\d)")
+
+
+def glog_time(text: str, year: int) -> datetime | None:
+    """The glog stamp heading a line, dated in `year`; None without one (or an invalid date)."""
+    if (m := _GLOG.search(text[:200])) is None:
+        return None
+    try:
+        return datetime(year, int(m["mon"]), int(m["day"]), int(m["h"]), int(m["m"]), int(m["s"]))
+    except ValueError:
+        return None
 
 
 def _glog_before(a: Analysis, last: int, year: int) -> datetime | None:
     """The latest glog stamp at or before the last progress line (torchrun's agent restarting
     the workers dates the recovery that the progress after it shows)."""
     for entry in reversed(a.lines[: last + 1]):
-        if (m := _GLOG.search(entry.text[:200])) is not None:
-            try:
-                return datetime(year, int(m["mon"]), int(m["day"]), int(m["h"]), int(m["m"]),
-                                int(m["s"]))  # fmt: skip
-            except ValueError:
-                return None
+        if _GLOG.search(entry.text[:200]) is not None:
+            return glog_time(entry.text, year)
     return None
 
 
