@@ -13,15 +13,12 @@ from __future__ import annotations
 
 from resurgo.attribute.offline import default_advice
 from resurgo.attribute.rules import attribute
-from resurgo.contracts import AdviceKind, AnomalyKind, Attribution, Category, LogLine
+from resurgo.contracts import AdviceKind, AnomalyKind, Attribution, Category
 from resurgo.detect.registry import Registry
+from tests.log_lines import log_lines as _lines
 
 NODES = ["gpu21", "gpu22"]
 CLEAN = "(no kernel messages in the job window)\n"
-
-
-def _lines(text: str, source: str) -> list[LogLine]:
-    return [LogLine(source=source, line_no=i + 1, text=t) for i, t in enumerate(text.splitlines())]
 
 
 def _run(job: str, node_logs: dict[str, str] | None = None) -> Attribution:

@@ -9,14 +9,11 @@ it says nothing of how long the run has gone without a training step.
 from __future__ import annotations
 
 from resurgo.attribute.rules import attribute
-from resurgo.contracts import AnomalyKind, Attribution, Category, LogLine
+from resurgo.contracts import AnomalyKind, Attribution, Category
 from resurgo.detect.registry import Registry
+from tests.log_lines import log_lines as _lines
 
 NODES = ["gpu-w03", "gpu-w04"]
-
-
-def _lines(text: str, source: str = "job.log") -> list[LogLine]:
-    return [LogLine(source=source, line_no=i + 1, text=t) for i, t in enumerate(text.splitlines())]
 
 
 def _job(validation_bars: bool, epoch: int = 3) -> str:

@@ -10,12 +10,9 @@ the kernel print them.
 from __future__ import annotations
 
 from resurgo.attribute.rules import attribute
-from resurgo.contracts import AnomalyKind, Attribution, LogLine
+from resurgo.contracts import AnomalyKind, Attribution
 from resurgo.detect.registry import Registry
-
-
-def _lines(text: str, source: str) -> list[LogLine]:
-    return [LogLine(source=source, line_no=i + 1, text=t) for i, t in enumerate(text.splitlines())]
+from tests.log_lines import log_lines as _lines
 
 
 def _run(job: str, nodes: list[str], node_logs: dict[str, str] | None = None) -> Attribution:

@@ -10,18 +10,15 @@ from datetime import datetime
 
 from resurgo.attribute.fault_order import sel_time
 from resurgo.attribute.rules import attribute
-from resurgo.contracts import Attribution, Category, LogLine
+from resurgo.contracts import Attribution, Category
 from resurgo.detect.registry import Registry
+from tests.log_lines import log_lines as _lines
 
 NODES = ["sg-43", "sg-44"]
 JOB = "".join(f"0: iter {i} | loss 2.3 | 812 ms/step\n" for i in range(0, 500, 50)) + (
     "srun: error: sg-44: task 1: Exited with exit code 1\n"
 )
 XID = "[2026-12-03T05:40:03] NVRM: Xid (PCI:0000:ca:00): 79, pid=0, GPU has fallen off the bus.\n"
-
-
-def _lines(text: str, source: str) -> list[LogLine]:
-    return [LogLine(source=source, line_no=i + 1, text=t) for i, t in enumerate(text.splitlines())]
 
 
 def _run(sel: str) -> Attribution:

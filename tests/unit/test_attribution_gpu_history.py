@@ -17,12 +17,9 @@ from resurgo.attribute.scheduler import parse_scheduler
 from resurgo.attribute.stages_application import _accounting
 from resurgo.contracts import Attribution, Category, LogLine
 from resurgo.detect.registry import Registry
+from tests.log_lines import log_lines as _lines
 
 NODES = ["gpu-c01", "gpu-c02"]
-
-
-def _lines(text: str, source: str = "job.log") -> list[LogLine]:
-    return [LogLine(source=source, line_no=i + 1, text=t) for i, t in enumerate(text.splitlines())]
 
 
 def _run(job: str, node_logs: dict[str, list[LogLine]] | None = None) -> Attribution:

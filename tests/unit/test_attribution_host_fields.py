@@ -9,15 +9,12 @@ from __future__ import annotations
 
 from resurgo.attribute.offline import default_advice
 from resurgo.attribute.rules import attribute
-from resurgo.contracts import AdviceKind, AnomalyKind, Attribution, Category, LogLine
+from resurgo.contracts import AdviceKind, AnomalyKind, Attribution, Category
 from resurgo.detect.registry import Registry
+from tests.log_lines import log_lines as _lines
 
 NODES = ["l40s-01", "l40s-02", "l40s-03", "l40s-04"]
 RUNNING = "# job 66012 still running at 2025-10-27 09:30:00\n"
-
-
-def _lines(text: str, source: str = "job.log") -> list[LogLine]:
-    return [LogLine(source=source, line_no=i + 1, text=t) for i, t in enumerate(text.splitlines())]
 
 
 def _run(job: str, node_files: dict[str, str] | None = None) -> Attribution:

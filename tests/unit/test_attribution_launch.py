@@ -9,17 +9,12 @@ from __future__ import annotations
 
 from resurgo.attribute.offline import default_advice
 from resurgo.attribute.rules import attribute
-from resurgo.contracts import AdviceKind, AnomalyKind, Attribution, Category, LogLine
+from resurgo.contracts import AdviceKind, AnomalyKind, Attribution, Category
 from resurgo.detect.registry import Registry
+from tests.log_lines import log_lines as _lines
 
 NODES = ["v100-g07", "v100-g08"]
 PREFIX = "INFO:torch.distributed.distributed_c10d:"
-
-
-def _lines(text: str) -> list[LogLine]:
-    return [
-        LogLine(source="job.log", line_no=i + 1, text=t) for i, t in enumerate(text.splitlines())
-    ]
 
 
 def _run(job: str) -> Attribution:

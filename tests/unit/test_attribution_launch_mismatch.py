@@ -6,13 +6,10 @@ from __future__ import annotations
 
 from resurgo.attribute.offline import default_advice
 from resurgo.attribute.rules import attribute
-from resurgo.contracts import AdviceKind, AnomalyKind, Attribution, Category, LogLine
+from resurgo.contracts import AdviceKind, AnomalyKind, Attribution, Category
 from resurgo.detect.lines import strip_prefixes
 from resurgo.detect.registry import Registry
-
-
-def _lines(text: str, source: str) -> list[LogLine]:
-    return [LogLine(source=source, line_no=i + 1, text=t) for i, t in enumerate(text.splitlines())]
+from tests.log_lines import log_lines as _lines
 
 
 def _run(job: str, scheduler: str = "") -> Attribution:

@@ -13,14 +13,11 @@ from __future__ import annotations
 
 from resurgo.attribute.offline import default_advice
 from resurgo.attribute.rules import attribute
-from resurgo.contracts import AdviceKind, Attribution, Category, LogLine
+from resurgo.contracts import AdviceKind, Attribution, Category
 from resurgo.detect.registry import Registry
+from tests.log_lines import log_lines as _lines
 
 NODES = ["j-01", "j-02", "j-03", "j-04"]
-
-
-def _lines(text: str, source: str = "job.log") -> list[LogLine]:
-    return [LogLine(source=source, line_no=i + 1, text=t) for i, t in enumerate(text.splitlines())]
 
 
 def _run(job: str, nodes: list[str] | None = None) -> Attribution:

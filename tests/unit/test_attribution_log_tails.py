@@ -9,18 +9,15 @@ DeepSpeed's `log_dist` prints them (deepspeed/utils/logging.py) and squeue's def
 from __future__ import annotations
 
 from resurgo.attribute.rules import attribute
-from resurgo.contracts import Attribution, LogLine
+from resurgo.contracts import Attribution
 from resurgo.detect.registry import Registry
+from tests.log_lines import log_lines as _lines
 
 SQUEUE = (
     "$ squeue -j 8812003\n"
     "             JOBID PARTITION     NAME     USER ST       TIME  NODES NODELIST(REASON)\n"
     "           8812003       gpu   ft-13b   rpatel  R 1-04:11:09      4 a100-[201-204]\n"
 )
-
-
-def _lines(text: str, source: str = "job.log") -> list[LogLine]:
-    return [LogLine(source=source, line_no=i + 1, text=t) for i, t in enumerate(text.splitlines())]
 
 
 def _steps(first: int) -> str:

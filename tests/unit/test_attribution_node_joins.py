@@ -14,12 +14,9 @@ from resurgo.attribute.peer_ends import common_end, numbered_owners
 from resurgo.attribute.rules import attribute
 from resurgo.contracts import AdviceKind, AnomalyKind, Attribution, Category, LogLine
 from resurgo.detect.registry import Registry
+from tests.log_lines import log_lines as _lines
 
 NODES = ["gpu-c01", "gpu-c02", "gpu-c03"]
-
-
-def _lines(text: str, source: str = "job.log") -> list[LogLine]:
-    return [LogLine(source=source, line_no=i + 1, text=t) for i, t in enumerate(text.splitlines())]
 
 
 def _run(

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 from resurgo.attribute.offline import default_advice
 from resurgo.attribute.rules import attribute
-from resurgo.contracts import AdviceKind, Attribution, Category, LogLine
+from resurgo.contracts import AdviceKind, Attribution, Category
 from resurgo.detect.registry import Registry
+from tests.log_lines import log_lines as _lines
 
 NODES = ["gpu01", "gpu02", "gpu03", "gpu04"]
-
-
-def _lines(text: str, source: str = "job.log") -> list[LogLine]:
-    return [LogLine(source=source, line_no=i + 1, text=t) for i, t in enumerate(text.splitlines())]
 
 
 def _run(job: str, node_logs: dict[str, str] | None = None) -> Attribution:

@@ -11,6 +11,7 @@ from resurgo.attribute.offline import default_advice
 from resurgo.attribute.rules import attribute
 from resurgo.contracts import AdviceKind, Attribution, Category, LogLine
 from resurgo.detect.registry import Registry
+from tests.log_lines import log_lines as _lines
 
 NODES = ["gpu-r08", "gpu-r09", "gpu-r10"]
 WATCHDOG = (
@@ -18,10 +19,6 @@ WATCHDOG = (
     "thread terminated with exception: NCCL error: remote process exited or there was a network "
     "error, NCCL version 2.21.5\n"
 )
-
-
-def _lines(text: str, source: str = "job.log") -> list[LogLine]:
-    return [LogLine(source=source, line_no=i + 1, text=t) for i, t in enumerate(text.splitlines())]
 
 
 def _run(job: str, node_logs: dict[str, list[LogLine]] | None = None) -> Attribution:

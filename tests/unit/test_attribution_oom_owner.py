@@ -13,15 +13,12 @@ from __future__ import annotations
 
 from resurgo.attribute.offline import default_advice
 from resurgo.attribute.rules import attribute
-from resurgo.contracts import AdviceKind, Attribution, Category, LogLine
+from resurgo.contracts import AdviceKind, Attribution, Category
 from resurgo.detect.registry import Registry
+from tests.log_lines import log_lines as _lines
 
 NODES = ["node1", "node2", "node3"]
 SCONTROL = "JobId={job} JobName=ddp-train\n   JobState=FAILED Reason=NonZeroExitCode ExitCode=1:0\n   NodeList=node[1-3]\n"
-
-
-def _lines(text: str, source: str) -> list[LogLine]:
-    return [LogLine(source=source, line_no=i + 1, text=t) for i, t in enumerate(text.splitlines())]
 
 
 def _run(job: str, dmesg: dict[str, str], job_id: int = 9) -> Attribution:

@@ -15,12 +15,9 @@ from resurgo.attribute.offline import default_advice
 from resurgo.attribute.rules import attribute
 from resurgo.contracts import AdviceKind, AnomalyKind, Attribution, Category, LogLine
 from resurgo.detect.registry import Registry
+from tests.log_lines import log_lines as _lines
 
 NODES = ["mi-01", "mi-02", "mi-03"]
-
-
-def _lines(text: str, source: str = "job.log") -> list[LogLine]:
-    return [LogLine(source=source, line_no=i + 1, text=t) for i, t in enumerate(text.splitlines())]
 
 
 def _run(job: str, node_logs: dict[str, list[LogLine]] | None = None) -> Attribution:

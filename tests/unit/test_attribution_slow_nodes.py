@@ -12,6 +12,7 @@ from resurgo.attribute.rules import attribute
 from resurgo.attribute.scheduler import parse_scheduler
 from resurgo.contracts import AdviceKind, Attribution, Category, LogLine
 from resurgo.detect.registry import Registry
+from tests.log_lines import log_lines as _lines
 
 NODES = ["gpu01", "gpu02", "gpu03", "gpu04"]
 # A steadily progressing job: Megatron's iteration line (megatron/training/training.py).
@@ -21,10 +22,6 @@ STEADY = "\n".join(
     for m in range(1, 9)
 )
 RUNNING = "# job still running at 2025-05-21 09:09:00\n"
-
-
-def _lines(text: str, source: str = "job.log") -> list[LogLine]:
-    return [LogLine(source=source, line_no=i + 1, text=t) for i, t in enumerate(text.splitlines())]
 
 
 def _run(job: str, node_files: dict[str, str], nodes: list[str] | None = None) -> Attribution:

@@ -10,14 +10,11 @@ from __future__ import annotations
 from resurgo.attribute.offline import default_advice
 from resurgo.attribute.rules import attribute
 from resurgo.attribute.stack_dumps import deadlocked_in_job_code
-from resurgo.contracts import AdviceKind, AnomalyKind, Attribution, Category, LogLine
+from resurgo.contracts import AdviceKind, AnomalyKind, Attribution, Category
 from resurgo.detect.registry import Registry
+from tests.log_lines import log_lines as _lines
 
 NODES = ["gpu-u03", "gpu-u04"]
-
-
-def _lines(text: str, source: str = "job.log") -> list[LogLine]:
-    return [LogLine(source=source, line_no=i + 1, text=t) for i, t in enumerate(text.splitlines())]
 
 
 # Progress every 3 minutes until 21:32, then nothing until the time limit 8.5 h later.

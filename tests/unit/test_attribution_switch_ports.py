@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from resurgo.attribute.offline import default_advice
 from resurgo.attribute.rules import attribute
-from resurgo.contracts import AdviceKind, Category, LogLine
+from resurgo.contracts import AdviceKind, Category
 from resurgo.detect.registry import Registry
+from tests.log_lines import log_lines as _lines
 
 NODES = ["gpu-c115", "gpu-c116", "gpu-c117"]
 TIMEOUTS = "".join(
@@ -25,10 +26,6 @@ SWITCH_LOG = (
     "Aug 21 04:13:20.148487 leaf-r3-07 INFO lldp#lldpd[27]: removing remote port Ethernet68 "
     "(neighbor {host} ens9np0) due to TTL expiry\n"
 )
-
-
-def _lines(text: str, source: str) -> list[LogLine]:
-    return [LogLine(source=source, line_no=i + 1, text=t) for i, t in enumerate(text.splitlines())]
 
 
 def _run(switch_log: str) -> tuple[Category, list[str], AdviceKind]:

@@ -9,8 +9,9 @@ gloo DDP run under srun and slurmstepd printed them.
 from __future__ import annotations
 
 from resurgo.attribute.rules import attribute
-from resurgo.contracts import AnomalyKind, Attribution, Category, LogLine
+from resurgo.contracts import AnomalyKind, Attribution, Category
 from resurgo.detect.registry import Registry
+from tests.log_lines import log_lines as _lines
 
 NODES = ["node1", "node2"]
 SCONTROL = (
@@ -18,10 +19,6 @@ SCONTROL = (
     "   StartTime={start} EndTime=2026-12-05T06:02:10\n   NodeList=node[1-2]\n"
 )
 KILL = "slurmstepd: error: *** JOB 13 ON node1 CANCELLED AT 2026-12-05T06:02:10 DUE TO TIME LIMIT ***\n"
-
-
-def _lines(text: str, source: str) -> list[LogLine]:
-    return [LogLine(source=source, line_no=i + 1, text=t) for i, t in enumerate(text.splitlines())]
 
 
 def _run(job: str, start: str = "2026-12-05T04:02:10") -> Attribution:

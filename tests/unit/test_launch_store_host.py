@@ -13,8 +13,9 @@ from __future__ import annotations
 from resurgo.attribute.log_header import nodes_in_log
 from resurgo.attribute.offline import default_advice
 from resurgo.attribute.rules import attribute
-from resurgo.contracts import AdviceKind, Attribution, Category, LogLine
+from resurgo.contracts import AdviceKind, Attribution, Category
 from resurgo.detect.registry import Registry
+from tests.log_lines import log_lines as _lines
 
 HEAD = "SLURM_JOB_NODELIST=gpu-bm-[13-14]\n"
 LAUNCH = "+ srun torchrun --nnodes=2 --rdzv_backend=c10d --rdzv_endpoint={host}:29500 train.py\n"
@@ -28,12 +29,6 @@ EXITS = """\
 srun: error: gpu-bm-13: task 0: Exited with exit code 1
 srun: error: gpu-bm-14: task 1: Exited with exit code 1
 """
-
-
-def _lines(text: str) -> list[LogLine]:
-    return [
-        LogLine(source="job.log", line_no=i + 1, text=t) for i, t in enumerate(text.splitlines())
-    ]
 
 
 def _job(launch_host: str, failed_host: str, head: str = HEAD) -> str:

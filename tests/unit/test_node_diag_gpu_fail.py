@@ -13,8 +13,9 @@ from __future__ import annotations
 from resurgo.attribute.node_patterns import node_registry
 from resurgo.attribute.offline import default_advice
 from resurgo.attribute.rules import attribute
-from resurgo.contracts import AdviceKind, Attribution, Category, LogLine
+from resurgo.contracts import AdviceKind, Attribution, Category
 from resurgo.detect.registry import Registry
+from tests.log_lines import log_lines as _lines
 
 NODES = ["gpu001", "gpu002", "gpu003", "gpu004", "gpu005", "gpu006", "gpu007", "gpu008"]
 NAN = """\
@@ -34,10 +35,6 @@ $ dcgmi diag -r 3
 |                           | Fail - GPU: 2                                  |
 | Warning                   | GPU 2 Error using CUDA API cudaMemcpy          |
 """
-
-
-def _lines(text: str, source: str) -> list[LogLine]:
-    return [LogLine(source=source, line_no=i + 1, text=t) for i, t in enumerate(text.splitlines())]
 
 
 def _run(node_logs: dict[str, str]) -> Attribution:
