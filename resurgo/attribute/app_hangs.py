@@ -39,7 +39,7 @@ import re
 from resurgo.attribute.analysis import Analysis, Verdict
 from resurgo.attribute.cascade_roots import mismatch_report
 from resurgo.attribute.save_timeouts import save_outlasts_timeout
-from resurgo.attribute.stack_dumps import _LIBRARY
+from resurgo.attribute.stack_dumps import DumpedThread, dumped_main_threads, own_code
 from resurgo.attribute.stages_common import _rank
 from resurgo.contracts import AnomalyKind, Category, LogLine
 from resurgo.detect.lines import strip_prefixes
@@ -132,36 +132,11 @@ def placement_never_satisfied(a: Analysis, outcome: str | None) -> Verdict | Non
     )  # fmt: skip
 
 
-# py-spy's dump (`Thread 688514 (idle): "MainThread"`, then `function (file:line)` frames,
-# innermost first), as pasted in the job's output or an operator's note (`# ` before it).
-_THREAD = re.compile(r'^\s*Thread (?:0x[0-9A-Fa-f]+|\d+) \([^)]*\): "(?P<name>[^"]*)"')
-_FRAME = re.compile(r"^\s+(?P<func>[\w<>.]+) \((?P<file>[^():]+):\d+\)\s*$")
 _DATALOADER_WAIT = re.compile(r"torch/utils/data/dataloader\.py:_(?:try_get_data|get_data)$")
 _COLLECTIVE_FRAME = re.compile(
     r"\b(?:broadcast|all_reduce|all_gather\w*|reduce_scatter\w*|barrier|recv|send) "
     r"\((?:\S*/)?torch/distributed/distributed_c10d\.py:\d+\)"
 )
-
-
-def _body(entry: LogLine) -> str:
-    body = strip_prefixes(entry.text).body
-    return body[2:] if body.startswith("# ") else body[1:] if body.startswith("#") else body
-
-
-def _main_threads(lines: list[LogLine]) -> list[list[str]]:
-    stacks: list[list[str]] = []
-    current: list[str] | None = None
-    for entry in lines:
-        body = _body(entry)
-        if (t := _THREAD.match(body)) is not None:
-            current = [] if t["name"] == "MainThread" else None
-            if current is not None:
-                stacks.append(current)
-        elif current is not None and (f := _FRAME.match(body)) is not None:
-            current.append(f"{f['file']}:{f['func']}")
-        elif current is not None and body.strip():
-            current = None
-    return [s for s in stacks if s]
 
 
 # A thread blocked waiting for another to hand it something (queue.Queue.get, an Event or a
@@ -175,15 +150,20 @@ _WAIT_PRIMITIVE = re.compile(
 TOP_FRAMES = 4
 
 
-def _waits_in_own_code(frames: list[str]) -> str | None:
-    """The job's own frame that called a wait primitive at the top of a stack, if any."""
+def _waits_in_own_code(thread: DumpedThread) -> str | None:
+    """The job's own frame that called a wait primitive at the top of a stack, if any. Idle
+    in the job's own frame itself is a wait below Python that line made (`with self._lock:`,
+    `time.sleep`: a C call has no Python frame of its own for py-spy to show)."""
+    frames = thread.frames
+    if thread.idle and own_code(frames[0]):
+        return frames[0]
     top = frames[:TOP_FRAMES]
     if not top or not _WAIT_PRIMITIVE.match(top[0]):
         return None
     for f in top[1:]:
         if _WAIT_PRIMITIVE.match(f):
             continue
-        return f if not _LIBRARY.search(f.rsplit(":", 1)[0]) else None
+        return f if own_code(f) else None
     return None
 
 
@@ -194,23 +174,22 @@ def dataloader_deadlock(a: Analysis, outcome: str | None) -> Verdict | None:
     if outcome not in _KILLED and not hung:
         return None
     lines = [*a.lines, *(e for ls in a.node_logs.values() for e in ls)]
-    stacks = _main_threads(lines)
     waiting = [
-        s for s in stacks
-        if (any(_DATALOADER_WAIT.search(f) for f in s[:8]) or _waits_in_own_code(s))
+        t for t in dumped_main_threads(lines)
+        if (any(_DATALOADER_WAIT.search(f) for f in t.frames[:8]) or _waits_in_own_code(t))
         # (torchrun's `@record` wrapper, torch/distributed/elastic, sits at the bottom of
         # every rank's stack: not a collective)
-        and not any("torch/distributed/" in f and "/elastic/" not in f for f in s)
+        and not any("torch/distributed/" in f and "/elastic/" not in f for f in t.frames)
     ]  # fmt: skip
     if not waiting:
         return None
-    if not hung and not any(_COLLECTIVE_FRAME.search(_body(e)) for e in lines):
+    if not hung and not any(_COLLECTIVE_FRAME.search(strip_prefixes(e.text).body) for e in lines):
         return None  # nothing shows the others waiting for it
     if not _nodes_clean(a):
         return None
-    frames = waiting[0]
-    if (own := _waits_in_own_code(frames)) is not None:
-        what = f"on a queue or event in the job's own code (py-spy: {own[-100:]})"
+    frames = waiting[0].frames
+    if (own := _waits_in_own_code(waiting[0])) is not None:
+        what = f"on a lock, queue or event in the job's own code (py-spy: {own[-100:]})"
     else:
         last = max(i for i, f in enumerate(frames) if "torch/utils/data/" in f)
         where = frames[last + 1] if last + 1 < len(frames) else frames[last]  # its caller
@@ -259,7 +238,7 @@ def _called_collective(frames: list[str]) -> tuple[str, str] | None:
     if op not in _COLLECTIVES or i >= len(frames):
         return None
     caller = frames[i]
-    return None if _LIBRARY.search(caller.rsplit(":", 1)[0]) else (op or "", caller)
+    return (op or "", caller) if own_code(caller) else None
 
 
 def _nodes_clean(a: Analysis) -> bool:
@@ -279,8 +258,8 @@ def dumps_in_different_collectives(a: Analysis, outcome: str | None) -> Verdict 
     hung = any(e.cascade and e.match.kind == AnomalyKind.HANG for e in a.events)
     if outcome not in _KILLED and not hung and not a.running:
         return None
-    stacks = _main_threads([*a.lines, *(e for ls in a.node_logs.values() for e in ls)])
-    waits = [_called_collective(s) for s in stacks]
+    threads = dumped_main_threads([*a.lines, *(e for ls in a.node_logs.values() for e in ls)])
+    waits = [_called_collective(t.frames) for t in threads]
     if len(waits) < 2 or any(w is None for w in waits):
         return None
     ops = {w[0] for w in waits if w}

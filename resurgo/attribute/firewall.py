@@ -20,10 +20,12 @@ import re
 from resurgo.attribute.analysis import Analysis, Verdict
 from resurgo.contracts import Category, LogLine
 
-_REFUSED = re.compile(
-    r"(?:REJECT|DROP|DENY|DENIED|BLOCK)\w*\]?:? ?IN=(?P<dev>\w[\w.@-]*) OUT=\S* .*?"
-    r"\bSRC=(?P<src>[\d.]{7,15}|[0-9a-fA-F:]{3,39}) DST=(?P<dst>\S+) .*?\bPROTO=(?:TCP|UDP)\b"
-)
+# The kernel's fields in their order, each found by its own search from where the one before
+# ended: one pattern with a lazy gap between each pair is cubic in the line's length, and a job
+# can write lines of this shape into the journal (`logger`) that node files are read from.
+_VERDICT = re.compile(r"(?:REJECT|DROP|DENY|DENIED|BLOCK)\w*\]?:? ?IN=\w[\w.@-]* OUT=\S* ")
+_SOURCE = re.compile(r"\bSRC=([\d.]{7,15}|[0-9a-fA-F:]{3,39}) DST=\S+ ")
+_PROTOCOL = re.compile(r"\bPROTO=(?:TCP|UDP)\b")
 MAX_EVIDENCE_LINES = 4
 # A listing of the node's own rules whose input chain drops what no rule accepts (`iptables -S`:
 # `-P INPUT DROP`; `iptables -L`: `Chain INPUT (policy DROP)`; nft: `type filter hook input
@@ -32,6 +34,17 @@ _DENY_ALL = re.compile(
     r"^\s*-P INPUT (?:DROP|REJECT)\b|\bChain INPUT \(policy (?:DROP|REJECT)\b"
     r"|\bhook input\b.{0,40}\bpolicy drop;"
 )
+
+
+def refused_source(text: str) -> str | None:
+    """The source address of a packet filter's refusal line (`... REJECT: IN=... SRC=...`)."""
+    verdict = _VERDICT.search(text)
+    if verdict is None:
+        return None
+    source = _SOURCE.search(text, verdict.end())
+    if source is None or _PROTOCOL.search(text, source.end()) is None:
+        return None
+    return source[1]
 
 
 def firewalled_node(a: Analysis) -> Verdict | None:
@@ -46,10 +59,10 @@ def firewalled_node(a: Analysis) -> Verdict | None:
             text = entry.text
             if "IN=" not in text or "SRC=" not in text:
                 continue
-            m = _REFUSED.search(text)
-            if m is None:
+            src = refused_source(text)
+            if src is None:
                 continue
-            source = a.topo.hosts.canonical(m["src"])
+            source = a.topo.hosts.canonical(src)
             if source is None or source == node or not a.in_job(source):
                 continue  # (the internet's scanners, or the node itself)
             if a.node_list and source not in a.node_list:

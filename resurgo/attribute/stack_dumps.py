@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from resurgo.contracts import LogLine
 from resurgo.detect.lines import strip_prefixes
 
-_THREAD = re.compile(r'^\s*Thread (?:0x[0-9A-Fa-f]+|\d+) \([^)]*\): "(?P<name>[^"]*)"')
-_FRAME = re.compile(r"^\s+(?P<func>[\w<>.]+) \((?P<file>[^():]+):\d+\)\s*$")
 # Frames of the Python standard library, of installed packages, or of the interpreter itself.
 # (py-spy shortens installed packages' paths to `torch/cuda/streams.py`.)
 _LIBRARY = re.compile(
@@ -33,21 +32,54 @@ _DISTRIBUTED = re.compile(
 )
 
 
+# py-spy's dump (`Thread 688514 (idle): "MainThread"`, then `function (file:line)` frames,
+# innermost first), in a node file, the job's output, or an operator's note (`# ` before it).
+# py-spy says `idle` of a thread off the CPU, waiting in a call below Python (a lock, a read).
+_THREAD = re.compile(
+    r'^\s*Thread (?:0x[0-9A-Fa-f]+|\d+) \((?P<state>[^)]*)\): "(?P<name>[^"]*)"'
+)
+_FRAME = re.compile(r"^\s+(?P<func>[\w<>.]+) \((?P<file>[^():]+):\d+\)\s*$")
+
+
+@dataclass
+class DumpedThread:
+    """One dumped main thread: its frames as `file:function`, innermost first."""
+
+    frames: list[str]
+    idle: bool
+
+
+def _body(entry: LogLine) -> str:
+    body = strip_prefixes(entry.text).body
+    return body[2:] if body.startswith("# ") else body[1:] if body.startswith("#") else body
+
+
+def dumped_main_threads(lines: Iterable[LogLine]) -> list[DumpedThread]:
+    """Every main thread py-spy dumped in `lines`, in order."""
+    threads: list[DumpedThread] = []
+    current: DumpedThread | None = None
+    for entry in lines:
+        body = _body(entry)
+        if (t := _THREAD.match(body)) is not None:
+            current = None
+            if t["name"] == "MainThread":
+                current = DumpedThread([], idle=t["state"].startswith("idle"))
+                threads.append(current)
+        elif current is not None and (f := _FRAME.match(body)) is not None:
+            current.frames.append(f"{f['file']}:{f['func']}")
+        elif current is not None and body.strip():
+            current = None
+    return [t for t in threads if t.frames]
+
+
 def main_thread_stacks(files: Iterable[list[LogLine]]) -> list[list[str]]:
     """Each dumped process's main-thread frames as `file` paths, innermost first."""
-    stacks: list[list[str]] = []
-    for lines in files:
-        current: list[str] | None = None
-        for entry in lines:
-            if (t := _THREAD.match(entry.text)) is not None:
-                current = [] if t["name"] == "MainThread" else None
-                if current is not None:
-                    stacks.append(current)
-            elif current is not None and (f := _FRAME.match(entry.text)) is not None:
-                current.append(f"{f['file']}:{f['func']}")
-            elif current is not None and entry.text.strip():
-                current = None
-    return [s for s in stacks if s]
+    return [t.frames for lines in files for t in dumped_main_threads(lines)]
+
+
+def own_code(frame: str) -> bool:
+    """A `file:function` frame of the job's own code, not a library's or the interpreter's."""
+    return not _LIBRARY.search(frame.rsplit(":", 1)[0])
 
 
 def deadlocked_in_job_code(

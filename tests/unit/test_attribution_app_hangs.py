@@ -190,6 +190,32 @@ def test_collectives_of_a_parallel_frameworks_groups_are_not_read_as_a_mismatch(
     assert a.category != Category.APPLICATION
 
 
+# A main thread py-spy finds idle (off the CPU) in the job's own frame waits below Python on
+# what that line calls: `with self._lock:` held by the job's own uploader thread, which waits
+# on a full queue (a lock-order deadlock); the other ranks wait in all_reduce for it.
+OWN_LOCK = ["flush (dit/utils/metrics_logger.py:141)", "log_step (dit/utils/metrics_logger.py:97)",
+            "train_one_epoch (train.py:402)", "main (train.py:588)"]  # fmt: skip
+RANK0 = ["_wait_for_work (torch/distributed/distributed_c10d.py:2288)",
+         "all_reduce (torch/distributed/distributed_c10d.py:2288)",
+         "_sync_grads (train.py:355)", "train_one_epoch (train.py:398)"]  # fmt: skip
+LIMIT = "slurmstepd: error: *** JOB 3007281 ON gpu21 CANCELLED AT 2024-01-20T09:00:04 DUE TO TIME LIMIT ***\n"
+
+
+def test_a_rank_idle_in_its_own_code_while_the_others_wait_in_a_collective_is_a_deadlock() -> None:
+    job = _py_spy(77120, OWN_LOCK) + _py_spy(70012, RANK0) + LIMIT
+    a = _run(job, {n: CLEAN for n in NODES})
+    assert (a.kind, a.category, a.culprit_nodes) == (AnomalyKind.HANG, Category.APPLICATION, [])
+    assert "metrics_logger.py:flush" in a.summary
+    assert default_advice(a).kind == AdviceKind.STOP
+
+
+def test_a_rank_busy_on_the_cpu_in_its_own_code_is_not_read_as_waiting() -> None:
+    # (`active`: computing, say a slow evaluation; the time limit found it still working)
+    busy = _py_spy(77120, OWN_LOCK).replace("(idle)", "(active)")
+    a = _run(busy + _py_spy(70012, RANK0) + LIMIT, {n: CLEAN for n in NODES})
+    assert a.category != Category.APPLICATION
+
+
 def test_one_sequence_number_in_two_process_groups_is_no_mismatch() -> None:
     # Sequence numbers count per process group (the watchdog's `PG ID n` names it).
     def pg_line(rank: int, pg: int, op: str) -> str:
