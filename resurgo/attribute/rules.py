@@ -81,6 +81,7 @@ from resurgo.attribute.stages_outcome import (
     stuck_in_job_code,
 )
 from resurgo.attribute.stages_root import _cascade_only, _root_failure, killed_by_oom
+from resurgo.attribute.store_clash import store_started_twice
 from resurgo.attribute.stragglers import stragglers
 from resurgo.attribute.switch_ports import switch_port_down
 from resurgo.contracts import (
@@ -186,6 +187,7 @@ def analyse(
         or launch_exceeds_allocation(a)  # (waited for peers its allocation never had)
         or agent_never_started(a)
         or world_larger_than_launched(a)
+        or store_started_twice(a)
         or store_outside_allocation(a)
         or loopback_coordinator(a)
         or _root_failure(a)

@@ -2,6 +2,8 @@
 waits for more peers than the allocation has, and an exception raised in the job's own code
 behind a `[host][rankN]:` prefix. Each rule with a real line."""
 
+# ruff: noqa: E501  (real log lines are long)
+
 from __future__ import annotations
 
 from resurgo.attribute.offline import default_advice
@@ -112,3 +114,54 @@ def test_exception_in_the_jobs_own_code_behind_a_host_rank_prefix_is_the_applica
     a = _run(KEYERROR)
     assert (a.category, a.culprit_nodes) == (Category.APPLICATION, [])
     assert _stops(a)
+
+
+# `#SBATCH --ntasks-per-node=8` with `srun torchrun --nproc_per_node 8`: eight launchers per node,
+# each trying to host the store on MASTER_PORT; all but the first on the master node fail
+# (NVIDIA/Megatron-LM#1371). Each failing process prints c10d's bind warnings, its `[E ...]`
+# line and its exception (torch/csrc/distributed/c10d/socket.cpp).
+def _bind_failure(port: int) -> str:
+    return (
+        f"[W0131 09:12:40.762564457 socket.cpp:464] [c10d] The server socket has failed to bind to [::]:{port} (errno: 98 - Address already in use).\n"
+        f"[W0131 09:12:40.946485262 socket.cpp:464] [c10d] The server socket has failed to bind to 0.0.0.0:{port} (errno: 98 - Address already in use).\n"
+        "[E0131 09:12:40.651104046 socket.cpp:500] [c10d] The server socket has failed to listen on any local network address.\n"
+    )  # fmt: skip
+
+
+RAISED = "torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address. port: 12341, useIpv6: 0, code: -98, name: EADDRINUSE, message: address already in use\n"
+LAUNCH = "+ srun torchrun --nproc_per_node 8 --nnodes 16 --node_rank $SLURM_PROCID --master_addr pool0-0101 --master_port 12341 pretrain_gpt.py\n"
+
+
+def test_several_of_the_jobs_processes_failing_to_host_one_store_port_is_its_launch() -> None:
+    job = LAUNCH + _bind_failure(12341) * 7 + RAISED
+    job += "srun: error: pool0-0101: tasks 1-7: Exited with exit code 1\n"
+    a = _run(job)
+    assert (a.kind, a.category, a.culprit_nodes) == ("crash", Category.APPLICATION, [])
+    assert "7 of the job's own processes" in a.summary and "port 12341" in a.summary
+    assert _stops(a)
+
+
+def test_labelled_tasks_each_raising_address_in_use_are_counted_by_their_task() -> None:
+    # NeMo's Slurm example with a task per GPU (NVIDIA/NeMo#5819): every task but one.
+    job = (
+        "".join(
+            f"{t}: Traceback (most recent call last):\n{t}: RuntimeError: Address already in use\n"
+            for t in (1, 2, 3)
+        )
+        + "srun: error: gpu-q-21: tasks 1-3: Exited with exit code 1\n"
+    )
+    a = _run(job)
+    assert (a.category, a.culprit_nodes) == (Category.APPLICATION, [])
+
+
+def test_one_process_whose_port_another_holds_stays_the_nodes() -> None:
+    # One task, its lines labelled both `0:` and `0: [rank0]:`: one process, not two.
+    job = "".join(f"0: {line}\n" for line in _bind_failure(29500).splitlines())
+    job += f"0: [rank0]: {RAISED}srun: error: node1: task 0: Exited with exit code 1\n"
+    a = _run(job)
+    assert a.category == Category.SYSTEM_SOFTWARE
+
+
+def test_processes_failing_on_different_ports_are_not_one_store_started_twice() -> None:
+    a = _run(_bind_failure(29500) + _bind_failure(29501))
+    assert a.category != Category.APPLICATION

@@ -1,0 +1,98 @@
+"""Several of the job's own processes each trying to be the rendezvous store's server.
+
+A correct launch starts the c10d TCPStore once: torchrun's agent on the node of rank 0 (or rank
+0 itself when every task calls `init_process_group` under `srun`) binds MASTER_PORT, everyone
+else connects. A port already taken by another job or a leftover process makes that one
+process fail (`[E socket.cpp:...] [c10d] The server socket has failed to listen on any local
+network address.`, then `DistNetworkError`/`RuntimeError: ... EADDRINUSE` or, before torch 2.0,
+`RuntimeError: Address already in use`): the node's state (catalogue entry `address_in_use`).
+
+When two or more processes of one job fail so on one port, the job started the server more than
+once: several launchers per node (`#SBATCH --ntasks-per-node=8` with `srun torchrun
+--nproc_per_node 8`, NVIDIA/Megatron-LM#1371; NeMo's Slurm example with a task per GPU getting
+"already in use errors on all processes except one", NVIDIA/NeMo#5819; yolov5#12429, the second
+task on the master node), or a DeepSpeed launch that makes every task host the store
+(EleutherAI/gpt-neox#768, #849). They collide with each other on every node and every retry:
+the job's launch (attribution-labels.md: wrong launch scripts are `application`).
+"""
+
+from __future__ import annotations
+
+import re
+
+from resurgo.attribute.analysis import Analysis, Verdict
+from resurgo.contracts import AnomalyKind, Category, LogLine
+from resurgo.detect.lines import strip_prefixes
+
+# c10d's last word before it raises (torch/csrc/distributed/c10d/socket.cpp), once per process.
+_LISTEN_FAILED = "failed to listen on any local network address"
+# The exception it raises (its message names the error), or torch < 2.0's bare RuntimeError.
+_RAISED = re.compile(
+    r"^(?:[\w.]+\.)?\w*(?:Error|Exception): .{0,300}?(?:Address already in use|EADDRINUSE)"
+)
+_PORT = re.compile(r"(?:\]:|\bport: )(?P<port>\d{2,5})\b")
+# Other failures the clash itself brings: the launchers that could not start the store, and the
+# clients left waiting on (or reset by) the one that did.
+_OWN_FAMILY = frozenset(
+    {
+        "address_in_use",
+        "rendezvous_error",
+        "dist_store_timeout",
+        "store_connect_failed",
+        "store_peer_lost",
+    }
+)
+
+
+def _reports(a: Analysis) -> tuple[int, list[LogLine], set[str]]:
+    """Processes that failed to start the store (counted as the output allows), their lines,
+    and the ports they name."""
+    who: set[str] = set()
+    listen, raised = 0, 0
+    ports: set[str] = set()
+    last_raised = -10
+    evidence: list[LogLine] = []
+    for i, entry in enumerate(a.lines):
+        text = entry.text
+        if "in use" not in text and "EADDRINUSE" not in text and _LISTEN_FAILED not in text:
+            continue
+        pre = strip_prefixes(text)
+        body = pre.body
+        if _RAISED.search(body):
+            raised += i - last_raised > 2  # (a chained exception's second line is one process)
+            last_raised = i
+        elif _LISTEN_FAILED in body:
+            listen += 1
+        elif "Address already in use" not in body:
+            continue
+        ports.update(m["port"] for m in _PORT.finditer(body[:2000]))
+        # (one label per process: an srun task's lines may add `[rankN]:` to some of them)
+        if pre.task is not None:
+            who.add(f"task {pre.task}")
+        elif pre.rank is not None or pre.host is not None:
+            who.add(f"rank {pre.rank}" if pre.rank is not None else f"host {pre.host}")
+        if len(evidence) < 3:
+            evidence.append(entry)
+    # Labelled output tells the processes apart; unlabelled, each prints one of each line.
+    return (len(who) if who else max(listen, raised)), evidence, ports
+
+
+def store_started_twice(a: Analysis) -> Verdict | None:
+    """Two or more of the job's processes each failed to bind the one store port, and nothing
+    else failed first: the launch starts the store's server more than once."""
+    roots = [e for e in a.events if e.root and e.serious and e.origin == "job"]
+    if not any(e.match.id == "address_in_use" for e in roots):
+        return None
+    if any(e.match.id not in _OWN_FAMILY for e in roots):
+        return None  # another failure of the job's: not this rule's
+    count, evidence, ports = _reports(a)
+    if count < 2 or len(ports) > 1:
+        return None  # one process (a port another job holds), or different ports
+    port = f"port {ports.pop()}" if ports else "one port"
+    return Verdict(
+        Category.APPLICATION, "launch|store_started_twice",
+        f"{count} of the job's own processes each tried to start the rendezvous store on {port} "
+        "and collided with each other (several launchers per node, or every task "
+        "hosting the store): the job's launch, not the node", 0.85,
+        evidence=evidence, kind=AnomalyKind.CRASH,
+    )  # fmt: skip
