@@ -15,6 +15,7 @@ from typing import Literal
 
 from resurgo.attribute.events import Event, JobScan
 from resurgo.attribute.job_log import scan_job, split_attempt
+from resurgo.attribute.link_recovery import failure_time, without_recovered_flaps
 from resurgo.attribute.metrics import Finding, findings
 from resurgo.attribute.node_logs import scan_node_logs
 from resurgo.attribute.oom_blocks import without_other_jobs_ooms
@@ -101,6 +102,10 @@ class Analysis:
         self.events = self.scan.events
         self.kill_order = self._kill_order()
         self.offline = False
+        if not self.running:
+            # (a running job slowed since a flap ran over the port as it came back: degraded)
+            failed_at = failure_time(window[1], self.lines[-50:], self.node_events)
+            self.node_events = without_recovered_flaps(self.node_events, node_logs, failed_at)
 
     def forget_survived(self) -> None:
         """Errors training went on past were handled, not the job's failure: those before the

@@ -35,9 +35,7 @@ _DISTRIBUTED = re.compile(
 # py-spy's dump (`Thread 688514 (idle): "MainThread"`, then `function (file:line)` frames,
 # innermost first), in a node file, the job's output, or an operator's note (`# ` before it).
 # py-spy says `idle` of a thread off the CPU, waiting in a call below Python (a lock, a read).
-_THREAD = re.compile(
-    r'^\s*Thread (?:0x[0-9A-Fa-f]+|\d+) \((?P<state>[^)]*)\): "(?P<name>[^"]*)"'
-)
+_THREAD = re.compile(r'^\s*Thread (?:0x[0-9A-Fa-f]+|\d+) \((?P<state>[^)]*)\): "(?P<name>[^"]*)"')
 _FRAME = re.compile(r"^\s+(?P<func>[\w<>.]+) \((?P<file>[^():]+):\d+\)\s*$")
 
 
