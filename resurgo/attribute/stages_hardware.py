@@ -19,6 +19,7 @@ from resurgo.attribute.analysis import Analysis, Verdict, event_node
 from resurgo.attribute.events import Event
 from resurgo.attribute.fault_order import in_time_order, stuck_before_node_loss
 from resurgo.attribute.metrics import Finding
+from resurgo.attribute.node_removals import hardware_reason, not_resumed, set_down_by_operator
 from resurgo.attribute.peer_ends import common_end, numbered_owners
 from resurgo.attribute.rerun_checks import rerun_suspects
 from resurgo.attribute.scheduler import node_failed
@@ -35,10 +36,6 @@ from resurgo.contracts import AnomalyKind, Category, LogLine
 # not a node's fault.
 AMBIGUOUS_HARDWARE = frozenset(
     {"cuda_launch_failure", "nccl_system_error", "nccl_ib_completion_error", "ib_retry_exceeded"}
-)
-_SOFTWARE_REASON = re.compile(
-    r"hostengine|daemon|service|not running|version|mount|filesystem|file system|munge|"
-    r"slurmd|upgrade|package|check_(?:fs|ps|file)_"
 )
 
 
@@ -79,7 +76,7 @@ def _node_failure(a: Analysis, outcome: str | None) -> Verdict | None:
             failed.update(fatal)
     # A power-saved (cloud) node the controller woke for the job and that never came up is
     # powered down again and replaced by a fresh instance: nothing of it to leave out.
-    never_up = {n for n in failed if _not_resumed(a, n)}
+    never_up = {n for n in failed if not_resumed(a, n)}
     culprits = sorted(set(failed) - never_up)
     # Known only from Slurm (NODE_FAIL, `Not responding`, BOOT_FAIL): a scheduler event whose
     # node is still excluded (attribution-labels.md); node evidence below names the hardware.
@@ -91,6 +88,13 @@ def _node_failure(a: Analysis, outcome: str | None) -> Verdict | None:
         e for e in _hardware_events(a)
         if e.node in failed and (e.origin == "node" or e.match.id not in AMBIGUOUS_HARDWARE)
     ]  # fmt: skip
+    if not specific and (taken := set_down_by_operator(a, set(culprits))) is not None:
+        reason, lines = taken
+        return Verdict(
+            Category.SCHEDULER, "node_failure|operator", f"an operator set "
+            f"{', '.join(culprits)} DOWN ({reason[:80]}): an administrative end, no node fault",
+            0.8, evidence=lines[:4], kind=AnomalyKind.CRASH, outcome="node_fail",
+        )  # fmt: skip
     if specific:
         category = specific[0].category
         evidence = [e.line for e in specific] + evidence
@@ -122,19 +126,6 @@ def _node_failure(a: Analysis, outcome: str | None) -> Verdict | None:
         # (srun's `Node failure on` ends the step whatever else the output shows.)
         outcome="node_fail" if node_fail or not a.running or said_by_srun else None,
     )  # fmt: skip
-
-
-# slurmctld's power_save (src/slurmctld/power_save.c): `node a3-gpu-dy-5 not resumed by
-# ResumeTimeout(1200) - marking down and power_save`.
-_NOT_RESUMED = re.compile(r"\bnode (?P<node>\S+) not resumed by ResumeTimeout\b")
-
-
-def _not_resumed(a: Analysis, node: str) -> bool:
-    return any(
-        (m := _NOT_RESUMED.search(e.text)) is not None and a.topo.hosts.canonical(m["node"]) == node
-        for e in a.facts.lines
-        if "ResumeTimeout" in e.text
-    )
 
 
 def _named_node(a: Analysis, e: Event) -> str | None:
@@ -193,7 +184,7 @@ def _drain_findings(a: Analysis) -> list[Finding]:
         node = a.topo.hosts.canonical(name)
         if node is None or not a.in_job(node) or reason.lower().startswith("resurgo"):
             continue
-        category = _hardware_reason(reason)
+        category = hardware_reason(reason)
         if category is None:
             continue
         where = line or next(
@@ -202,23 +193,6 @@ def _drain_findings(a: Analysis) -> list[Finding]:
         if where is not None:
             out.append(Finding(node, category, "fatal", f"drained: {reason}", where))
     return out
-
-
-def _hardware_reason(reason: str) -> Category | None:
-    text = reason.lower()
-    if _SOFTWARE_REASON.search(text):
-        return None  # a daemon, a mount, a package: the node's software (or an operator's)
-    if re.search(r"\bxid\b|\becc\b|\bgpu|nvlink|nvswitch|fallen off|dcgm|row remap", text):
-        return Category.HARDWARE_GPU
-    if re.search(r"infiniband|\bib\b|\bhca\b|mlx\d|link (?:down|flap)|\bnic\b|port down", text):
-        return Category.HARDWARE_NETWORK
-    if re.search(
-        r"machine check|\bmce\b|dimm|memory error|power supply|\bpsu\b|\bfan\b|thermal|"
-        r"overheat|\bnvme\b|disk fail|hardware|hw error|\bbmc\b|\bnhc\b|health ?check",
-        text,
-    ):
-        return Category.HARDWARE_HOST
-    return None
 
 
 def _hardware(a: Analysis) -> Verdict | None:

@@ -301,6 +301,41 @@ def test_cloud_nodes_that_never_resumed_are_not_left_out() -> None:
     assert _advice(a) == AdviceKind.REQUEUE
 
 
+# slurmctld's update_node (src/slurmctld/node_mgr.c) for `scontrol update NodeName=...
+# State=DOWN Reason=...`: the job on them dies as a node failure.
+def _set_down(reason: str) -> str:
+    return (
+        "".join(
+            f"[2024-06-26T06:30:10.300] update_node: node rk3-n{n} reason set to: {reason}\n"
+            f"[2024-06-26T06:30:10.301] update_node: node rk3-n{n} state set to DOWN\n"
+            f"[2024-06-26T06:30:11.004] Killing JobId=5120033 on failed node rk3-n{n}\n"
+            for n in (13, 14)
+        )
+        + "JobID|State|ExitCode|End\n5120033|NODE_FAIL|0:0|2024-06-26T06:30:11\n"
+    )
+
+
+SET_DOWN_JOB = (
+    "0: [rank0] step 41600 loss 2.1966 0.88 s/it\n"
+    "srun: error: Node failure on rk3-n14\n"
+    "0: slurmstepd: error: *** JOB 5120033 ON rk3-n13 CANCELLED AT 2024-06-26T06:30:11 DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***\n"
+)
+
+
+def test_nodes_an_operator_set_down_for_maintenance_are_an_administrative_end() -> None:
+    a = _run(
+        SET_DOWN_JOB, ["rk3-n13", "rk3-n14"], scheduler=_set_down("CHG-4471 rack 3 PDU replacement")
+    )
+    assert (a.category, a.culprit_nodes) == (Category.SCHEDULER, [])
+    assert "operator set rk3-n13, rk3-n14 DOWN" in a.summary
+    assert _advice(a) == AdviceKind.REQUEUE
+
+
+def test_nodes_set_down_for_their_hardware_stay_the_culprits() -> None:
+    a = _run(SET_DOWN_JOB, ["rk3-n13", "rk3-n14"], scheduler=_set_down("bad DIMM B2, ticket 88"))
+    assert a.culprit_nodes == ["rk3-n13", "rk3-n14"]
+
+
 # ---------------------------------------------------------------- running, hung, slow
 def test_a_serving_jobs_decode_batches_are_its_progress() -> None:
     job = (
