@@ -212,6 +212,7 @@ SITE_IMAGE_FAULTS = frozenset(
         # image's network names, MIG layout): unless the job's own script set them
         # (`stages_common._set_by_job` asks first), they are the site's.
         "nccl_no_socket_interface",
+        "nccl_net_not_found",
         "torch_no_gpus_available",
         "mig_enabled_no_instances",
     }

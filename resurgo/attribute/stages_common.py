@@ -176,6 +176,7 @@ def _held_by_other(message: str) -> str | None:
 _GOVERNING_SETTING = {
     "nccl_no_socket_interface": "NCCL_SOCKET_IFNAME",
     "nccl_ib_no_device": "NCCL_IB_HCA",
+    "nccl_net_not_found": "NCCL_NET",
 }
 
 

@@ -5,6 +5,8 @@ Message formats are NCCL's (misc/shmutils.cc, misc/ibvwrap.cc, as quoted in NVID
 message (as quoted in tinygrad/open-gpu-kernel-modules issue 47).
 """
 
+# ruff: noqa: E501  (real log lines are long)
+
 from __future__ import annotations
 
 from resurgo.attribute.offline import default_advice
@@ -375,3 +377,45 @@ def test_a_write_failing_on_the_node_whose_local_disk_is_full_names_it() -> None
 def test_a_write_failing_beside_a_disk_with_room_names_no_node() -> None:
     a = _run(WRITE_FAILED, {"gpu-r09": _df("41%")})
     assert a.culprit_nodes == []
+
+
+# NCCL's net.cc when NCCL_NET names a network no loaded transport brings up on the node
+# (`WARN("Error: network %s not found.")`, then ncclInvalidUsage under torch's DistBackendError).
+def _net_job(failing: list[int], prelude: str = "") -> str:
+    lines = [prelude] if prelude else []
+    for t, node in enumerate(NODES):
+        lines.append(
+            f"{t}: {node}:3021{t}:3021{t} [0] NCCL INFO NET/Plugin: Loaded net plugin AWS Libfabric (v7)"
+        )
+        if t in failing:
+            lines.append(
+                f"{t}: {node}:3021{t}:3022{t} [0] net.cc:1030 NCCL WARN Error: network AWS Libfabric not found."
+            )
+            lines.append(
+                f"{t}: [rank{t}]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:2006, invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.20.5"
+            )
+        else:
+            lines.append(
+                f"{t}: {node}:3021{t}:3022{t} [0] NCCL INFO NET/OFI Selected Provider is efa (found 32 nics)"
+            )
+    lines += [f"srun: error: {NODES[t]}: task {t}: Exited with exit code 1" for t in failing]
+    return "\n".join(lines) + "\n"
+
+
+def test_one_nodes_ranks_not_finding_the_network_the_others_use_is_that_nodes_software() -> None:
+    a = _run(_net_job([1]))
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["gpu-r09"])
+    assert default_advice(a).kind == AdviceKind.REQUEUE_EXCLUDING
+
+
+def test_the_sites_network_setting_failing_on_every_node_stops() -> None:
+    site = "# the site's task prolog exports NCCL_NET='AWS Libfabric' on every node"
+    a = _run(_net_job([0, 1, 2], site))
+    assert a.category == Category.SYSTEM_SOFTWARE
+    assert default_advice(a).kind == AdviceKind.STOP
+
+
+def test_the_jobs_own_network_setting_failing_everywhere_is_the_job() -> None:
+    a = _run(_net_job([0, 1, 2], "+ export NCCL_NET='AWS Libfabric'"))
+    assert (a.category, a.culprit_nodes) == (Category.APPLICATION, [])
+    assert default_advice(a).kind == AdviceKind.STOP
