@@ -112,8 +112,9 @@ def _specific_cause(first: Event, primaries: list[Event]) -> Event:
     """
     wrapper = bool(REPORTS_ANOTHER.search(first.message))
     container = first.match.id in CONTAINER_WRAPPERS
+    # (slurmstepd prints pyxis's lines with no task label: no actor, the log below is its own)
     if (first.category != Category.UNKNOWN and not container) or (
-        first.actor is None and not wrapper
+        first.actor is None and not wrapper and not container
     ):
         return first
     for e in sorted(primaries, key=lambda e: e.order):

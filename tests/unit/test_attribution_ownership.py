@@ -506,6 +506,25 @@ def test_a_container_image_the_registry_does_not_have_is_the_jobs() -> None:
     assert default_advice(a).kind == AdviceKind.STOP
 
 
+def test_an_unlabelled_pyxis_failure_is_decided_by_the_enroot_log_below_it() -> None:
+    # Without `srun -l` slurmstepd's pyxis lines carry no task label: the 404 in enroot's log
+    # printed below still says whose the failure is.
+    job = "".join(
+        ENROOT.format(t=0)
+        .replace("0: ", "")
+        .replace(
+            "mkdir: cannot create directory '/run/enroot': Permission denied",
+            "[ERROR] URL https://nvcr.io/v2/nvidia/pytorch/manifests/24.13-py3 returned error "
+            "code: 404 Not Found",
+        )
+        + f"srun: error: {node}: task {t}: Exited with exit code 1\n"
+        for t, node in enumerate(["node-17", "node-18"])
+    )
+    a = _run(job, ["node-17", "node-18"])
+    assert (a.category, a.culprit_nodes) == (Category.APPLICATION, [])
+    assert default_advice(a).kind == AdviceKind.STOP
+
+
 def test_a_host_name_quoted_in_a_network_error_is_no_path_of_the_jobs() -> None:
     # requests' ConnectionError quotes the host: the hub is unreachable, not the job's file.
     message = (
