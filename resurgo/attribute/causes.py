@@ -14,6 +14,7 @@ from resurgo.attribute.analysis import Analysis, Verdict, event_node
 from resurgo.attribute.events import Event
 from resurgo.attribute.oom_blocks import block_of, oom_blocks
 from resurgo.attribute.oom_holders import job_pids
+from resurgo.attribute.own_environment import built_for_newer_driver
 from resurgo.attribute.ps_listing import others_hold_more
 from resurgo.attribute.stages_common import _rank
 from resurgo.attribute.topology import split_host_prefix
@@ -236,6 +237,8 @@ def _no_retry_helps(
         return quota
     site_nodes = {event_node(a, e) for e in [first, *primaries] if e.match.id in SITE_IMAGE_FAULTS}
     if everywhere and len(nodes) >= 2 and set(nodes) | set(a.node_list) <= site_nodes:
+        if (own := built_for_newer_driver(a, [first, *primaries], summary)) is not None:
+            return own
         if first.match.id in GPU_VISIBILITY and not _asked_for_gpus(a):
             # No GPU visible anywhere, and nothing says the job asked for one: its script
             # (no `--gres=gpu`, an emptied CUDA_VISIBLE_DEVICES) is the likelier owner.

@@ -534,3 +534,36 @@ def test_a_host_name_quoted_in_a_network_error_is_no_path_of_the_jobs() -> None:
     a = _run(_library_raised(message), ["gpu-k03"])
     assert a.category != Category.APPLICATION
     assert default_advice(a).kind != AdviceKind.STOP
+
+
+# PyTorch's CUDA initialisation (c10/cuda/CUDAFunctions.cpp) on every node of a cluster with one
+# driver: whose build needs the newer driver decides.
+def _driver_too_old(site_packages: str, prelude: str = "") -> str:
+    warning = (
+        f"{site_packages}/torch/cuda/__init__.py:129: UserWarning: CUDA initialization: The "
+        "NVIDIA driver on your system is too old (found version 12020). Please update your GPU "
+        "driver by downloading and installing a new version from the URL: "
+        "http://www.nvidia.com/Download/index.aspx"
+    )
+    return prelude + "".join(
+        f"{t}: [rank{t}]: {warning}\n{t}: [rank{t}]: RuntimeError: No CUDA GPUs are available\n"
+        f"srun: error: gpu{t + 10}: task {t}: Exited with exit code 1\n"
+        for t in (0, 1)
+    )
+
+
+def test_a_driver_too_old_for_the_jobs_own_environment_is_the_job() -> None:
+    activate = "+ source /scratch/kchen/envs/llm311/bin/activate\n"
+    for job in (
+        _driver_too_old("/home/users/kchen/envs/llm311/lib/python3.11/site-packages"),
+        _driver_too_old("/scratch/kchen/envs/llm311/lib/python3.11/site-packages", activate),
+    ):
+        a = _run(job, ["gpu10", "gpu11"])
+        assert (a.category, a.culprit_nodes) == (Category.APPLICATION, [])
+        assert default_advice(a).kind == AdviceKind.STOP
+
+
+def test_a_driver_too_old_for_the_sites_image_on_every_node_is_the_sites() -> None:
+    a = _run(_driver_too_old("/opt/conda/lib/python3.11/site-packages"), ["gpu10", "gpu11"])
+    assert a.category == Category.SYSTEM_SOFTWARE
+    assert default_advice(a).kind == AdviceKind.STOP
