@@ -419,3 +419,18 @@ def test_the_jobs_own_network_setting_failing_everywhere_is_the_job() -> None:
     a = _run(_net_job([0, 1, 2], "+ export NCCL_NET='AWS Libfabric'"))
     assert (a.category, a.culprit_nodes) == (Category.APPLICATION, [])
     assert default_advice(a).kind == AdviceKind.STOP
+
+
+def test_only_one_nodes_ranks_failing_cuda_initialisation_is_that_nodes_software() -> None:
+    # PyTorch's cudaErrorUnknown at init (c10/cuda/CUDAFunctions.cpp): /dev/nvidia-uvm
+    # unreadable or nvidia_uvm not loaded on that node (pytorch/pytorch#49081).
+    job = (
+        "0: gpu-r08:4102:4102 [0] NCCL INFO Bootstrap : Using ib0:10.2.0.8<0>\n"
+        "2: gpu-r10:4310:4310 [0] NCCL INFO Bootstrap : Using ib0:10.2.0.10<0>\n"
+        "1: [rank1]:     torch._C._cuda_init()\n"
+        "1: [rank1]: RuntimeError: CUDA unknown error - this may be due to an incorrectly set up environment, e.g. changing env variable CUDA_VISIBLE_DEVICES after program start. Setting the available devices to be zero.\n"
+        "srun: error: gpu-r09: task 1: Exited with exit code 1\n"
+    )
+    a = _run(job)
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["gpu-r09"])
+    assert default_advice(a).kind == AdviceKind.REQUEUE_EXCLUDING
