@@ -55,6 +55,7 @@ from resurgo.attribute.node_local import (
     path_error_after_fs_loss,
 )
 from resurgo.attribute.node_software import node_software
+from resurgo.attribute.rank_finished import rank_finished_early
 from resurgo.attribute.scheduler import parse_scheduler
 from resurgo.attribute.shared_services import hung_on_shared_service, shared_outage
 from resurgo.attribute.site_notes import noted_fabric_outage
@@ -193,6 +194,7 @@ def analyse(
         or _root_failure(a)
         or waiting_for_debugger(a, outcome)
         or _scheduler(a, outcome)
+        or rank_finished_early(a)
         or _cascade_only(a)
         or (stragglers(a) if a.running else None)
         or _nothing(a)

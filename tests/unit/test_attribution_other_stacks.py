@@ -781,3 +781,39 @@ def test_pyxis_failing_on_enroots_own_runtime_directory_is_not_a_registry_outage
     a = _run(job, ["vm-1", "vm-2"], {"vm-1": slurmd, "vm-2": slurmd})
     assert a.category == Category.SYSTEM_SOFTWARE
     assert "shared service" not in a.summary
+
+
+# Horovod's SHUT_DOWN_ERROR (horovod/common/operations.cc) on the ranks still running, under
+# mpirun's --tag-output; Open MPI's report of the first process to exit non-zero.
+def _horovod(first_rank: int, finisher: str = "", killed: str = "") -> str:
+    shutdown = (
+        "[1,{r}]<stderr>:Horovod has been shut down. This was caused by an exception on one of "
+        "the ranks or an attempt to allreduce, allgather or broadcast a tensor after one of the "
+        "ranks finished execution. If the shutdown was caused by an exception, you should see "
+        "the exception in the log before the first shutdown message.\n"
+    )
+    return (
+        "[1,0]<stderr>:I runner.py:310] Step = 50000 ; steps/s = 2.01 ; Loss = 1.9000\n"
+        + finisher
+        + "".join(shutdown.format(r=r) for r in (3, 7, 12))
+        + killed
+        + "mpirun detected that one or more processes exited with non-zero status, thus causing\n"
+        "the job to be terminated. The first process to do so was:\n"
+        f"  Process name: [[41210,1],{first_rank}]\n"
+        "  Exit code:    1\n"
+    )
+
+
+def test_horovod_shut_down_by_a_rank_that_finished_its_loop_is_the_jobs_control_flow() -> None:
+    early = "[1,0]<stderr>:I runner.py:322] Early stopping conditions are met. Exiting.\n"
+    a = _run(_horovod(3, early), ["hv01", "hv02"])
+    assert (a.category, a.culprit_nodes) == (Category.APPLICATION, [])
+    assert _advice(a) == AdviceKind.STOP
+
+
+def test_horovod_shut_down_after_a_rank_was_killed_is_not_the_jobs_control_flow() -> None:
+    killed = (
+        "mpirun noticed that process rank 5 with PID 0 on node hv02 exited on signal 9 (Killed).\n"
+    )
+    a = _run(_horovod(5, killed=killed), ["hv01", "hv02"])
+    assert a.category != Category.APPLICATION
