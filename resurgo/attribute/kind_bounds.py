@@ -35,6 +35,7 @@ from resurgo.attribute.liveness import (
     _any_time,
     glog_time,
     progress_times,
+    still_progressing,
 )
 from resurgo.attribute.stages_outcome import _scheduler
 from resurgo.contracts import AnomalyKind, Category
@@ -181,6 +182,11 @@ def running_kind(a: Analysis, v: Verdict) -> Verdict:
     - the scheduler (or an operator's note) says it is still RUNNING, no process of it ended
       and no step followed its fault (an IB port error): it is alive and stuck, a hang.
     """
+    if v.kind == AnomalyKind.HANG and v.key.startswith("shared|") and still_progressing(a):
+        # (a shared file system's trouble while the job still steps, recently: it slows the
+        # job's reads, it did not stop them; a straggler)
+        v.kind = AnomalyKind.STRAGGLER
+        return v
     if v.kind is not None or v.category in (Category.NONE, Category.SCHEDULER) or not a.running:
         return v
     said = [e for e in a.events if e.origin == "job" and e.serious and (e.root or e.cascade)]

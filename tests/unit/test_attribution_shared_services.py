@@ -94,6 +94,24 @@ def test_a_job_stuck_while_its_file_system_is_lost_everywhere_is_a_shared_hang()
     assert default_advice(a).kind == AdviceKind.REQUEUE
 
 
+def test_a_job_still_stepping_while_its_file_system_drops_and_returns_is_slowed_not_hung() -> None:
+    # The job's steps go on (slower) through Lustre's lost and restored connections: no
+    # collective timed out, nothing ended; the service slows it.
+    steps = "".join(
+        f"[host=g01] 2026-03-02 09:{m:02d}:00 | step {m * 10} | loss 2.0 | {1.2 if m < 42 else 2.6} s/it\n"
+        for m in range(30, 59)
+    )
+    a = _run(
+        steps,
+        ["g01", "g02"],
+        {"g01": LUSTRE_LOST, "g02": LUSTRE_LOST.replace("Mar  2 09:40:02", "Mar  2 09:41:12")},
+        "4402|train|RUNNING|0:0|Unknown|g[01-02]\n",
+    )
+    assert (a.kind, a.category, a.culprit_nodes) == (
+        AnomalyKind.STRAGGLER, Category.SYSTEM_SOFTWARE, [],
+    )  # fmt: skip
+
+
 def test_enospc_on_node_local_tmp_names_the_node_whose_df_shows_it_full() -> None:
     job = (
         "[default2]:[rank10]: OSError: [Errno 28] No space left on device: '/tmp/triton_cache/AB12/tmp.pid_1_2/kernel.cubin'\n"
