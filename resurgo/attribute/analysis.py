@@ -77,6 +77,9 @@ class Analysis:
         restarts = job.restarts if job is not None else None
         self.header = lines[:20]  # (the whole output's head: an operator's notes on the job)
         self.lines = split_attempt(lines, restarts, job.state if job is not None else None)
+        if len(self.lines) == len(lines) and not node_list:
+            # (the output holds the earlier runs too: their nodes ran part of what it shows)
+            self.node_list += [n for n in facts.earlier_nodes if n not in self.node_list]
         self.topo: Topology = learn_topology(
             self.lines,
             self.node_list,

@@ -81,6 +81,8 @@ class SchedulerFacts:
     Suspended column, scontrol's SuspendTime)."""
     elapsed: str | None = None
     """squeue's TIME or sacct's Elapsed for the job, as printed."""
+    earlier_nodes: list[str] = field(default_factory=list)
+    """Nodes of the job's earlier runs (`sacct -D`) that its last run did not have."""
     lines: list[LogLine] = field(default_factory=list)
 
     @property
@@ -315,7 +317,7 @@ def parse_scheduler(
             for name in names:
                 facts.failed_nodes.setdefault(name, entry)
     if facts.job is None and sacct_rows:
-        facts.job, facts.job_fields = _job_from_sacct(sacct_rows)
+        facts.job, facts.job_fields, facts.earlier_nodes = _job_from_sacct(sacct_rows)
     if facts.job is None:
         facts.job, facts.job_fields = _job_from_fragments(lines, job_id)
     if facts.job is None and (preempted := _ctld_preempted(lines, job_id)) is not None:
@@ -418,8 +420,23 @@ def _add_reasons(facts: SchedulerFacts, nodes: str, state: str, reason: str) -> 
         facts.reasons.append(SinfoReason(name, state.strip(), reason.strip()))
 
 
-def _job_from_sacct(rows: list[dict[str, str]]) -> tuple[JobObservation | None, dict[str, str]]:
-    main = next((r for r in rows if r.get("JobID", "").isdigit()), rows[0])
+def _job_from_sacct(
+    rows: list[dict[str, str]],
+) -> tuple[JobObservation | None, dict[str, str], list[str]]:
+    first = next((r for r in rows if r.get("JobID", "").isdigit()), rows[0])
+    # `sacct -D` lists every run of a requeued job under its one id, earliest first: the last
+    # is the run this output ends with. (Not a restart count: a requeue by the job's own
+    # wrapper leaves no mark in the output to split it at.)
+    # (A run is a row with a state; the same run listed by two sacct commands counts once.)
+    seen: dict[tuple[str, ...], dict[str, str]] = {}
+    for r in rows:
+        if r.get("JobID") == first.get("JobID") and r.get("State"):
+            key = tuple(r.get(k, "") for k in ("Start", "End", "NodeList", "State", "ExitCode"))
+            seen.setdefault(key, r)
+    runs = list(seen.values()) or [first]
+    # (the requeued job waiting again, `PENDING ... None assigned`, has no run in the output)
+    started = [r for r in runs if r.get("Start", "x") not in ("", "Unknown", "None")]
+    main = (started or runs)[-1]
     state_text = main.get("State", "")
     state = state_text.split()[0].rstrip("+") if state_text else "UNKNOWN"
     if state.startswith("OUT_OF_ME"):
@@ -440,11 +457,17 @@ def _job_from_sacct(rows: list[dict[str, str]]) -> tuple[JobObservation | None, 
             user=main.get("User", ""),
         )
     except ValueError:
-        return None, {}
+        return None, {}, []
     fields = {"JobId": str(obs.job_id), "JobState": state}
     # (its owner, and how long it ran: sacct's Elapsed is scontrol's RunTime)
     fields |= {k: main[s] for s, k in (("User", "UserId"), ("Elapsed", "RunTime")) if main.get(s)}
-    return obs, fields
+    earlier: list[str] = []
+    for run in runs[: runs.index(main)]:
+        try:
+            earlier += [n for n in expand_hostlist(run.get("NodeList", "")) if n not in nodes]
+        except ParseError:
+            continue
+    return obs, fields, list(dict.fromkeys(earlier))
 
 
 def node_failed(node: NodeObservation) -> bool:

@@ -1,0 +1,66 @@
+"""A requeued job's output appended across runs (`--open-mode=append`), read against `sacct -D`,
+which lists every run of the job under its one id, oldest first (sacct(1): --duplicates)."""
+
+# ruff: noqa: E501  (real log lines are long)
+
+from __future__ import annotations
+
+from resurgo.attribute.offline import default_advice
+from resurgo.attribute.rules import attribute
+from resurgo.attribute.scheduler import parse_scheduler
+from resurgo.contracts import AdviceKind, Attribution, Category
+from resurgo.detect.registry import Registry
+from tests.log_lines import log_lines as _lines
+
+RUN_1 = """\
+job 731204 restart=0 nodes=gpu[009-016]
+0: [rank0] step 1200 loss 2.10
+srun: error: Node failure on gpu014
+slurmstepd: error: *** JOB 731204 ON gpu009 CANCELLED AT 2024-03-05T03:15:03 DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***
+"""
+RUN_2 = """\
+job 731204 restart=1 nodes=gpu[001-008]
+0: [rank0] step 1300 loss 2.05
+2: [rank19]:   File "/home/u/llm/data/sft_dataset.py", line 88, in __getitem__
+2: [rank19]:     text = sample["content"]
+2: [rank19]: KeyError: 'content'
+srun: error: gpu003: task 2: Exited with exit code 1
+"""
+SACCT = """\
+JobID|State|ExitCode|Start|End|NodeList
+731204|NODE_FAIL|0:0|2024-03-04T22:10:00|2024-03-05T03:15:03|gpu[009-016]
+731204|FAILED|1:0|2024-03-05T03:32:09|2024-03-05T13:09:32|gpu[001-008]
+"""
+XID = "[Tue Mar  5 03:14:40 2024] NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n"
+
+
+def _run(job: str, sacct: str, node_logs: dict[str, str] | None = None) -> Attribution:
+    logs = {h: _lines(t, f"dmesg_{h}.txt") for h, t in (node_logs or {}).items()}
+    return attribute(
+        Registry.default(), None, _lines(job), None, [], [], node_logs=logs,
+        scheduler_lines=_lines(sacct, "scheduler.txt"),
+    )  # fmt: skip
+
+
+def test_the_last_run_sacct_lists_is_the_job_the_output_ends_with() -> None:
+    facts = parse_scheduler(_lines(SACCT, "scheduler.txt"), 731204, None)
+    assert facts.job is not None
+    assert (facts.job.state, facts.job.node_list[0]) == ("FAILED", "gpu001")
+    assert "gpu014" in facts.earlier_nodes
+
+
+def test_an_earlier_runs_node_failure_does_not_explain_the_last_runs_error() -> None:
+    a = _run(RUN_1 + RUN_2, SACCT, {"gpu014": XID})
+    assert (a.category, a.culprit_nodes) == (Category.APPLICATION, [])
+    assert default_advice(a).kind == AdviceKind.STOP
+
+
+def test_a_run_waiting_again_after_its_requeue_leaves_the_ended_run_as_the_job() -> None:
+    pending = (
+        "JobID|State|ExitCode|Start|End|NodeList\n"
+        "731204|NODE_FAIL|0:0|2024-03-04T22:10:00|2024-03-05T03:15:03|gpu[009-016]\n"
+        "731204|PENDING|0:0|Unknown|Unknown|None assigned\n"
+    )
+    facts = parse_scheduler(_lines(pending, "scheduler.txt"), 731204, None)
+    assert facts.job is not None
+    assert (facts.job.state, len(facts.job.node_list)) == ("NODE_FAIL", 8)
