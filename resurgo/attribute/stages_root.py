@@ -142,7 +142,9 @@ def _root_failure(a: Analysis) -> Verdict | None:
             verdict.culprits = []
             verdict.summary = f"every task died: {deaths[0].what}"
         return verdict
-    elastic = [f for f in a.scan.elastic if f.root]
+    # (a failure torchrun records after Slurm began killing the job is Slurm's own signal)
+    cut = a.kill_order
+    elastic = [f for f in a.scan.elastic if f.root and (cut is None or f.order < cut)]
     if elastic and _watchdog_aborts(a, elastic):
         elastic = []  # the NCCL watchdog's own SIGABRT after its timeouts: the cascade
     if elastic:

@@ -1,5 +1,6 @@
-"""A requeued job's output appended across runs (`--open-mode=append`), read against `sacct -D`,
-which lists every run of the job under its one id, oldest first (sacct(1): --duplicates)."""
+"""How a run ended, across requeues: a requeued job's output appended across runs
+(`--open-mode=append`) read against `sacct -D`, which lists every run of the job under its one
+id, oldest first (sacct(1): --duplicates); and what torchrun records after Slurm's own kill."""
 
 # ruff: noqa: E501  (real log lines are long)
 
@@ -64,3 +65,34 @@ def test_a_run_waiting_again_after_its_requeue_leaves_the_ended_run_as_the_job()
     facts = parse_scheduler(_lines(pending, "scheduler.txt"), 731204, None)
     assert facts.job is not None
     assert (facts.job.state, len(facts.job.node_list)) == ("NODE_FAIL", 8)
+
+
+def test_torchruns_record_of_slurms_own_sigterm_after_the_time_limit_is_not_a_failure() -> None:
+    # torch/distributed/elastic: the agent gets Slurm's SIGTERM, shuts its workers down and
+    # reports them failed with exitcode -15; Slurm's kill came first.
+    steps = "".join(
+        f"7:  iteration    {i}/  250000 | elapsed time per iteration (ms): 2600.0 | lm loss: 2.6\n"
+        for i in range(16480, 16550, 10)
+    )
+    job = steps + (
+        "slurmstepd: error: *** JOB 1290871 ON x1000c0s0b0n0 CANCELLED AT 2025-10-07T00:20:33 DUE TO TIME LIMIT ***\n"
+        "0: W1007 00:20:33.641710 352480 torch/distributed/elastic/agent/server/api.py:719] Received 15 death signal, shutting down workers\n"
+        "0: torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
+        "0: ============================================================\n"
+        "0: Failures:\n"
+        "0:   <NO_OTHER_FAILURES>\n"
+        "0: ------------------------------------------------------------\n"
+        "0: Root Cause (first observed failure):\n"
+        "0: [0]:\n"
+        "0:   time      : 2025-10-07_00:20:34\n"
+        "0:   host      : x1000c0s0b0n0\n"
+        "0:   rank      : 0 (local_rank: 0)\n"
+        "0:   exitcode  : -15 (pid: 352768)\n"
+        "0:   error_file: <N/A>\n"
+        "0:   traceback : Signal 15 (SIGTERM) received by PID 352768\n"
+        "0: ============================================================\n"
+    )
+    sacct = "JobID|State|ExitCode|Start|End|NodeList\n1290871|TIMEOUT|0:0|2025-10-06T12:00:00|2025-10-07T00:21:25|x1000c0s[0-1]b0n0\n"
+    a = _run(job, sacct)
+    assert (a.category, a.culprit_nodes) == (Category.SCHEDULER, [])
+    assert default_advice(a).kind == AdviceKind.REQUEUE
