@@ -105,10 +105,17 @@ _ARRAY_JOB_IN_LOG = re.compile(r"\bSLURM_ARRAY_JOB_ID=(\d{1,12})\b")
 _ARRAY_TASK_IN_LOG = re.compile(r"\bSLURM_ARRAY_TASK_ID=(\d{1,9})\b")
 
 
+# The job's own words for its array task, as `%A_%a` (sbatch's filename pattern for the array's
+# job id and task id): `array task 88120_5`, `Array job 88120_5`.
+_ARRAY_TASK_STATED = re.compile(r"(?i)\barray (?:task|job)(?: id)?[ =:]+(\d{1,12})_(\d{1,9})\b")
+
+
 def array_task_in_log(lines: list[LogLine]) -> str | None:
     """`<array job id>_<task id>` where the job's output (first 200 lines) states both."""
     array = task = None
     for entry in lines[:200]:
+        if "rray" in entry.text and (m := _ARRAY_TASK_STATED.search(entry.text)) is not None:
+            return f"{m[1]}_{m[2]}"
         if "SLURM_ARRAY" not in entry.text:
             continue
         array = array or (m.group(1) if (m := _ARRAY_JOB_IN_LOG.search(entry.text)) else None)

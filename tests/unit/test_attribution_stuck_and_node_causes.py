@@ -458,6 +458,25 @@ def test_an_array_tasks_output_is_matched_to_its_row_by_the_node_slurm_names() -
     assert a.culprit_nodes == ["gpu-c12"]
 
 
+def test_an_array_tasks_output_stating_its_task_as_a_and_a_is_matched_to_its_row() -> None:
+    # No srun line names a node (torchrun --standalone): the job's own banner names its task
+    # the way sbatch's `%A_%a` filename pattern does.
+    job = (
+        "array task 810200_4 (SLURM_JOB_ID=810206) lr=2e-5 on gpu-c12\n"
+        "[sweep] 06:43:00 step 860 loss 1.570\n"
+        "RuntimeError: CUDA error: uncorrectable ECC error encountered\n"
+    )
+    sacct = "JobID|JobName|State|ExitCode|Start|End|Elapsed|NNodes|NodeList\n" + "".join(
+        f"810200_{t}|sweep|{state}|{code}|2024-10-20T06:00:00|2024-10-20T07:50:00|01:50:00|1|{node}\n"
+        for t, state, code, node in (
+            (0, "COMPLETED", "0:0", "gpu-c09"), (4, "FAILED", "1:0", "gpu-c12"),
+        )
+    )  # fmt: skip
+    xid = "[Sun Oct 20 06:44:02 2024] NVRM: Xid (PCI:0000:41:00): 48, pid=8812, name=python, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 3, subpartition 0.\n"
+    a = _run(job, [], {"gpu-c12": xid}, sacct)
+    assert (a.category, a.culprit_nodes) == (Category.HARDWARE_GPU, ["gpu-c12"])
+
+
 # ---------------------------------------------------------------- a node failure, requeued
 def test_a_run_after_a_node_failure_kill_that_still_trains_is_healthy() -> None:
     job = (
