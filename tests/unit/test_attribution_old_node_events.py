@@ -1,6 +1,7 @@
-"""Node-file lines that are not the failure: a machine check notification beside corrected
-errors, and a port that went down and came back long before the job failed. Real kernel lines
-(arch/x86/kernel/cpu/mce/core.c, drivers/edac, drivers/infiniband/core/cache.c, NVRM Xid)."""
+"""Lines that look like faults but are not the failure: a machine check notification beside
+corrected errors, a port that went down and came back long before the job failed, a subnet
+manager's failover notice. Real lines (arch/x86/kernel/cpu/mce/core.c, drivers/edac,
+drivers/infiniband/core/cache.c, NVRM Xid, NCCL's net_ib.cc async event thread)."""
 
 # ruff: noqa: E501  (real log lines are long)
 
@@ -69,3 +70,13 @@ def test_a_port_down_again_after_coming_back_is_flapping_not_recovered() -> None
     )
     a = _run({"sn0042": XID, "sn0051": flapping})
     assert "sn0051" in a.culprit_nodes
+
+
+def test_a_subnet_managers_failover_notice_is_not_a_port_fault() -> None:
+    # libibverbs names IBV_EVENT_CLIENT_REREGISTER "client reregistration": the SM asks ports
+    # to re-register after a failover; training rode through it.
+    notice = "lc-09:3321:3390 [0] transport/net_ib.cc:91 NCCL WARN NET/IB : mlx5_0:1 Got async event : client reregistration"
+    fault = notice.replace("client reregistration", "port error")
+    ids = {m.id for m in Registry.default().scan(notice)}
+    assert "nccl_ib_async_event" not in ids
+    assert "nccl_ib_async_event" in {m.id for m in Registry.default().scan(fault)}
