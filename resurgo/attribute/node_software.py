@@ -233,7 +233,9 @@ def _unannounced_address(
 def gid_changed_by_dhcp(a: Analysis, v: Verdict) -> Verdict:
     """Peers' failing connections all go to the address a node's own logs say DHCP took
     away from it (`ipv4 address 10.40.3.57 removed`)."""
-    if v.category not in _NETWORKISH or len(v.culprits) > 1:
+    # (however many nodes the verdict named: the peers that report losing the moved address
+    # are its victims, and its own logs or the lease say which node moved)
+    if v.category not in _NETWORKISH:
         return v
     for e in a.node_events:
         if e.match.id not in DHCP_IDS or e.node is None or not a.in_job(e.node):

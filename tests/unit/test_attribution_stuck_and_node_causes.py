@@ -233,6 +233,21 @@ def test_peers_failing_towards_an_address_dhcp_moved_to_another_subnet_name_its_
     assert a.culprit_nodes == ["kp-1"]
 
 
+def test_every_peer_failing_towards_the_moved_address_names_the_moved_node_not_the_peers() -> None:
+    # Three peers report completion errors towards the address DHCP moved: they are its
+    # victims, the node whose lease changed is the one to leave out.
+    nodes = ["rc-01", "rc-02", "rc-03", "rc-04"]
+    job = "".join(
+        f"{t}: [rank{t * 8}]:{n}:2048{t}:2056{t} [0] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer 192.168.60.104<56643> with status=12 opcode=32616 len=0 vendor err 129 (Recv) localGid ::ffff:192.168.60.10{t + 1} remoteGids::ffff:192.168.60.104\n"
+        for t, n in enumerate(nodes[:3])
+    ) + "".join(
+        f"srun: error: {n}: task {t}: Exited with exit code 1\n" for t, n in enumerate(nodes)
+    )
+    journal = "Nov 19 03:59:58 rc-04 NetworkManager[1650]: <info>  [1731988798.1127] dhcp4 (ens8f0np0): state changed new lease, address=192.168.61.141\n"
+    a = _run(job, nodes, {"rc-04": journal})
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["rc-04"])
+
+
 # ---------------------------------------------------------------- what a PCIe device is
 def test_a_fatal_aer_received_from_an_hca_is_the_network() -> None:
     # Newer kernels: `AER: Uncorrected (Fatal) error message received from BDF`.
