@@ -22,10 +22,18 @@ from resurgo.policy.decide import AGENT_NEVER_STARTED_KEY
 _WAITING = frozenset({"rendezvous_error", "dist_store_timeout"})
 
 
+# bash -x's trace of the job script starting a job step (`+ srun -l ... torchrun ...`).
+_STEP_LAUNCH = re.compile(r"^\++ srun\b")
+
+
 def _spoke(a: Analysis) -> set[int]:
-    """srun task labels (`N:`) that prefixed at least one line of the job's output."""
+    """srun task labels (`N:`) that prefixed at least one line of the job's last step: a
+    script's earlier steps (staging data with `srun bash stage.sh`) label their tasks alike."""
+    starts = [
+        i for i, e in enumerate(a.lines) if e.text.startswith("+") and _STEP_LAUNCH.match(e.text)
+    ]
     tasks: set[int] = set()
-    for entry in a.lines:
+    for entry in a.lines[starts[-1] + 1 if starts else 0 :]:
         if entry.text.startswith(("srun:", "slurmstepd:", "#")):
             continue
         task = strip_prefixes(entry.text).task

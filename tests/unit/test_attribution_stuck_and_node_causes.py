@@ -403,6 +403,34 @@ def test_agents_rendezvousing_until_the_time_limit_name_the_node_whose_agent_nev
     assert a.culprit_nodes == ["sdf-gpu05"]
 
 
+def test_a_task_that_spoke_in_an_earlier_step_but_not_the_last_is_the_silent_one() -> None:
+    # The script's first step (staging data, `srun -l bash stage.sh`) labels its tasks as the
+    # training step does: only the last step's lines say whose agent never started.
+    staging = "+ srun -l --ntasks-per-node=1 bash stage_to_nvme.sh /lustre/c4 /nvme/c4\n" + "".join(
+        f"{t}: staged 1024 shards to /nvme/c4\n" for t in range(4)
+    )
+    training = (
+        "+ srun -l --ntasks-per-node=1 torchrun --nnodes=4 --rdzv-endpoint=sdf-gpu03:29400 train.py\n"
+        + "".join(
+            f"{t}: I0302 21:15:1{t}.900200 140211 torch/distributed/elastic/agent/server/api.py:677] [default] Rendezvous'ing worker group\n"
+            for t in (0, 1, 3)
+        )
+    )
+    job = (
+        staging
+        + training
+        + (
+            "slurmstepd: error: *** JOB 23340 ON sdf-gpu03 CANCELLED AT 2025-03-02T23:15:02 DUE TO TIME LIMIT ***\n"
+        )
+    )
+    sacct = (
+        "JobID|JobName|Partition|User|State|ExitCode|Start|End|Elapsed|NNodes|NodeList\n"
+        "23340|mae|ampere|okim|TIMEOUT|0:0|2025-03-02T21:15:02|2025-03-02T23:15:02|02:00:00|4|sdf-gpu[03-06]\n"
+    )
+    a = _run(job, [f"sdf-gpu0{i}" for i in range(3, 7)], scheduler=sacct)
+    assert a.culprit_nodes == ["sdf-gpu05"]
+
+
 # ---------------------------------------------------------------- one node without the plugin
 def _plugin_job(third: str) -> str:
     return (
