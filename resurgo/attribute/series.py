@@ -71,6 +71,8 @@ _METRICS: list[tuple[str, re.Pattern[str], float, bool]] = [
      False),
     ("tokens_per_s", re.compile(r"(?i)\btps[:=]\s*" + _NUM), 1.0, False),
     ("tokens_per_s", re.compile(r"(?i)\btokens/s(?:ec)?[:=]?\s+" + _NUM), 1.0, False),
+    # (`tok/s=2051196`, `tokens/s=...`: a key=value log line's throughput field)
+    ("tokens_per_s", re.compile(r"(?i)(?<![\w/])tok(?:en)?s?/s(?:ec)?=\s*" + _NUM), 1.0, False),
     ("tokens_per_s", re.compile(r"(?i)(?<![\w.])" + _NUM + r"\s*tok(?:en)?s/s(?:ec)?\b"), 1.0,
      False),
     # SGLang's scheduler (`Decode batch. #running-req: 25, ..., gen throughput (token/s):

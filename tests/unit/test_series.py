@@ -42,6 +42,8 @@ SCONTROL = (
          "memory: 30.12GiB(38.01%)  tps: 855  tflops: 40.12  mfu: 12.86%", "tokens_per_s", 855.0),
         ("  5%|▌         | 500/10000 [07:03<2:14:00,  1.18it/s]", "it_per_s", 1.18),
         ("  5%|▌         | 500/10000 [27:03<8:28:00,  3.21s/it]", "iteration_ms", 3210.0),
+        ("0: [2025-08-20 06:00:49] step 4/120000 loss=3.1705 lr=6.00e-07 tok/s=2051196 "
+         "mfu=41.8%", "tokens_per_s", 2051196.0),
     ],
 )  # fmt: skip
 def test_a_framework_progress_line_yields_its_sample(line: str, metric: str, value: float) -> None:
