@@ -194,7 +194,12 @@ def estimated_silence(a: Analysis) -> float | None:
         return None
     if first > (a.scan.resumed_from or 0) + 10:
         return None  # the log is a tail: its iterations do not account for the whole run
-    typical = statistics.median(s.value for s in per_iteration) / 1000.0
+    # The time the printed iterations took: their mean time per iteration (samples come every
+    # N iterations, so the mean integrates a rhythm that changed halfway, where the median
+    # takes one half's), trimmed of the extremes (a first step's compilation, a save).
+    values = sorted(s.value for s in per_iteration)
+    trim = len(values) // 20
+    typical = statistics.mean(values[trim : len(values) - trim]) / 1000.0
     return run.total_seconds() - (last - first + 1) * typical - STARTUP_ALLOWANCE_SECONDS
 
 

@@ -1,4 +1,4 @@
-"""A pasted log that is only the tail of a long run.
+"""A pasted log that is only the tail of a long run, and a whole untimed one whose rhythm changed.
 
 A log whose first progress line is far past step 0 (and past any resumed step) is a tail: its
 first time stamp is not the job's start, so squeue's TIME cannot say when the job was last seen
@@ -41,3 +41,26 @@ def test_a_tail_of_steady_progress_is_healthy_whatever_squeues_time() -> None:
 
 def test_a_whole_log_ten_minutes_into_a_28_hour_run_went_silent() -> None:
     assert _run(_steps(1)).kind == "hang"
+
+
+def test_a_whole_untimed_log_whose_steps_slowed_halfway_is_still_running() -> None:
+    # Megatron's lines carry no time: what the printed iterations took, against squeue's
+    # TIME, says whether the job went silent. 3,000 iterations at 2.0 s, then 1,500 at 3.5 s
+    # (11,250 s), 3:42:30 into the run: still stepping, slowed by its node's lost power
+    # supply (the median step would make it 2,550 s of silence, a hang).
+    def line(i: int, ms: float) -> str:
+        return (
+            f"7:  iteration {i:8d}/  250000 | consumed samples: {i * 512:12d} | elapsed time "
+            f"per iteration (ms): {ms:.1f} | learning rate: 3.000E-04 | lm loss: 2.6E+00 |\n"
+        )
+
+    job = "".join(line(i, 2000.0) for i in range(10, 3001, 10))
+    job += "".join(line(i, 3500.0) for i in range(3010, 4501, 10))
+    squeue = SQUEUE.replace("1-04:11:09", "   3:42:30")
+    sel = "  5a | 03/05/2026 | 01:10:00 | Power Supply PS3 Status | Failure detected | Asserted\n"
+    a = attribute(
+        Registry.default(), None, _lines(job), None, [], ["a100-201"],
+        scheduler_lines=_lines(squeue, "scheduler.txt"),
+        node_logs={"a100-201": _lines(sel, "sel_a100-201.txt")},
+    )  # fmt: skip
+    assert (a.kind, a.culprit_nodes) == ("straggler", ["a100-201"])
