@@ -59,6 +59,16 @@ _RESTART = gated(
     re.compile(r"\b(?:restart|restarts|restart_count|SLURM_RESTART_COUNT)[=: ]+(?P<n>\d+)\b")
 )
 _REQUEUE = gated(re.compile(r"CANCELLED AT \S+ DUE TO JOB REQUEUE"))
+_WORKERS_RESTART = re.compile(
+    r"\bWorker group FAILED\. \d+/\d+ attempts left; will restart worker group"
+)
+# How a run of the workers ends in failure: the agent's verdict, or the error torchrun raises.
+_WORKERS_FAILED = re.compile(r"\bWorker group FAILED\b|\bChildFailedError\b")
+# The agents' own lines between the restart decision and the new workers' first output.
+_WORKERS_RESTART_NOISE = re.compile(
+    r"\bWorker group FAILED\. |\bStopping worker group\b|closing signal SIGTERM|"
+    r"will restart worker group"
+)
 _RESUMED = re.compile(
     r"(?i)(?:resum\w*|loaded checkpoint|restor\w*)\b.{0,80}?\b(?:iteration|iter|step)[\s=:]+(\d+)"
 )
@@ -135,6 +145,18 @@ def split_attempt(
             firsts = [i for i, n in restarts_at if n == target]
             if firsts:
                 start = max(start, firsts[0])
+    # torchrun's agents restarting their workers inside the run (`Worker group FAILED. 1/2
+    # attempts left; will restart worker group`, torch/distributed/elastic/agent/server/
+    # api.py): the workers' last run is the one that ended the job, when it printed anything.
+    restarted = [i for i, e in enumerate(lines) if i >= start and _WORKERS_RESTART.search(e.text)]
+    if restarted:
+        after = restarted[-1] + 1
+        while after < len(lines) and _WORKERS_RESTART_NOISE.search(lines[after].text):
+            after += 1
+        # (only where that last run failed too: one that trains on recovered, and what the
+        # earlier run failed of is what the recovery is judged against)
+        if after < len(lines) and any(_WORKERS_FAILED.search(e.text) for e in lines[after:]):
+            start = after
     return lines[start:] if start else lines
 
 

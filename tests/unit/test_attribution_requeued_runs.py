@@ -96,3 +96,28 @@ def test_torchruns_record_of_slurms_own_sigterm_after_the_time_limit_is_not_a_fa
     a = _run(job, sacct)
     assert (a.category, a.culprit_nodes) == (Category.SCHEDULER, [])
     assert default_advice(a).kind == AdviceKind.REQUEUE
+
+
+def _restart(left: int) -> str:
+    return "".join(
+        f"{t}: I0108 23:05:36.525924 45636{t} torch/distributed/elastic/agent/server/api.py:862] [default] Worker group FAILED. {left}/2 attempts left; will restart worker group\n"
+        f"{t}: I0108 23:05:36.525924 45636{t} torch/distributed/elastic/agent/server/api.py:700] [default] Stopping worker group\n"
+        for t in (0, 1)
+    )
+
+
+FIRST_RUN = (
+    "0: h100-r3-01:456510:457012 [0] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer 10.8.3.2<41822> with status=12 opcode=0 len=0 vendor err 129 (Send) localGid ::ffff:10.8.3.1 remoteGids::ffff:10.8.3.2\n"
+    "1: [rank14]:[E108 23:05:34.410551042 ProcessGroupNCCL.cpp:1595] [PG ID 0 PG GUID 0(default_pg) Rank 14] Process group watchdog thread terminated with exception: NCCL error: remote process exited or there was a network error, NCCL version 2.21.5\n"
+)
+MISMATCH = "0: [rank0]: RuntimeError: Detected mismatch between collectives on ranks. Rank 0 is running collective: CollectiveFingerPrint(SequenceNumber=37, OpType=ALLREDUCE, TensorShape=[1], TensorDtypes=Float, TensorDeviceTypes=TensorOptions(dtype=float (default), device=cuda)), but Rank 5 is running collective: CollectiveFingerPrint(SequenceNumber=37, OpType=BROADCAST, TensorShape=[1], TensorDtypes=Float, TensorDeviceTypes=TensorOptions(dtype=float (default), device=cuda)).\n"
+
+
+def test_the_workers_last_run_after_torchruns_restarts_decides_when_it_failed_too() -> None:
+    # torch/distributed/elastic/agent/server/api.py restarts the worker group; the first run
+    # lost a peer over IB, the restarted runs died of the job's own collective mismatch.
+    ended = "0: I0108 23:07:50.425057 456366 torch/distributed/elastic/agent/server/api.py:862] [default] Worker group FAILED. 0/2 attempts left; will not restart\n"
+    job = FIRST_RUN + _restart(2) + MISMATCH + _restart(1) + MISMATCH + ended
+    sacct = "JobID|State|ExitCode|Start|End|NodeList\n88|FAILED|1:0|2025-01-08T19:00:00|2025-01-08T23:08:00|h100-r3-[01-02]\n"
+    a = _run(job, sacct)
+    assert (a.category, a.culprit_nodes) == (Category.APPLICATION, [])
