@@ -435,7 +435,10 @@ def _job_from_sacct(
             seen.setdefault(key, r)
     runs = list(seen.values()) or [first]
     # (the requeued job waiting again, `PENDING ... None assigned`, has no run in the output)
-    started = [r for r in runs if r.get("Start", "x") not in ("", "Unknown", "None")]
+    started = [
+        r for r in runs
+        if r.get("Start", "x") not in ("", "Unknown", "None") and r.get("State") != "PENDING"
+    ]  # fmt: skip
     main = (started or runs)[-1]
     state_text = main.get("State", "")
     state = state_text.split()[0].rstrip("+") if state_text else "UNKNOWN"

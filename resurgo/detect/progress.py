@@ -268,6 +268,10 @@ def _parse_builtin(line: str, body: str | None = None) -> int | None:
     # alternatives with the same word boundaries, so the regex would decide nothing more.
     if not _GATE.may_match(line):
         return None
+    if not line.isascii() and _GATE.pattern.search(line) is None:
+        # (Unicode case folding maps a few other characters onto ASCII letters, `ſ` onto
+        # `s`: the literals cannot stand in for the regex on such text)
+        return None
     text = strip_prefixes(line).body if body is None else body
     # Literal gates: each regex below needs the literal tested before it, so a line without
     # it skips the regex (most progress lines hold one format's literals, not all five). The

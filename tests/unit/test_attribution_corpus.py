@@ -128,7 +128,9 @@ FLOORS = {
     "s31-": (0.85, 0.88, 0.92, 0),
     # Sets 32-36 (session 11): scored on arrival (README), then the classes they exposed fixed.
     "s32-": (0.82, 0.95, 0.92, 0),
-    "s33-": (0.95, 1.0, 0.97, 0),
+    # (s33-3308, a job still running through an NFS outage, labelled requeue; s45-4508, the
+    # same evidence of a Lustre one, labelled none: session 13 follows the running job, none)
+    "s33-": (0.95, 1.0, 0.95, 0),
     "s34-": (1.0, 1.0, 1.0, 0),
     "s35-": (0.97, 1.0, 1.0, 0),
     "s36-": (0.95, 1.0, 1.0, 0),
@@ -142,8 +144,14 @@ FLOORS = {
     "s41-": (1.0, 1.0, 1.0, 0),
     # Sets 42 (other projects' issue threads) and 43 (messy operator evidence), session 12:
     # scored on arrival (README), then a first pass of fixes.
-    "s42-": (0.92, 0.87, 0.92, 0),
+    "s42-": (0.95, 0.89, 0.95, 0),
     "s43-": (0.97, 1.0, 1.0, 0),
+    # Sets 44-48 (session 13): scored on arrival (README), then the classes they exposed fixed.
+    "s44-": (0.9, 0.88, 0.95, 0),
+    "s45-": (0.85, 0.94, 0.9, 0),
+    "s46-": (0.95, 0.96, 1.0, 0),
+    "s47-": (1.0, 1.0, 1.0, 0),
+    "s48-": (0.97, 0.91, 1.0, 0),
     "hardware": (1.0, 1.0, 1.0, 0),
     "software": (1.0, 1.0, 1.0, 0),
     "lifecycle": (1.0, 1.0, 1.0, 0),
@@ -153,7 +161,7 @@ FLOORS = {
 def _sets() -> list[tuple[str, list[Path]]]:
     sets = [
         (prefix, [b for b in corpus_dirs(NEXT) if b.name.startswith(prefix)])
-        for prefix in [f"s{n}-" for n in range(6, 44)]
+        for prefix in [f"s{n}-" for n in range(6, 49)]
     ]
     for name in ("hardware", "software", "lifecycle"):
         if (SHARED / name / "cases").is_dir():
