@@ -269,8 +269,8 @@ def _parse_builtin(line: str, body: str | None = None) -> int | None:
     if not _GATE.may_match(line):
         return None
     if not line.isascii() and _GATE.pattern.search(line) is None:
-        # (Unicode case folding maps a few other characters onto ASCII letters, `ſ` onto
-        # `s`: the literals cannot stand in for the regex on such text)
+        # (Unicode case folding maps a few other characters onto ASCII letters, the long s
+        # U+017F onto `s`: the literals cannot stand in for the regex on such text)
         return None
     text = strip_prefixes(line).body if body is None else body
     # Literal gates: each regex below needs the literal tested before it, so a line without
