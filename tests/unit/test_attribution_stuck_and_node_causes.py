@@ -482,21 +482,28 @@ def test_lightning_members_of_a_world_never_filled_under_the_older_wording() -> 
 
 
 # ---------------------------------------------------------------- an array task by its node
+XID_48 = "[Sun Oct 20 06:44:02 2024] NVRM: Xid (PCI:0000:41:00): 48, pid=8812, name=python, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 3, subpartition 0.\n"
+
+
+def _array_sacct(*rows: tuple[int, str, str, str]) -> str:
+    """sacct -P rows of array 810200's tasks: (task, state, exit code, node)."""
+    return "JobID|JobName|State|ExitCode|Start|End|Elapsed|NNodes|NodeList\n" + "".join(
+        f"810200_{t}|sweep|{state}|{code}|2024-10-20T06:00:00|2024-10-20T07:50:00|01:50:00|1|{node}\n"
+        for t, state, code, node in rows
+    )
+
+
 def test_an_array_tasks_output_is_matched_to_its_row_by_the_node_slurm_names() -> None:
     job = (
         "[sweep] 06:43:00 step 860 loss 1.570\n"
         "RuntimeError: CUDA error: uncorrectable ECC error encountered\n"
         "srun: error: gpu-c12: task 0: Exited with exit code 1\n"
     )
-    sacct = "JobID|JobName|State|ExitCode|Start|End|Elapsed|NNodes|NodeList\n" + "".join(
-        f"810200_{t}|sweep|{state}|{code}|2024-10-20T06:00:00|2024-10-20T07:50:00|01:50:00|1|{node}\n"
-        for t, state, code, node in (
-            (0, "COMPLETED", "0:0", "gpu-c09"), (1, "COMPLETED", "0:0", "gpu-c10"),
-            (4, "FAILED", "1:0", "gpu-c12"), (5, "COMPLETED", "0:0", "gpu-c09"),
-        )
+    sacct = _array_sacct(
+        (0, "COMPLETED", "0:0", "gpu-c09"), (1, "COMPLETED", "0:0", "gpu-c10"),
+        (4, "FAILED", "1:0", "gpu-c12"), (5, "COMPLETED", "0:0", "gpu-c09"),
     )  # fmt: skip
-    xid = "[Sun Oct 20 06:44:02 2024] NVRM: Xid (PCI:0000:41:00): 48, pid=8812, name=python, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 3, subpartition 0.\n"
-    a = _run(job, [], {"gpu-c12": xid}, sacct)
+    a = _run(job, [], {"gpu-c12": XID_48}, sacct)
     assert a.category == Category.HARDWARE_GPU
     assert a.culprit_nodes == ["gpu-c12"]
 
@@ -509,14 +516,8 @@ def test_an_array_tasks_output_stating_its_task_as_a_and_a_is_matched_to_its_row
         "[sweep] 06:43:00 step 860 loss 1.570\n"
         "RuntimeError: CUDA error: uncorrectable ECC error encountered\n"
     )
-    sacct = "JobID|JobName|State|ExitCode|Start|End|Elapsed|NNodes|NodeList\n" + "".join(
-        f"810200_{t}|sweep|{state}|{code}|2024-10-20T06:00:00|2024-10-20T07:50:00|01:50:00|1|{node}\n"
-        for t, state, code, node in (
-            (0, "COMPLETED", "0:0", "gpu-c09"), (4, "FAILED", "1:0", "gpu-c12"),
-        )
-    )  # fmt: skip
-    xid = "[Sun Oct 20 06:44:02 2024] NVRM: Xid (PCI:0000:41:00): 48, pid=8812, name=python, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 3, subpartition 0.\n"
-    a = _run(job, [], {"gpu-c12": xid}, sacct)
+    sacct = _array_sacct((0, "COMPLETED", "0:0", "gpu-c09"), (4, "FAILED", "1:0", "gpu-c12"))
+    a = _run(job, [], {"gpu-c12": XID_48}, sacct)
     assert (a.category, a.culprit_nodes) == (Category.HARDWARE_GPU, ["gpu-c12"])
 
 
