@@ -18,7 +18,7 @@ from resurgo.attribute.bundle import line_time
 from resurgo.attribute.events import Event
 from resurgo.contracts import LogLine
 
-_DOWN = re.compile(r"\b(?P<dev>[\w.-]+): Port:? (?P<port>\d+) Link DOWN\b")
+_DOWN = re.compile(r"\b(?P<dev>[\w.-]{1,64}): Port:? (?P<port>\d{1,3}) Link DOWN\b")
 # Back for this long before the failure: the job ran over the recovered port since.
 RECOVERED_FOR = timedelta(minutes=30)
 _DOWN_IDS = frozenset({"link_down_upper"})

@@ -23,9 +23,10 @@ DRIVER_TOO_OLD = frozenset({"cuda_driver_insufficient"})
 # bash -x's trace of the job script activating its environment (`+ source /home/u/env/bin/
 # activate`, `+ conda activate /scratch/u/envs/train`).
 _ACTIVATE = re.compile(
-    r"^\+* ?(?:source|\.) (?P<venv>/\S+?)/bin/activate\b|^\+* ?conda activate (?P<conda>/\S+)"
+    r"^\+* ?(?:source|\.) (?P<venv>/\S{1,300}?)/bin/activate\b"
+    r"|^\+* ?conda activate (?P<conda>/\S{1,300})"
 )
-_PACKAGES = re.compile(r"(?P<path>/\S+?)/lib/python\d[\d.]*/site-packages/")
+_PACKAGES = re.compile(r"(?P<path>/\S{1,300}?)/lib/python\d[\d.]{0,8}/site-packages/")
 # A package tree in a user's home directory is the user's own install.
 _HOME = re.compile(r"^/(?:home|homes|users?)/[\w.-]+/")
 
