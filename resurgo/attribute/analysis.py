@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Literal
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Literal, TypeVar
 
 from resurgo.attribute.events import Event, JobScan
 from resurgo.attribute.job_log import scan_job, split_attempt
@@ -28,6 +28,7 @@ Kind = AnomalyKind | Literal["none"]
 RUNNING_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED"})
 # New iterations after an error that show training went on past it (a finished job's output).
 SURVIVED_ADVANCES = 2
+_T = TypeVar("_T")
 _TOTAL = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|")
 # pdsh reports a remote command that ended with a non-zero status (`pdsh@ml-a100-31: ml-a100-33:
 # ssh exited with exit code 250`; pdsh's exec module, as DeepSpeed's multi-node launcher runs
@@ -55,6 +56,13 @@ class Verdict:
     evidence: list[LogLine] = field(default_factory=list)
     kind: Kind | None = None
     outcome: str | None = None
+
+    def copy(self) -> Verdict:
+        """A copy whose lists the caller may amend (stages add culprits and evidence)."""
+        return replace(
+            self, culprits=[*self.culprits], ranks=[*self.ranks], gpus=[*self.gpus],
+            evidence=[*self.evidence],
+        )  # fmt: skip
 
 
 class Analysis:
@@ -126,6 +134,15 @@ class Analysis:
             return
         cut = advances[-SURVIVED_ADVANCES]
         self.events = [e for e in self.events if e.hardware or e.order > cut]
+
+    def once(self, key: str, compute: Callable[[], _T]) -> _T:
+        """`compute()` the first time `key` is asked for in this analysis, then its result:
+        several stages ask the same question, and each answer reads every line."""
+        memo = self.__dict__.setdefault("_once", {})
+        if key not in memo:
+            memo[key] = compute()
+        found: _T = memo[key]
+        return found
 
     # ------------------------------------------------------------------ facts
     @property

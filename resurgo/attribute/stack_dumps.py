@@ -57,6 +57,10 @@ def dumped_main_threads(lines: Iterable[LogLine]) -> list[DumpedThread]:
     threads: list[DumpedThread] = []
     current: DumpedThread | None = None
     for entry in lines:
+        # Outside a dump only a thread header matters; most lines of a job are not one, and
+        # peeling their prefixes was a tenth of attributing a long healthy log.
+        if current is None and "Thread " not in entry.text:
+            continue
         body = _body(entry)
         if (t := _THREAD.match(body)) is not None:
             current = None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import statistics
+from collections import Counter
 
 from resurgo.attribute.analysis import Analysis, Verdict
 from resurgo.attribute.node_diagnostics import degraded_nodes, diagnose_slow_nodes
@@ -92,6 +93,12 @@ def _slow_ranks(samples: Samples) -> tuple[list[int], dict[int, str], float]:
 
 
 def stragglers(a: Analysis, *, timings_only: bool = False) -> Verdict | None:
+    """Who slows the job and why (None: nobody); up to four stages ask, so worked out once."""
+    found = a.once(f"stragglers:{timings_only}", lambda: _stragglers(a, timings_only=timings_only))
+    return None if found is None else found.copy()
+
+
+def _stragglers(a: Analysis, *, timings_only: bool = False) -> Verdict | None:
     # The demo's per-rank compute times; else whichever per-rank time field (step, data,
     # forward...) singles ranks out the most: in a synchronous job every rank's whole step
     # takes as long as the slowest one's, so only a part of it can show who is slow.
@@ -277,9 +284,7 @@ def _slow_in_summaries(a: Analysis) -> tuple[set[str], set[int], list[LogLine]]:
     """
     recent = a.scan.slowest[-STRAGGLER_WINDOW:]
     slow = [(node, line) for node, _, ratio, line in recent if ratio >= STRAGGLER_RATIO and node]
-    counts: dict[str, int] = {}
-    for node, _ in slow:
-        counts[node] = counts.get(node, 0) + 1
+    counts = Counter(node for node, _ in slow)
     always = {n for n, _, _, _ in recent} if len({r for _, r, _, _ in recent}) == 1 else set()
     nodes = {n for n, c in counts.items() if c >= 3 and (c * 2 > len(recent) or n in always)}
     ranks = {r for n, r, ratio, _ in recent if n in nodes and ratio >= STRAGGLER_RATIO}
