@@ -72,7 +72,7 @@ def observed_at(a: Analysis) -> datetime | None:
     if observed is None:
         for entry in reversed(a.lines[-20:]):
             noted = entry.text.startswith("#") and _ALIVE_NOTE.search(entry.text)
-            if noted and (t := _any_time(entry.text)) is not None:
+            if noted and (t := _any_time(entry.text) or _clock_in_note(a, entry.text)):
                 return t
     # (A log that starts mid-run, far past its first or resumed step, is a tail: its first
     # time stamp is not the job's start, so the run time cannot place the last sighting.)
@@ -81,6 +81,21 @@ def observed_at(a: Analysis) -> datetime | None:
         first = next((t for e in a.lines[:200] if (t := _any_time(e.text))), None)
         observed = first + run if first is not None else None
     return observed
+
+
+# A clock time alone in an alive note (`# job still running at 13:05 (squeue R)`): the day is
+# the last progress line's. (`at` before it: a note's `TIME 6:44:51` is a duration.)
+_NOTED_CLOCK = re.compile(r"\bat (\d{1,2}):(\d\d)(?::(\d\d))?\b(?!:)")
+
+
+def _clock_in_note(a: Analysis, text: str) -> datetime | None:
+    m = _NOTED_CLOCK.search(text[:400])
+    times = progress_times(a) if m is not None else []
+    if m is None or not times or int(m[1]) > 23 or int(m[2]) > 59:
+        return None
+    seen = times[-1].replace(hour=int(m[1]), minute=int(m[2]), second=int(m[3] or 0))
+    # (noted past midnight after the last progress line of the day before)
+    return seen + timedelta(days=1) if seen < times[-1] - timedelta(hours=12) else seen
 
 
 def _logged_dicts(a: Analysis) -> int | None:

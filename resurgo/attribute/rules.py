@@ -253,8 +253,15 @@ def _kind(a: Analysis, verdict: Verdict, anomaly: Anomaly | None) -> Kind:
 def _hung_first(a: Analysis) -> bool:
     """The job's output first shows it stuck (a collective timed out) before anything died,
     as the live watch reports it: whatever then failed, the symptom was a hang."""
-    signs = [(e.order, e.match.kind == AnomalyKind.HANG) for e in a.events
-             if e.serious and (e.root or e.cascade) and e.origin == "job"]  # fmt: skip
+    shown = [e for e in a.events if e.serious and (e.root or e.cascade) and e.origin == "job"]
+    # A rank that later times out waiting in its collective (the watchdog's report, a
+    # cascade) was still alive: an error it printed before (c10d's heartbeat warning that
+    # the store is gone) did not end it.
+    waited = {e.actor: e.order for e in shown if e.match.kind == AnomalyKind.HANG and e.cascade}
+    signs = [
+        (e.order, e.match.kind == AnomalyKind.HANG) for e in shown
+        if e.match.kind == AnomalyKind.HANG or e.order > waited.get(e.actor, -1)
+    ]  # fmt: skip
     signs += [(x.order, False) for x in a.scan.exit_order
               if x.status != "terminated" and not x.after_termination]  # fmt: skip
     return bool(signs) and min(signs)[1]

@@ -76,6 +76,8 @@ class SchedulerFacts:
     """The job's own sacct rows (`sacct -D` prints one per requeued run), oldest first."""
     step_states: dict[str, str] = field(default_factory=dict)
     """Step id (`5520114.0`) → its sacct State."""
+    step_rows: dict[str, tuple[dict[str, str], LogLine]] = field(default_factory=dict)
+    """Step id → its whole sacct row and line (where it ran, what it used: `step_usage`)."""
     suspended: LogLine | None = None
     """A line saying the job was suspended (slurmctld `_slurm_rpc_suspend(suspend)`, sacct's
     Suspended column, scontrol's SuspendTime)."""
@@ -403,7 +405,7 @@ def _sacct_facts(
     if re.fullmatch(r"\d+(?:_\d+)?", job_id):
         facts.job_states.append(state)
     elif re.fullmatch(r"\d+(?:_\d+)?\.\d+", job_id):
-        facts.step_states[job_id] = state
+        facts.step_states[job_id], facts.step_rows[job_id] = state, (row, entry)
     if "Suspended" in header and facts.suspended is None:
         cells = [c.strip() for c in text.split("|")] if "|" in text else text.split()
         at = header.index("Suspended")

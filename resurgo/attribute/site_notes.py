@@ -71,8 +71,8 @@ def _several_nodes_behind_a_noted_switch(a: Analysis, v: Verdict) -> Verdict:
 # (`# every task reported the same watchdog; 250 copies omitted`): ranks missing from the lines
 # shown are not silent (attribution-labels.md: a `#` line states a fact).
 _ABRIDGED = re.compile(r"(?i)\b(?:omitted|elided|abridged|snipped|not shown|left out)\b")
-_EVERY_ACTOR = re.compile(r"(?i)\b(?:every|all(?: the)?|each)\s+(?:\d+\s+)?(?:tasks?|ranks?|nodes?"
-                          r"|process(?:es)?|workers?)\b")  # fmt: skip
+_EVERY_ACTOR = re.compile(r"(?i)\b(?:every|all|each)(?:\s+one)?(?:\s+of)?(?:\s+the)?\s+(?:\d+\s+)?"
+                          r"(?:tasks?|ranks?|nodes?|process(?:es)?|workers?)\b")  # fmt: skip
 
 
 def all_reported_abridged(a: Analysis) -> bool:

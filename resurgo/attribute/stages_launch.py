@@ -198,6 +198,11 @@ _MEMBER = re.compile(
 )
 
 
+# The arguments of `init_process_group(..., world_size=32, rank=0, ...)` as a job prints them
+# (`world_size: 32`, `rank=0`): the world every process waits for, and who is waiting.
+_WORLD_ARG = re.compile(r"\b[Ww]orld_size\s*[=:]\s*(?P<world>\d{1,6})\b")
+_RANK_ARG = re.compile(r"(?<![\w.])rank\s*[=:]\s*(?P<rank>\d{1,6})\b")
+
 _NUM_TASKS = re.compile(r"\bNumTasks=(?P<n>\d+)\b")
 
 
@@ -233,6 +238,14 @@ def _members_short_of_world(a: Analysis) -> Verdict | None:
         if "MEMBER" in entry.text and (m := _MEMBER.search(entry.text)) is not None:
             worlds.add(int(m["world"]))
             ranks.add(int(m["rank"]))
+            evidence.append(entry)
+        elif (
+            "orld_size" in entry.text
+            and (w := _WORLD_ARG.search(entry.text)) is not None
+            and (r := _RANK_ARG.search(entry.text)) is not None
+        ):
+            worlds.add(int(w["world"]))
+            ranks.add(int(r["rank"]))
             evidence.append(entry)
     tasks = len(a.topo.tasks_seen)
     started = (

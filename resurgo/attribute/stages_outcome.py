@@ -30,8 +30,10 @@ from resurgo.attribute.liveness import (
 from resurgo.attribute.scheduler import owner_cancelled
 from resurgo.attribute.series import read_series
 from resurgo.attribute.stack_dumps import deadlocked_in_job_code, diverged_collective
+from resurgo.attribute.step_usage import idle_step_nodes
 from resurgo.attribute.stragglers import stragglers
 from resurgo.contracts import AnomalyKind, Category, LogLine
+from resurgo.policy.decide import AGENT_NEVER_STARTED_KEY
 
 # A checkpoint written (Megatron `successfully saved checkpoint`, HF Trainer `Saving model
 # checkpoint to`, Lightning `saving model to`, NeMo `Async checkpoint save`, DeepSpeed
@@ -264,10 +266,16 @@ def _never_progressed(a: Analysis, kill: list[LogLine]) -> Verdict | None:
     last = max((t for t in stamps if t <= end), default=None)
     if last is None or (end - last).total_seconds() <= OUTPUT_SILENCE_SECONDS:
         return None
+    # The nodes whose own step used nothing all along: their agent never started, and the
+    # others waited for it (attribution-labels.md names such a node, category unknown).
+    idle, rows = idle_step_nodes(a.facts)
+    where = f"; the step on {', '.join(idle)} used no CPU or memory (it never started)"
     return Verdict(
-        Category.UNKNOWN, "hang|never_started", "no training step was ever printed, from "
-        f"{last} (its last time stamp, else its start) until the time limit at {end}", 0.6,
-        evidence=[*a.lines[-2:], *kill[:1]], kind=AnomalyKind.HANG, outcome="timeout",
+        Category.UNKNOWN, AGENT_NEVER_STARTED_KEY if idle else "hang|never_started",
+        "no training step was ever printed, from "
+        f"{last} (its last time stamp, else its start) until the time limit at {end}"
+        f"{where if idle else ''}", 0.6, culprits=idle,
+        evidence=[*a.lines[-2:], *kill[:1], *rows], kind=AnomalyKind.HANG, outcome="timeout",
     )  # fmt: skip
 
 

@@ -12,6 +12,7 @@ import statistics
 from collections import Counter
 
 from resurgo.attribute.analysis import Analysis, Verdict
+from resurgo.attribute.debug_modes import profiling_every_step, slow_debug_mode
 from resurgo.attribute.node_diagnostics import degraded_nodes, diagnose_slow_nodes
 from resurgo.attribute.periodic_work import periodic_own_work
 from resurgo.attribute.rank_phases import COMPUTE, HOST_WORK, node_quiet, own_work_lines
@@ -49,13 +50,6 @@ _EXTRA_WORK_KEY = re.compile(
 _DATA_KEY = re.compile(r"(?i)^(?:data|data_?(?:time|wait|load\w*)|dataloader\w*|batch_?load\w*)$")
 _STEP_KEYS = ("step", "time", "step_time", "step_time_s", "step_time_ms", "iter_time",
               "iteration_time", "batch_time", "it_time", "dt", "t_step", "time_ms")  # fmt: skip
-# A profiler trace written out (torchtitan `Dumping profiler traces at step 200`, PyTorch's
-# `export_chrome_trace`): one every few hundred steps is a measurement; one at (nearly) every
-# logged step is a job slowed down by its own profiling (torchtitan `profiling.profile_freq`).
-_TRACE_DUMP = re.compile(
-    r"(?i)\bdumping profiler traces? at step|(?<!finished )\b(?:export|dump|sav|writ)\w* (?:the )?"
-    r"(?:profiler|chrome|kineto) traces?\b"
-)
 _NO_STRAGGLER = re.compile(r"(?i)\bno stragglers? (?:detected|found)\b")
 _UNEVEN_PIPELINE = re.compile(
     r"--(?:decoder-(?:first|last)-pipeline-num-layers|num-layers-in-(?:first|last)-pipeline-stage"
@@ -94,7 +88,13 @@ def _slow_ranks(samples: Samples) -> tuple[list[int], dict[int, str], float]:
 
 def stragglers(a: Analysis, *, timings_only: bool = False) -> Verdict | None:
     """Who slows the job and why (None: nobody); up to four stages ask, so worked out once."""
-    found = a.once(f"stragglers:{timings_only}", lambda: _stragglers(a, timings_only=timings_only))
+    found = a.once(
+        f"stragglers:{timings_only}",
+        lambda: (
+            _stragglers(a, timings_only=timings_only)
+            or (None if timings_only else slow_debug_mode(a))
+        ),
+    )
     return None if found is None else found.copy()
 
 
@@ -414,7 +414,7 @@ def _own_work(a: Analysis) -> Verdict | None:
         _, key, share = max(data, key=lambda x: x[2])
         why = f"every rank waits for its input ({key} {share:.0%} of each step)"
     if not why:
-        return _profiling_every_step(a)
+        return profiling_every_step(a)
     key = extra[0][1] if ranks or extra else data[0][1]
     evidence = [e for e in a.lines if key in e.text.lower()][-2:]
     return Verdict(
@@ -444,29 +444,6 @@ def _one_rank_in_own_code(a: Analysis) -> Verdict | None:
         f"straggler in the application (one process is busy in the job's own code at "
         f"{busy[0][-120:]} while {len(waiting)} wait for it in a collective)", 0.6,
         kind=AnomalyKind.STRAGGLER,
-    )  # fmt: skip
-
-
-def _profiling_every_step(a: Analysis) -> Verdict | None:
-    """Profiler traces written at half or more of the logged steps, three times at least."""
-    dumps = [e for e in a.lines if "trace" in e.text and _TRACE_DUMP.search(e.text)]
-    advances = a.scan.advances
-    if len(dumps) < MIN_PHASE_SAMPLES or not advances:
-        return None
-    # The logged steps from the one the first trace belongs to (printed before it).
-    first = dumps[0].line_no
-    before = [o for o in advances if a.lines[o].line_no < first]
-    start = before[-1] if before else advances[0]
-    logged = sum(1 for o in advances if o >= start)
-    if len(dumps) * 2 < logged:
-        return None
-    said = {strip_prefixes(e.text).rank for e in dumps}
-    ranks = [r for r in said if r is not None] if len(said) == 1 else []
-    return Verdict(
-        Category.APPLICATION, "straggler|application",
-        f"straggler in the application (a profiler trace is written at {len(dumps)} of "
-        f"{logged} logged steps)", 0.6,
-        ranks=ranks, evidence=dumps[-2:], kind=AnomalyKind.STRAGGLER,
     )  # fmt: skip
 
 

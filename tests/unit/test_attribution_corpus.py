@@ -152,6 +152,10 @@ FLOORS = {
     "s46-": (0.95, 0.96, 1.0, 0),
     "s47-": (1.0, 1.0, 1.0, 0),
     "s48-": (0.97, 0.91, 1.0, 0),
+    # Sets 49 (2025-2026 issue-thread formats) and 50 (kind and action boundaries), session
+    # 14: scored on arrival (README), then the classes they exposed fixed.
+    "s49-": (0.97, 1.0, 0.97, 0),
+    "s50-": (1.0, 0.88, 1.0, 0),
     "hardware": (1.0, 1.0, 1.0, 0),
     "software": (1.0, 1.0, 1.0, 0),
     "lifecycle": (1.0, 1.0, 1.0, 0),
@@ -161,7 +165,7 @@ FLOORS = {
 def _sets() -> list[tuple[str, list[Path]]]:
     sets = [
         (prefix, [b for b in corpus_dirs(NEXT) if b.name.startswith(prefix)])
-        for prefix in [f"s{n}-" for n in range(6, 49)]
+        for prefix in [f"s{n}-" for n in range(6, 51)]
     ]
     for name in ("hardware", "software", "lifecycle"):
         if (SHARED / name / "cases").is_dir():
