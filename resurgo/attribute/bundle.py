@@ -126,6 +126,21 @@ _SYSLOG = re.compile(
     r"^(?P<mon>\w{3})\s+(?P<day>\d{1,2})\s+(?P<h>\d\d):(?P<m>\d\d):(?P<s>\d\d)(?:\.\d{1,9})?\s"
 )  # (switch OSes such as SONiC add microseconds)
 _UPTIME = re.compile(r"^\[\s*(?P<secs>\d{1,10}\.\d{1,9})\]")
+# A dated time stamp anywhere near a line's start, ISO or with slashes (`2024-05-01 12:00:03`,
+# `2024-05-01T12:00:03`, `%Y/%m/%d %H:%M:%S` of Python logging's datefmt and Go's log package),
+# under any launcher's prefixes.
+_STAMP = re.compile(r"\b(\d{4}[-/]\d\d[-/]\d\d)[T ](\d\d:\d\d:\d\d)\b")
+
+
+def stamp_in(text: str, within: int = 400) -> datetime | None:
+    """The first dated time stamp in the line's first `within` characters (naive)."""
+    m = _STAMP.search(text[:within])
+    if m is None:
+        return None
+    try:
+        return datetime.fromisoformat(f"{m.group(1).replace('/', '-')} {m.group(2)}")
+    except ValueError:
+        return None
 
 
 def line_time(

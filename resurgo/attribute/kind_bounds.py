@@ -29,10 +29,10 @@ import statistics
 from datetime import datetime
 
 from resurgo.attribute.analysis import Analysis, Verdict, event_node
+from resurgo.attribute.bundle import stamp_in
 from resurgo.attribute.liveness import (
     HANG_SILENCE_FACTOR,
     HANG_SILENCE_FLOOR_SECONDS,
-    _any_time,
     glog_time,
     progress_times,
     still_progressing,
@@ -40,8 +40,6 @@ from resurgo.attribute.liveness import (
 from resurgo.attribute.stages_outcome import _scheduler
 from resurgo.contracts import AnomalyKind, Category
 
-# glog's prefix (PyTorch's C++ warnings and errors): `[W0719 12:06:40.118000 socket.cpp:428]`.
-_ISO = re.compile(r"\b(\d{4}-\d\d-\d\d)[T ](\d\d:\d\d:\d\d)")
 # The longest first-error delay that can still be "within one step": beyond it a job that
 # printed steps rarely may have been stuck in between.
 MAX_STEP_SECONDS = 300.0
@@ -51,12 +49,8 @@ STEADY_GAPS = 1.5
 
 
 def _when(text: str, year: int) -> datetime | None:
-    if (m := _ISO.search(text[:200])) is not None:
-        try:
-            return datetime.fromisoformat(f"{m.group(1)} {m.group(2)}")
-        except ValueError:
-            return None
-    return glog_time(text, year)
+    # (else glog's prefix, PyTorch's C++ warnings and errors: `[W0719 12:06:40.118000 ...]`)
+    return stamp_in(text, 200) or glog_time(text, year)
 
 
 def _typical_gap(times: list[datetime]) -> float | None:
@@ -218,12 +212,12 @@ def silent_until_killed(a: Analysis) -> bool:
         return False
     if any(x.order < cut and x.status != "terminated" for x in a.scan.exit_order):
         return False
-    last = next((t for e in reversed(a.lines[:cut]) if (t := _any_time(e.text))), None)
+    last = next((t for e in reversed(a.lines[:cut]) if (t := stamp_in(e.text))), None)
     if last is None:
         # Only glog-style stamps (c10's `[E314 14:33:45.172 ProcessGroupNCCL.cpp:607]`, absl's
         # `I0223 22:58:05.579038`) carry no year: Slurm's dated kill line gives it.
-        dated = _ISO.search(a.lines[cut].text[:200])
-        year = int(dated.group(1)[:4]) if dated is not None else None
+        dated = stamp_in(a.lines[cut].text, 200)
+        year = dated.year if dated is not None else None
         stamps = (_when(e.text, year) for e in reversed(a.lines[:cut])) if year else iter(())
         last = next((t for t in stamps if t is not None), None)
         if last is None:

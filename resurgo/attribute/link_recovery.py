@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 
-from resurgo.attribute.bundle import line_time
+from resurgo.attribute.bundle import line_time, stamp_in
 from resurgo.attribute.events import Event
 from resurgo.contracts import LogLine
 
@@ -68,20 +68,8 @@ def failure_time(
     fault other than a port change."""
     if end_time is not None:
         return end_time
-    stamps = [t for e in job_tail if (t := _iso(e.text)) is not None]
+    stamps = [t for e in job_tail if (t := stamp_in(e.text)) is not None]
     if stamps:
         return max(stamps)
     dated = [e.when for e in node_events if e.when is not None and e.match.id not in _DOWN_IDS]
     return max(dated) if dated else None
-
-
-_ISO = re.compile(r"\b(\d{4}-\d\d-\d\d)[T ](\d\d:\d\d:\d\d)\b")
-
-
-def _iso(text: str) -> datetime | None:
-    if (m := _ISO.search(text[:400])) is None:
-        return None
-    try:
-        return datetime.fromisoformat(f"{m[1]} {m[2]}")
-    except ValueError:
-        return None

@@ -19,6 +19,7 @@ import statistics
 from datetime import datetime, timedelta
 
 from resurgo.attribute.analysis import Analysis, Verdict
+from resurgo.attribute.bundle import stamp_in
 from resurgo.attribute.retried import retried_ok
 from resurgo.attribute.series import last_sample_order, read_series
 from resurgo.attribute.stragglers import stragglers
@@ -32,9 +33,6 @@ HANG_SILENCE_FLOOR_SECONDS = 600.0
 # Start-up before the first printed step (imports, rendezvous, loading a large checkpoint,
 # compiling) that an estimate of the silence grants the job.
 STARTUP_ALLOWANCE_SECONDS = 1800.0
-# (also `2009/01/23 01:23:23`: Go's log package with Ldate|Ltime, and Python logging with datefmt
-# `%Y/%m/%d %H:%M:%S`, date with slashes)
-_STAMP = re.compile(r"\b(\d{4}[-/]\d\d[-/]\d\d)[T ](\d\d:\d\d:\d\d)\b")
 # An operator's note that the job was seen alive, and when (`# job still running at <time>`,
 # `# ... (squeue: R ...), collector snapshot <time>`).
 _ALIVE_NOTE = re.compile(r"(?i)\b(?:still running|running normally|squeue:? R\b|snapshot)")
@@ -47,16 +45,6 @@ _EPOCH_BAR = re.compile(r"\bEpoch (\d{1,9})\b")
 _EVAL_BAR = re.compile(r"(?i)\b(?:validation|validating|evaluat\w*|eval|testing|predicting)\b")
 _HF_LOG_DICT = re.compile(r"\{'loss': [-\d.e+naif]+,.*'epoch': \d+(?:\.\d+)?\}")
 _RUNNING_NOTE = re.compile(r"(?i)\b(?:still running|running normally|squeue:? R\b)")
-
-
-def _any_time(text: str) -> datetime | None:
-    m = _STAMP.search(text[:400])
-    if m is None:
-        return None
-    try:
-        return datetime.fromisoformat(f"{m.group(1).replace('/', '-')} {m.group(2)}")
-    except ValueError:
-        return None
 
 
 def noted_running(a: Analysis) -> bool:
@@ -72,13 +60,13 @@ def observed_at(a: Analysis) -> datetime | None:
     if observed is None:
         for entry in reversed(a.lines[-20:]):
             noted = entry.text.startswith("#") and _ALIVE_NOTE.search(entry.text)
-            if noted and (t := _any_time(entry.text) or _clock_in_note(a, entry.text)):
+            if noted and (t := stamp_in(entry.text) or _clock_in_note(a, entry.text)):
                 return t
     # (A log that starts mid-run, far past its first or resumed step, is a tail: its first
     # time stamp is not the job's start, so the run time cannot place the last sighting.)
     tail = (a.scan.first_iteration or 0) > (a.scan.resumed_from or 0) + 10
     if observed is None and not tail and (run := a.facts.run_time()) is not None:
-        first = next((t for e in a.lines[:200] if (t := _any_time(e.text))), None)
+        first = next((t for e in a.lines[:200] if (t := stamp_in(e.text))), None)
         observed = first + run if first is not None else None
     return observed
 
@@ -127,7 +115,7 @@ def _last_progress(a: Analysis) -> int | None:
 
 def progress_times(a: Analysis) -> list[datetime]:
     orders = list(a.scan.advances)
-    times = [t for o in orders if o < len(a.lines) and (t := _any_time(a.lines[o].text))]
+    times = [t for o in orders if o < len(a.lines) and (t := stamp_in(a.lines[o].text))]
     if len(times) >= 2:
         return times
     if len(a.scan.progress_times) >= 2:
@@ -136,7 +124,7 @@ def progress_times(a: Analysis) -> list[datetime]:
     # longest periodic series with clock times shows the job advancing just as well.
     longest = max(read_series(a).values(), key=len, default=[])
     sampled = [
-        t for s in longest if s.order < len(a.lines) and (t := _any_time(a.lines[s.order].text))
+        t for s in longest if s.order < len(a.lines) and (t := stamp_in(a.lines[s.order].text))
     ]
     if len(sampled) >= 2:
         return sampled
@@ -276,7 +264,7 @@ def running_fine(a: Analysis) -> Verdict | None:
         for e in a.events
     ):
         return None  # something failed after the last progress line (and was not retried past)
-    last_time = next((t for e in reversed(a.lines[: last + 1]) if (t := _any_time(e.text))), None)
+    last_time = next((t for e in reversed(a.lines[: last + 1]) if (t := stamp_in(e.text))), None)
     for e in a.node_events:
         # A fatal node fault after the last progress line (an Xid 79, a panic) stops the job.
         fatal = e.root and e.match.severity == "fatal" and a.in_job(e.node)

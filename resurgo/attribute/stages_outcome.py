@@ -16,12 +16,12 @@ import statistics
 from datetime import datetime
 
 from resurgo.attribute.analysis import Analysis, Verdict
+from resurgo.attribute.bundle import stamp_in
 from resurgo.attribute.collective_stalls import mismatched_collectives
 from resurgo.attribute.liveness import (
     HANG_SILENCE_FACTOR,
     HANG_SILENCE_FLOOR_SECONDS,
     STARTUP_ALLOWANCE_SECONDS,
-    _any_time,
     bar_silence,
     last_progress,
     progress_times,
@@ -257,7 +257,7 @@ def _never_progressed(a: Analysis, kill: list[LogLine]) -> Verdict | None:
     # The last time the output shows; without one, when Slurm started the job (the whole
     # run then passed without a step).
     before = a.lines[: a.kill_order] if a.kill_order is not None else a.lines
-    stamps = [t for e in before if (t := _any_time(e.text)) is not None]
+    stamps = [t for e in before if (t := stamp_in(e.text)) is not None]
     end = datetime.fromisoformat(killed)
     if a.job is not None and a.job.start_time is not None:
         stamps.append(a.job.start_time.replace(tzinfo=None))
