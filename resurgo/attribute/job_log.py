@@ -165,6 +165,7 @@ def scan_job(registry: Registry, lines: list[LogLine], topo: Topology) -> JobSca
     hosts = list(topo.hosts.nodes)
     progress = ProgressParser()
     tracebacks = TracebackTracker()
+    relayed: dict[str | None, int] = {}  # actor → the peer whose traceback it is printing
     elastic_section: str | None = None
     elastic_fields: dict[str, str] = {}
     elastic_line: LogLine | None = None
@@ -227,6 +228,11 @@ def scan_job(registry: Registry, lines: list[LogLine], topo: Topology) -> JobSca
                     samples.append((iteration if iteration is not None else len(samples), ms, on))
         if iteration is None and _COMPLETED.search(body):
             scan.completed_line = entry
+        # A peer's traceback relayed by this one (torch.distributed.checkpoint's
+        # CheckpointException prints each failed rank's as `Traceback ...: (RANK 10)`): the
+        # error under it is that rank's, on that rank's node.
+        if body.endswith(")") and (relay := _RELAYED.match(body)) is not None:
+            relayed[actor] = int(relay.group(1))
         # tracebacks, per actor (a frame and its source line are code, not messages)
         if tracebacks.feed(actor, body):
             continue
@@ -280,6 +286,10 @@ def scan_job(registry: Registry, lines: list[LogLine], topo: Topology) -> JobSca
             node = _line_node(text, task, rank, topo)
             if node is None and prefix_host is not None:
                 node = topo.hosts.canonical(prefix_host)
+            speaker: tuple[str | None, int | None, int | None] = (actor, task, rank)
+            peer = relayed.get(actor) if exception_line else None
+            if peer is not None and peer != rank:  # (where it ran, if the topology knows)
+                node, speaker = topo.node_of(None, peer), (actor_of(None, peer, None), None, peer)
             for match in matches:
                 if _CORRECTED.search(body) and match.category.value.startswith("hardware"):
                     continue
@@ -288,9 +298,9 @@ def scan_job(registry: Registry, lines: list[LogLine], topo: Topology) -> JobSca
                         line=entry,
                         order=order,
                         origin="job",
-                        actor=actor,
-                        task=task,
-                        rank=rank,
+                        actor=speaker[0],
+                        task=speaker[1],
+                        rank=speaker[2],
                         node=node,
                         match=match,
                         message=body.strip()[:300],
@@ -300,9 +310,13 @@ def scan_job(registry: Registry, lines: list[LogLine], topo: Topology) -> JobSca
                 )
         if exception_line:
             tracebacks.close(actor)
+            relayed.pop(actor, None)
     if elastic_section is not None and elastic_fields and elastic_line is not None:
         _elastic_failure(scan, elastic_fields, elastic_section, elastic_line, len(lines), topo)
     return scan
+
+
+_RELAYED = re.compile(r"^Traceback \(most recent call last\): \(RANK (\d{1,7})\)$")
 
 
 def _said_rank(body: str) -> int | None:

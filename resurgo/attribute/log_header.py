@@ -89,13 +89,25 @@ _JOB_ID_IN_LOG = re.compile(
 )
 
 
+# Slurm's own lines in the job's output name it too: srun's `Terminating StepId=5521144.0`,
+# slurmstepd's `*** JOB 5521144 ON gpu07 CANCELLED AT ...` / `*** STEP 5521144.0 ON ...`.
+_JOB_ID_BY_SLURM = re.compile(
+    r"\b(?:srun|slurmstepd)\b.{0,80}?(?:\bStepId=|\*\*\* (?:JOB|STEP) )(\d{1,12})\b"
+)
+
+
 def job_id_in_log(lines: list[LogLine]) -> int | None:
-    """The job id the job's output states (first 200 lines), to tell its sacct rows from those
-    of other jobs pasted beside them (an earlier run, a job of the same name)."""
+    """The job id the job's output states (first 200 lines; else Slurm's own lines among the
+    last 200), to tell its sacct rows from those of other jobs pasted beside them (an earlier
+    run, a job of the same name, the job whose leftovers are on the node)."""
     for entry in lines[:200]:
         m = _JOB_ID_IN_LOG.search(entry.text[:300])
         if m is not None:
             return int(m.group(1) or m.group(2))
+    for entry in lines[-200:]:
+        text = entry.text[:300]
+        if ("srun" in text or "slurmstepd" in text) and (m := _JOB_ID_BY_SLURM.search(text)):
+            return int(m.group(1))
     return None
 
 

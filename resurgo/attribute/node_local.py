@@ -377,6 +377,7 @@ FS_CLIENT_FAULTS = frozenset(
         "fs_transport_shutdown",
         "fs_io_error",
         "nhc_fs_not_mounted",
+        "fs_mount_failed",
     }
 )
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from resurgo.attribute.bundle import line_time
@@ -144,4 +145,25 @@ def scan_node_logs(
                         when=when,
                     )
                 )
+    return _port_errors_of_lost_gpus(out)
+
+
+# A fatal PCIe error on a switch or root port above a GPU that the driver reports lost in the
+# same seconds (Xid 79 `GPU has fallen off the bus`): the port carried the GPU's link, and the
+# GPU's loss is the fault (NVIDIA's Xid catalogue: Xid 79 with AER on the upstream port).
+_SAME_BURST = timedelta(seconds=5)
+
+
+def _port_errors_of_lost_gpus(events: list[Event]) -> list[Event]:
+    gpu = [e for e in events if e.category == Category.HARDWARE_GPU and e.when is not None]
+    out = []
+    for e in events:
+        if (
+            e.match.id in AER_IDS
+            and e.category == Category.HARDWARE_HOST
+            and e.when is not None
+            and any(g.node == e.node and abs(g.when - e.when) <= _SAME_BURST for g in gpu)  # type: ignore[operator]
+        ):
+            e = replace(e, match=e.match.model_copy(update={"category": Category.HARDWARE_GPU}))
+        out.append(e)
     return out

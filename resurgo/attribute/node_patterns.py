@@ -121,7 +121,7 @@ _ENTRIES: list[dict[str, Any]] = [
             r"\bUnable to determine the device handle for GPU ?[0-9A-Fa-f:.]+: Unknown Error\b"
             r"|^\s*Link \d+: <inactive>\s*$"
             r"|^\s*(?:Pending|Remapping Failure Occurred)\s*:\s*Yes\s*$"
-            r"|^\|\s*(?:Memory|Memory Bandwidth|Diagnostic|Targeted Stress|Targeted Power|"
+            r"|^\|\s*(?:(?:GPU )?Memory|Memory Bandwidth|Diagnostic|Targeted Stress|Targeted Power|"
             r"SM Stress|PCIe|NVLink)\s*\|\s*Fail\b"
             # A test some GPUs pass: dcgmi lists the failing ones on the row below
             # (`| GPU Memory | Pass - GPUs: 1, 2, ... |` then `|  | Fail - GPU: 0 |`).
@@ -138,6 +138,8 @@ _ENTRIES: list[dict[str, Any]] = [
             "\t Link 1: <inactive>",
             "        Pending                           : Yes",
             "| Memory                    | Fail - All                                     |",
+            # DCGM 3.x names the memory test `GPU Memory` (dcgmi diag -r 3)
+            "| GPU Memory                | Fail - GPU: 0                                  |",
             # stas00/ml-engineering compute/accelerator/nvidia/debug.md (dcgmi diag -r 2)
             "|                           | Fail - GPU: 0                                  |",
         ],
@@ -146,6 +148,34 @@ _ENTRIES: list[dict[str, Any]] = [
             "        Pending                           : No",
             "| Memory                    | Pass - All                                     |",
             "| GPU Memory                | Pass - GPUs: 1, 2, 3, 4, 5, 6, 7               |",
+        ],
+    },
+    {
+        "id": "fs_mount_failed",
+        # A network file system the node could not mount (at boot, after a reimage): every
+        # path under it is missing on this node until someone fixes the client. systemd's
+        # mount unit (src/core/mount.c), mount.lustre / mount.nfs, Lustre's LNet (api-ni.c).
+        "regex": (
+            r"\bFailed to mount /\S{1,200}\.\s*$"
+            r"|\bmount\.(?:lustre|nfs4?|beegfs|gpfs)\S{0,10}: mount \S{1,200} at /\S{1,200} "
+            r"failed\b"
+            r"|\bLNetError: .{0,120}\bCan't load LND\b"
+        ),
+        "kind": "crash",
+        "category": "system_software",
+        "role": "root",
+        "severity": "error",
+        "description": "the node failed to mount a network file system (its client modules or "
+        "configuration): paths under it are missing on that node only",
+        "examples": [
+            "Mar  3 06:13:22 gpu-a-23 systemd[1]: Failed to mount /lustre/work.",
+            "mount.lustre: mount 10.12.0.10@o2ib:/work at /lustre/work failed: No such device",
+            "LNetError: 3318:0:(api-ni.c:3012:lnet_startup_lndnet()) Can't load LND o2ib, "
+            "module ko2iblnd, rc=256",
+        ],
+        "near_misses": [
+            "systemd[1]: Mounted /lustre/work.",
+            "systemd[1]: Unmounting /lustre/work...",
         ],
     },
     {

@@ -44,6 +44,7 @@ _LOCAL_MOUNT = re.compile(
 )
 # `df -h` rows: `/dev/nvme0n1p3  100G  100G     0 100% /tmp`.
 _DF_FULL = re.compile(r"^\S+\s+\S+\s+\S+\s+\S+\s+(?:99|100)%\s+(?P<mount>/\S*)\s*$")
+_DF_ROW = re.compile(r"^\S+\s+\S+\s+\S+\s+\S+\s+\d{1,3}%\s+(?P<mount>/\S*)\s*$")
 # NCCL's `Bootstrap : Using ib0:10.12.7.7<0>` and `NET/Socket : Using [0]eth0:10.0.0.1<0>`.
 _BOOTSTRAP = re.compile(
     r"\bBootstrap ?: Using (?:\[\d+\])?(?P<ifname>[\w.@-]+):(?P<ip>\d{1,3}(?:\.\d{1,3}){3})<"
@@ -96,7 +97,8 @@ def _fits(a: Analysis, nodes: list[str]) -> bool:
 
 
 # A write the job's checkpointing or output failed (the catalogue's entries for it).
-WRITE_FAILURES = frozenset({"checkpoint_write_failed"})
+# (ENOSPC itself too: a local disk full shows in its node's own df, which decides below)
+WRITE_FAILURES = frozenset({"checkpoint_write_failed", "fs_no_space"})
 
 
 def name_full_disk(a: Analysis, v: Verdict) -> Verdict:
@@ -142,17 +144,30 @@ def _full_local_disks(a: Analysis) -> dict[str, LogLine]:
     return full
 
 
+def _checked_local_disks(a: Analysis) -> set[str]:
+    """Nodes whose own files show a `df` row of a node-local mount, full or not."""
+    return {
+        node for host, lines in a.node_logs.items()
+        if (node := a.topo.hosts.canonical(host)) is not None
+        and any((m := _DF_ROW.match(e.text.strip())) and _LOCAL_MOUNT.match(m["mount"])
+                for e in lines)
+    }  # fmt: skip
+
+
 def _write_failed_on_full_local_disk(a: Analysis, v: Verdict) -> Verdict | None:
     """A write that failed on one node's ranks only, where that node's own `df` shows a
     node-local disk full and no other node's does: that node's disk (an earlier job's leftovers,
     a failed epilogue cleanup), not the shared file system."""
     failed = {e.node for e in a.events if e.match.id in WRITE_FAILURES and e.root and e.node}
-    if len(failed) != 1:
-        return None
     full = _full_local_disks(a)
-    if set(full) != failed or not _fits(a, sorted(full)):
+    # Or several nodes print the error (a coordinator re-raises its peers' failures, as
+    # torch.distributed.checkpoint's rank 0 does), while the df of every node checked shows
+    # only one of them full.
+    if len(full) != 1 or not set(full) <= failed or not _fits(a, sorted(full)):
         return None
-    (node,) = failed
+    if len(failed) > 1 and len(_checked_local_disks(a)) < 2:
+        return None
+    (node,) = full
     return Verdict(
         Category.SYSTEM_SOFTWARE, v.key, f"{v.summary} ({node}: its own df shows a node-local "
         "disk full)", max(v.confidence, 0.8), culprits=[node], ranks=v.ranks,

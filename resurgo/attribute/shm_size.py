@@ -1,4 +1,5 @@
-"""A /dev/shm too small for NCCL on every node of the job: whose setting it is.
+"""A /dev/shm too small for NCCL on every node of the job, or for its DataLoader workers in a
+container the job starts with the 64 MB default: whose setting it is.
 
 NCCL sizes a shared-memory segment per intra-node peer in /dev/shm (`Call to posix_fallocate
 failed : No space left on device`, `failed to extend /dev/shm/nccl-...`; NVIDIA/nccl#290,
@@ -21,11 +22,17 @@ from resurgo.attribute.analysis import Analysis, Verdict, event_node
 from resurgo.contracts import Category, LogLine
 from resurgo.policy.decide import NO_RETRY_HELPS_KEY
 
-SHM_FAULTS = frozenset({"nccl_shm_extend_failed"})
+SHM_FAULTS = frozenset({"nccl_shm_extend_failed", "dataloader_shm_bus_error"})
 _OWN_CONTAINER = re.compile(r"\b(?:docker|podman) run\b|\b(?:singularity|apptainer) (?:exec|run)\b")
 _SHM_OPTIONS = re.compile(r"--shm-size\b|--ipc[= ]host\b")
 _SITE_SHM_NOTE = re.compile(
     r"(?i)\bsite\b.{0,160}(?:/dev/shm|\bshm\b)|(?:/dev/shm|\bshm\b).{0,160}\bsite\b"
+)
+# The container's /dev/shm at Docker's 64 MB default, as NGC images' banner says at start (`NOTE:
+# The SHMEM allocation limit is set to the default of 64MB.`) or as `df -h /dev/shm` shows it.
+_DEFAULT_SHM = re.compile(
+    r"\bSHMEM allocation limit is set to the default of 64MB\b"
+    r"|^\S+\s+(?:64M|65536)\s+\S+\s+\S+\s+\d{1,3}%\s+/dev/shm\s*$"
 )
 # A node's own `df -h /dev/shm` showing it full (`tmpfs  64M  64M  0 100% /dev/shm`).
 _SHM_FULL = re.compile(r"^\S+\s+\S+\s+\S+\s+\S+\s+(?:99|100)%\s+/dev/shm\s*$")
@@ -47,13 +54,17 @@ def shm_too_small(a: Analysis, v: Verdict) -> Verdict:
             nodes.add(node)
             faults.append(full)
     job = set(a.job_nodes())
-    if len(job) < 2 or not job <= nodes:
-        return v
     head = [*a.header, *a.lines[:LAUNCH_LINES]]
+    # (A job of one node has no peer to tell the node's state from the job's: its own
+    # container seen starting with the 64 MB default decides; its workers fail on any node.
+    # Of several nodes, one alone failing is that node's state, whatever the container.)
+    default = len(job) <= 1 and any(_DEFAULT_SHM.search(x.text.strip()) for x in head)
+    if not faults or not ((len(job) >= 2 and job <= nodes) or default):
+        return v
     site = next(
         (x for x in head if x.text.lstrip().startswith("#") and _SITE_SHM_NOTE.search(x.text)), None
     )
-    if site is not None:
+    if site is not None and len(job) >= 2 and job <= nodes:
         culprits = sorted(job)
         return Verdict(
             Category.SYSTEM_SOFTWARE, NO_RETRY_HELPS_KEY,
@@ -67,8 +78,8 @@ def shm_too_small(a: Analysis, v: Verdict) -> Verdict:
         return v
     return Verdict(
         Category.APPLICATION, "job_container|shm_too_small", f"{faults[0].text.strip()[:160]}"
-        ": /dev/shm is too small for NCCL on every node, in the container the job starts "
-        "without --shm-size or --ipc=host (Docker's default is 64 MB)", 0.85, ranks=v.ranks,
+        ": /dev/shm is too small in the container the job starts without --shm-size or "
+        "--ipc=host (Docker's default is 64 MB), on any node", 0.85, ranks=v.ranks,
         evidence=[launch, faults[0], *v.evidence], kind=v.kind, outcome=v.outcome,
     )  # fmt: skip
 

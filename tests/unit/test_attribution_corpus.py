@@ -156,6 +156,10 @@ FLOORS = {
     # 14: scored on arrival (README), then the classes they exposed fixed.
     "s49-": (0.97, 1.0, 0.97, 0),
     "s50-": (1.0, 0.88, 1.0, 0),
+    # Sets 51 (the data plane) and 52 (GPU and node hardware across generations), session 14,
+    # a second round: scored on arrival (README), then the classes they exposed fixed.
+    "s51-": (0.97, 1.0, 1.0, 0),
+    "s52-": (0.97, 1.0, 1.0, 0),
     "hardware": (1.0, 1.0, 1.0, 0),
     "software": (1.0, 1.0, 1.0, 0),
     "lifecycle": (1.0, 1.0, 1.0, 0),
@@ -165,7 +169,7 @@ FLOORS = {
 def _sets() -> list[tuple[str, list[Path]]]:
     sets = [
         (prefix, [b for b in corpus_dirs(NEXT) if b.name.startswith(prefix)])
-        for prefix in [f"s{n}-" for n in range(6, 51)]
+        for prefix in [f"s{n}-" for n in range(6, 53)]
     ]
     for name in ("hardware", "software", "lifecycle"):
         if (SHARED / name / "cases").is_dir():

@@ -53,14 +53,18 @@ def test_one_nodes_nvls_bind_failure_is_its_fabric_and_the_node_is_excluded() ->
 
 
 def test_the_nvls_warning_alone_names_the_node_too() -> None:
-    only_warn = "\n".join(
-        ln for ln in NVLS_JOB.splitlines() if "[rank16]" not in ln
-    ).replace("Cuda failure 401 'the operation cannot be performed in the present state'", "Cuda failure 1 'invalid argument'")
+    only_warn = "\n".join(ln for ln in NVLS_JOB.splitlines() if "[rank16]" not in ln).replace(
+        "Cuda failure 401 'the operation cannot be performed in the present state'",
+        "Cuda failure 1 'invalid argument'",
+    )
     assert _run(only_warn, DGX).culprit_nodes == ["dgx-h100-07"]
 
 
 def test_nvls_running_the_gpu_out_of_memory_is_not_the_fabric() -> None:
-    oom = NVLS_JOB.replace("Cuda failure 401 'the operation cannot be performed in the present state'", "Cuda failure 2 'out of memory'")
+    oom = NVLS_JOB.replace(
+        "Cuda failure 401 'the operation cannot be performed in the present state'",
+        "Cuda failure 2 'out of memory'",
+    )
     oom = "\n".join(ln for ln in oom.splitlines() if "NVLS) Multicast" not in ln)
     assert _run(oom, DGX).category != Category.SYSTEM_SOFTWARE
 
@@ -75,7 +79,9 @@ def _dpo(anomaly: bool) -> str:
         f"[node-b21]  {s * 100 // 360:2d}%|▎         | {s}/360 [{s * 62 // 3600}:{s * 62 // 60 % 60:02d}:{s * 62 % 60:02d}<5:00:00, 61.70s/it]\n"
         for s in range(5, 200, 5)
     )
-    return "# job still running at time of capture (squeue: R 3:27:20, node-b[21-22])\n" + warn + bars
+    return (
+        "# job still running at time of capture (squeue: R 3:27:20, node-b[21-22])\n" + warn + bars
+    )
 
 
 SQUEUE = """\
@@ -86,7 +92,11 @@ SQUEUE = """\
 
 def test_a_running_job_with_anomaly_detection_on_is_an_application_straggler() -> None:
     a = _run(_dpo(anomaly=True), ["node-b21", "node-b22"], SQUEUE)
-    assert (a.kind, a.category, a.culprit_nodes) == (AnomalyKind.STRAGGLER, Category.APPLICATION, [])
+    assert (a.kind, a.category, a.culprit_nodes) == (
+        AnomalyKind.STRAGGLER,
+        Category.APPLICATION,
+        [],
+    )
     assert ACTION_NAMES[default_advice(a).kind] == "none"
 
 

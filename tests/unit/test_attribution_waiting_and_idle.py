@@ -137,8 +137,12 @@ def test_a_store_warning_before_the_ranks_watchdog_timeouts_leaves_the_job_hung(
 
 def test_a_store_error_that_ends_the_rank_keeps_the_crash() -> None:
     died = STORE_HOST_JOB.replace(
-        "1: [rank9]:[E1022 14:32:51", "1: torch.distributed.DistStoreError: Socket Timeout\n1: [rank9]:[E1022 14:32:51"
-    ).replace("Watchdog caught collective operation timeout", "Some NCCL operations have failed or timed out")
+        "1: [rank9]:[E1022 14:32:51",
+        "1: torch.distributed.DistStoreError: Socket Timeout\n1: [rank9]:[E1022 14:32:51",
+    ).replace(
+        "Watchdog caught collective operation timeout",
+        "Some NCCL operations have failed or timed out",
+    )
     a = _run(died, L40S, node_files={"gpu-l40s-1": NIC_HANG})
     assert a.kind == AnomalyKind.CRASH
 
@@ -162,13 +166,19 @@ def test_a_note_of_the_clock_the_job_was_seen_running_at_is_when_it_was_seen() -
     # The run time from the first line overshoots (the job started before it printed): the
     # note says it was seen at 13:05, half a minute before its last step.
     steps = list(range(0, 66, 1))
-    a = _run(_megatron(steps, "# operator: job still running at 13:05 (squeue R)"), ["hgx-c33", "hgx-c34"], SQUEUE)
+    a = _run(
+        _megatron(steps, "# operator: job still running at 13:05 (squeue R)"),
+        ["hgx-c33", "hgx-c34"],
+        SQUEUE,
+    )
     assert a.kind == "none"
 
 
 def test_without_the_clock_the_overshooting_estimate_still_reads_as_silence() -> None:
     steps = list(range(0, 66, 1))
-    a = _run(_megatron(steps, "# operator: job still running (squeue R)"), ["hgx-c33", "hgx-c34"], SQUEUE)
+    a = _run(
+        _megatron(steps, "# operator: job still running (squeue R)"), ["hgx-c33", "hgx-c34"], SQUEUE
+    )
     assert a.kind == AnomalyKind.HANG
 
 
