@@ -13,26 +13,8 @@ NVRM Xid 79 lines, srun's `Terminating StepId=`."""
 
 from __future__ import annotations
 
-from resurgo.attribute.offline import ACTION_NAMES, default_advice
-from resurgo.attribute.rules import attribute
-from resurgo.contracts import Attribution, Category
-from resurgo.detect.registry import Registry
-from tests.log_lines import log_lines as _lines
-
-
-def _run(
-    job: str, nodes: list[str], node_files: dict[str, str] | None = None, scheduler: str = ""
-) -> Attribution:
-    logs = {h.split("_", 1)[1]: _lines(t, f"{h}.txt") for h, t in (node_files or {}).items()}
-    return attribute(
-        Registry.default(), None, _lines(job), None, [], nodes,
-        node_logs=logs, scheduler_lines=_lines(scheduler, "scheduler.txt"),
-    )  # fmt: skip
-
-
-def _action(a: Attribution) -> str:
-    return ACTION_NAMES[default_advice(a).kind]
-
+from resurgo.contracts import Category
+from tests.log_lines import attribute_text, first_action
 
 # --- DCP: rank 0 relays rank 10's error; df says whose disk is full ---------------------
 B_NODES = ["node-b05", "node-b06", "node-b07", "node-b08"]
@@ -63,16 +45,16 @@ def _df(full: bool) -> str:
 
 def test_an_error_rank_0_relays_for_rank_16_is_rank_16s_and_its_full_disk_names_the_node() -> None:
     files = {f"node_{n}": _df(full=n == "node-b07") for n in B_NODES}
-    a = _run(RELAYED, B_NODES, files)
+    a = attribute_text(RELAYED, B_NODES, files)
     assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["node-b07"])
-    assert _action(a) == "requeue_excluding_nodes"
+    assert first_action(a) == "requeue_excluding_nodes"
 
 
 def test_two_nodes_failing_need_every_nodes_df_to_name_the_full_one() -> None:
     own = RELAYED.replace(": (RANK 16)", "")  # rank 0's own error: two nodes failed
-    assert _run(own, B_NODES, {"node_node-b07": _df(full=True)}).culprit_nodes == []
+    assert attribute_text(own, B_NODES, {"node_node-b07": _df(full=True)}).culprit_nodes == []
     files = {f"node_{n}": _df(full=n == "node-b07") for n in B_NODES}
-    assert _run(own, B_NODES, files).culprit_nodes == ["node-b07"]
+    assert attribute_text(own, B_NODES, files).culprit_nodes == ["node-b07"]
 
 
 # --- a reimaged node that could not mount the file system --------------------------------
@@ -94,12 +76,12 @@ JobID|JobName|State|ExitCode|Elapsed|NodeList|Start|End
 
 
 def test_a_path_missing_on_the_node_that_failed_to_mount_its_file_system_is_that_node() -> None:
-    a = _run(MISSING, A_NODES, {"journal_gpu-a-23": UNMOUNTED}, SACCT_A)
+    a = attribute_text(MISSING, A_NODES, {"journal_gpu-a-23": UNMOUNTED}, SACCT_A)
     assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["gpu-a-23"])
 
 
 def test_the_same_missing_path_with_every_mount_fine_is_the_jobs_path() -> None:
-    a = _run(
+    a = attribute_text(
         MISSING,
         A_NODES,
         {"journal_gpu-a-23": "Mar  3 06:13:22 gpu-a-23 systemd[1]: Mounted /lustre/work.\n"},
@@ -120,8 +102,8 @@ def test_a_parquet_file_without_its_footer_is_the_jobs_data() -> None:
 srun: error: a100-02: task 1: Exited with exit code 1
 srun: error: a100-01: task 0: Exited with exit code 1
 """
-    a = _run(job, ["a100-01", "a100-02"])
-    assert (a.category, a.culprit_nodes, _action(a)) == (Category.APPLICATION, [], "stop")
+    a = attribute_text(job, ["a100-01", "a100-02"])
+    assert (a.category, a.culprit_nodes, first_action(a)) == (Category.APPLICATION, [], "stop")
 
 
 # --- Docker's 64 MB /dev/shm in the container the job starts -------------------------------
@@ -135,12 +117,12 @@ ERROR: Unexpected bus error encountered in worker. This might be caused by insuf
 
 
 def test_a_dataloader_bus_error_in_the_jobs_own_container_with_the_default_shm_is_the_job() -> None:
-    a = _run(_docker(""), ["dgx-17"])
-    assert (a.category, a.culprit_nodes, _action(a)) == (Category.APPLICATION, [], "stop")
+    a = attribute_text(_docker(""), ["dgx-17"])
+    assert (a.category, a.culprit_nodes, first_action(a)) == (Category.APPLICATION, [], "stop")
 
 
 def test_the_same_error_in_a_container_given_the_hosts_ipc_is_not_the_launch_line() -> None:
-    assert _run(_docker("--ipc=host "), ["dgx-17"]).category != Category.APPLICATION
+    assert attribute_text(_docker("--ipc=host "), ["dgx-17"]).category != Category.APPLICATION
 
 
 # --- a NaN loss on a node whose GPU fails its memory test -------------------------------
@@ -158,12 +140,14 @@ DGX_A = ["dgx-a-09", "dgx-a-10", "dgx-a-11", "dgx-a-12"]
 
 
 def test_a_nan_loss_beside_a_gpu_failing_dcgms_memory_test_is_that_gpus_node() -> None:
-    a = _run(NAN, DGX_A, {"node_dgx-a-12": DIAG})
+    a = attribute_text(NAN, DGX_A, {"node_dgx-a-12": DIAG})
     assert (a.category, a.culprit_nodes) == (Category.HARDWARE_GPU, ["dgx-a-12"])
 
 
 def test_the_same_nan_with_the_memory_test_passing_stays_the_applications() -> None:
-    a = _run(NAN, DGX_A, {"node_dgx-a-12": DIAG.replace("Fail - GPU: 0", "Pass - All   ")})
+    a = attribute_text(
+        NAN, DGX_A, {"node_dgx-a-12": DIAG.replace("Fail - GPU: 0", "Pass - All   ")}
+    )
     assert a.category == Category.APPLICATION
 
 
@@ -178,9 +162,9 @@ srun: error: dgx-h101: task 0: Exited with exit code 1
 [Fri Jun 14 03:14:52 2024] pcieport 0000:97:01.0: PCIe Bus Error: severity=Uncorrected (Fatal), type=Transaction Layer, (Receiver ID)
 [Fri Jun 14 03:14:52 2024] NVRM: Xid (PCI:0000:9b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.
 """
-    a = _run(job, ["dgx-h101", "dgx-h103"], {"dmesg_dgx-h103": dmesg})
+    a = attribute_text(job, ["dgx-h101", "dgx-h103"], {"dmesg_dgx-h103": dmesg})
     assert (a.category, a.culprit_nodes) == (Category.HARDWARE_GPU, ["dgx-h103"])
-    alone = _run(
+    alone = attribute_text(
         job, ["dgx-h101", "dgx-h103"], {"dmesg_dgx-h103": "\n".join(dmesg.splitlines()[:2])}
     )
     assert alone.category == Category.HARDWARE_HOST
@@ -200,6 +184,6 @@ srun: error: c3-gpu09: task 2: Exited with exit code 1
 5521088          mchen  CANCELLED      0:9        c3-gpu09
 5521144        arivera     FAILED      1:0    c3-gpu[07-10]
 """
-    a = _run(job, ["c3-gpu07", "c3-gpu08", "c3-gpu09", "c3-gpu10"], scheduler=sacct)
+    a = attribute_text(job, ["c3-gpu07", "c3-gpu08", "c3-gpu09", "c3-gpu10"], scheduler=sacct)
     assert a.category != Category.SCHEDULER
-    assert _action(a) != "none"
+    assert first_action(a) != "none"

@@ -10,11 +10,8 @@ CUDA error 401`, quoted in pytorch/pytorch#177472; `transport/nvls.cc:158 NCCL W
 
 from __future__ import annotations
 
-from resurgo.attribute.offline import ACTION_NAMES, default_advice
-from resurgo.attribute.rules import attribute
-from resurgo.contracts import AnomalyKind, Attribution, Category
-from resurgo.detect.registry import Registry
-from tests.log_lines import log_lines as _lines
+from resurgo.contracts import AnomalyKind, Category
+from tests.log_lines import attribute_text, first_action
 
 DGX = ["dgx-h100-05", "dgx-h100-06", "dgx-h100-07", "dgx-h100-08"]
 NVLS_JOB = """\
@@ -37,19 +34,12 @@ srun: error: dgx-h100-05: task 0: Exited with exit code 1
 """
 
 
-def _run(job: str, nodes: list[str], scheduler: str = "") -> Attribution:
-    return attribute(
-        Registry.default(), None, _lines(job), None, [], nodes,
-        scheduler_lines=_lines(scheduler, "scheduler.txt"),
-    )  # fmt: skip
-
-
 def test_one_nodes_nvls_bind_failure_is_its_fabric_and_the_node_is_excluded() -> None:
-    a = _run(NVLS_JOB, DGX)
+    a = attribute_text(NVLS_JOB, DGX)
     assert (a.kind, a.category, a.culprit_nodes) == (
         AnomalyKind.CRASH, Category.SYSTEM_SOFTWARE, ["dgx-h100-07"],
     )  # fmt: skip
-    assert ACTION_NAMES[default_advice(a).kind] == "requeue_excluding_nodes"
+    assert first_action(a) == "requeue_excluding_nodes"
 
 
 def test_the_nvls_warning_alone_names_the_node_too() -> None:
@@ -57,7 +47,7 @@ def test_the_nvls_warning_alone_names_the_node_too() -> None:
         "Cuda failure 401 'the operation cannot be performed in the present state'",
         "Cuda failure 1 'invalid argument'",
     )
-    assert _run(only_warn, DGX).culprit_nodes == ["dgx-h100-07"]
+    assert attribute_text(only_warn, DGX).culprit_nodes == ["dgx-h100-07"]
 
 
 def test_nvls_running_the_gpu_out_of_memory_is_not_the_fabric() -> None:
@@ -66,7 +56,7 @@ def test_nvls_running_the_gpu_out_of_memory_is_not_the_fabric() -> None:
         "Cuda failure 2 'out of memory'",
     )
     oom = "\n".join(ln for ln in oom.splitlines() if "NVLS) Multicast" not in ln)
-    assert _run(oom, DGX).category != Category.SYSTEM_SOFTWARE
+    assert attribute_text(oom, DGX).category != Category.SYSTEM_SOFTWARE
 
 
 # --- autograd anomaly detection left on in a running job --------------------------------
@@ -91,14 +81,17 @@ SQUEUE = """\
 
 
 def test_a_running_job_with_anomaly_detection_on_is_an_application_straggler() -> None:
-    a = _run(_dpo(anomaly=True), ["node-b21", "node-b22"], SQUEUE)
+    a = attribute_text(_dpo(anomaly=True), ["node-b21", "node-b22"], scheduler=SQUEUE)
     assert (a.kind, a.category, a.culprit_nodes) == (
         AnomalyKind.STRAGGLER,
         Category.APPLICATION,
         [],
     )
-    assert ACTION_NAMES[default_advice(a).kind] == "none"
+    assert first_action(a) == "none"
 
 
 def test_the_same_run_without_it_is_healthy() -> None:
-    assert _run(_dpo(anomaly=False), ["node-b21", "node-b22"], SQUEUE).kind == "none"
+    assert (
+        attribute_text(_dpo(anomaly=False), ["node-b21", "node-b22"], scheduler=SQUEUE).kind
+        == "none"
+    )

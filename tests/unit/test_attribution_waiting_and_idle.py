@@ -10,26 +10,8 @@ vLLM's placement-group wait (vllm/executor/ray_utils.py)."""
 
 from __future__ import annotations
 
-from resurgo.attribute.offline import ACTION_NAMES, default_advice
-from resurgo.attribute.rules import attribute
-from resurgo.contracts import AnomalyKind, Attribution, Category
-from resurgo.detect.registry import Registry
-from tests.log_lines import log_lines as _lines
-
-
-def _run(
-    job: str, nodes: list[str], scheduler: str = "", node_files: dict[str, str] | None = None
-) -> Attribution:
-    logs = {h: _lines(t, f"dmesg_{h}.txt") for h, t in (node_files or {}).items()}
-    return attribute(
-        Registry.default(), None, _lines(job), None, [], nodes,
-        node_logs=logs, scheduler_lines=_lines(scheduler, "scheduler.txt"),
-    )  # fmt: skip
-
-
-def _action(a: Attribution) -> str:
-    return ACTION_NAMES[default_advice(a).kind]
-
+from resurgo.contracts import AnomalyKind, Category
+from tests.log_lines import attribute_text, first_action
 
 # --- a world larger than launched, declared in init_process_group's arguments ------------
 WORLD_JOB = "".join(
@@ -48,14 +30,17 @@ JobID|State|ExitCode|Elapsed|NodeList
 
 
 def test_every_launched_rank_waiting_for_a_larger_declared_world_is_the_jobs_launch() -> None:
-    a = _run(WORLD_JOB, ["gpu017", "gpu018"], WORLD_SACCT)
+    a = attribute_text(WORLD_JOB, ["gpu017", "gpu018"], scheduler=WORLD_SACCT)
     assert (a.kind, a.category, a.culprit_nodes) == (AnomalyKind.HANG, Category.APPLICATION, [])
-    assert _action(a) == "stop"
+    assert first_action(a) == "stop"
 
 
 def test_a_world_the_launch_filled_is_not_short() -> None:
     full = WORLD_JOB.replace("world_size=32", "world_size=16")
-    assert _run(full, ["gpu017", "gpu018"], WORLD_SACCT).category != Category.APPLICATION
+    assert (
+        attribute_text(full, ["gpu017", "gpu018"], scheduler=WORLD_SACCT).category
+        != Category.APPLICATION
+    )
 
 
 # --- a node whose step used nothing, while the others waited until the time limit --------
@@ -80,9 +65,9 @@ NODES = ["gn41", "gn42", "gn43", "gn44"]
 
 
 def test_a_step_that_used_no_cpu_or_memory_names_its_node_as_never_started() -> None:
-    a = _run(RAY_JOB, NODES, RAY_SACCT)
+    a = attribute_text(RAY_JOB, NODES, scheduler=RAY_SACCT)
     assert (a.kind, a.category, a.culprit_nodes) == (AnomalyKind.HANG, Category.UNKNOWN, ["gn44"])
-    assert _action(a) == "requeue_excluding_nodes"
+    assert first_action(a) == "requeue_excluding_nodes"
     assert any("9013377.3" in e.text for e in a.evidence)
 
 
@@ -95,18 +80,18 @@ def test_fixed_width_sacct_rows_say_the_same() -> None:
 9013377.2           ray  CANCELLED     0:15   03:59:39            gn43   4398008K   00:12:41
 9013377.3           ray  CANCELLED     0:15   03:59:34            gn44          0   00:00:00
 """
-    assert _run(RAY_JOB, NODES, fixed).culprit_nodes == ["gn44"]
+    assert attribute_text(RAY_JOB, NODES, scheduler=fixed).culprit_nodes == ["gn44"]
 
 
 def test_every_step_busy_or_every_step_idle_names_no_node() -> None:
     busy = RAY_SACCT.replace("|gn44|0|00:00:00", "|gn44|4401200K|00:12:50")
-    assert _run(RAY_JOB, NODES, busy).culprit_nodes == []
+    assert attribute_text(RAY_JOB, NODES, scheduler=busy).culprit_nodes == []
     idle = "\n".join(
         ln.replace("|6811232K|00:41:07", "|0|00:00:00").replace("|4410916K|00:12:55", "|0|00:00:00")
         .replace("|4398008K|00:12:41", "|0|00:00:00")
         for ln in RAY_SACCT.splitlines()
     )  # fmt: skip
-    assert _run(RAY_JOB, NODES, idle).culprit_nodes == []
+    assert attribute_text(RAY_JOB, NODES, scheduler=idle).culprit_nodes == []
 
 
 # --- a store warning before the watchdog: the rank was alive, the job hung ---------------
@@ -129,7 +114,7 @@ L40S = ["gpu-l40s-1", "gpu-l40s-2", "gpu-l40s-3"]
 
 
 def test_a_store_warning_before_the_ranks_watchdog_timeouts_leaves_the_job_hung() -> None:
-    a = _run(STORE_HOST_JOB, L40S, node_files={"gpu-l40s-1": NIC_HANG})
+    a = attribute_text(STORE_HOST_JOB, L40S, node_files={"dmesg_gpu-l40s-1": NIC_HANG})
     assert (a.kind, a.category, a.culprit_nodes) == (
         AnomalyKind.HANG, Category.HARDWARE_NETWORK, ["gpu-l40s-1"],
     )  # fmt: skip
@@ -143,7 +128,7 @@ def test_a_store_error_that_ends_the_rank_keeps_the_crash() -> None:
         "Watchdog caught collective operation timeout",
         "Some NCCL operations have failed or timed out",
     )
-    a = _run(died, L40S, node_files={"gpu-l40s-1": NIC_HANG})
+    a = attribute_text(died, L40S, node_files={"dmesg_gpu-l40s-1": NIC_HANG})
     assert a.kind == AnomalyKind.CRASH
 
 
@@ -166,18 +151,20 @@ def test_a_note_of_the_clock_the_job_was_seen_running_at_is_when_it_was_seen() -
     # The run time from the first line overshoots (the job started before it printed): the
     # note says it was seen at 13:05, half a minute before its last step.
     steps = list(range(0, 66, 1))
-    a = _run(
+    a = attribute_text(
         _megatron(steps, "# operator: job still running at 13:05 (squeue R)"),
         ["hgx-c33", "hgx-c34"],
-        SQUEUE,
+        scheduler=SQUEUE,
     )
     assert a.kind == "none"
 
 
 def test_without_the_clock_the_overshooting_estimate_still_reads_as_silence() -> None:
     steps = list(range(0, 66, 1))
-    a = _run(
-        _megatron(steps, "# operator: job still running (squeue R)"), ["hgx-c33", "hgx-c34"], SQUEUE
+    a = attribute_text(
+        _megatron(steps, "# operator: job still running (squeue R)"),
+        ["hgx-c33", "hgx-c34"],
+        scheduler=SQUEUE,
     )
     assert a.kind == AnomalyKind.HANG
 
@@ -190,5 +177,5 @@ def test_every_one_of_the_ranks_printed_it_leaves_no_rank_silent() -> None:
     )
     nodes = [f"hgx-h200-{i:02d}" for i in range(1, 7)]
     note = "# operator: every one of the 48 ranks printed the same watchdog timeout for SeqNum=2398459 within 2 s; 46 further ranks elided\n"
-    assert _run(timeouts + note, nodes).culprit_nodes == []
-    assert _run(timeouts, nodes).culprit_nodes != []
+    assert attribute_text(timeouts + note, nodes).culprit_nodes == []
+    assert attribute_text(timeouts, nodes).culprit_nodes != []
