@@ -9,6 +9,7 @@ host and a timestamp.
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -149,21 +150,25 @@ def scan_node_logs(
 
 
 # A fatal PCIe error on a switch or root port above a GPU that the driver reports lost in the
-# same seconds (Xid 79 `GPU has fallen off the bus`): the port carried the GPU's link, and the
-# GPU's loss is the fault (NVIDIA's Xid catalogue: Xid 79 with AER on the upstream port).
+# same seconds (Xid 79 `GPU has fallen off the bus`): the port carried that GPU's link, and the
+# lost GPU is the fault (attribution-labels.md: Xid 79 and a GPU's PCIe link are hardware_gpu).
 _SAME_BURST = timedelta(seconds=5)
 
 
 def _port_errors_of_lost_gpus(events: list[Event]) -> list[Event]:
-    gpu = [e for e in events if e.category == Category.HARDWARE_GPU and e.when is not None]
+    lost: dict[str | None, list[datetime]] = {}
+    for e in events:
+        if e.category == Category.HARDWARE_GPU and e.when is not None:
+            lost.setdefault(e.node, []).append(e.when)
+    for times in lost.values():
+        times.sort()
     out = []
     for e in events:
-        if (
-            e.match.id in AER_IDS
-            and e.category == Category.HARDWARE_HOST
-            and e.when is not None
-            and any(g.node == e.node and abs(g.when - e.when) <= _SAME_BURST for g in gpu)  # type: ignore[operator]
-        ):
-            e = replace(e, match=e.match.model_copy(update={"category": Category.HARDWARE_GPU}))
+        if e.match.id in AER_IDS and e.category == Category.HARDWARE_HOST and e.when is not None:
+            # (the nearest lost-GPU time on the same node, found by bisection: linear overall)
+            times = lost.get(e.node, [])
+            at = bisect_left(times, e.when - _SAME_BURST)
+            if at < len(times) and times[at] <= e.when + _SAME_BURST:
+                e = replace(e, match=e.match.model_copy(update={"category": Category.HARDWARE_GPU}))
         out.append(e)
     return out
