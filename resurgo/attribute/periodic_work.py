@@ -5,12 +5,15 @@ not (generating samples for a logger, evaluating, uploading) while every other r
 the next collective. Without per-rank timers it shows in the job-wide series: the steps that
 contain that work take several times the others, and the rank's own output says what it was
 doing just before (`iteration 2400: generating 16 samples for wandb table ...`, `sample
-generation took 195.2 s`). Recurring, it costs the run a share of its throughput for good; the
-job's code decides it, not a node (attribution-labels.md: application-level stragglers).
+generation took 195.2 s`), or reports it right after (a checkpoint gathered to rank 0 and saved
+synchronously: `torch.save -> step_200.pt (26.1 GB) in 65.0s`). Recurring, it costs the run a
+share of its throughput for good; the job's code decides it, not a node (attribution-labels.md:
+application-level stragglers).
 """
 
 from __future__ import annotations
 
+import re
 import statistics
 
 from resurgo.attribute.analysis import Analysis, Verdict
@@ -23,6 +26,15 @@ SPIKE_RATIO = 3.0  # a step holding the extra work against the run's usual step
 MIN_SPIKES = 2
 NEAR_LINES = 6  # how far before a slow step its rank's own-work line may be
 MIN_SHARE = 0.1  # the extra work's share of the run's time that makes it worth saying
+AFTER_LINES = 2  # how far after a slow step its rank's report of a finished save may be
+# A checkpoint save that one rank does while the others wait (a full state dict gathered to
+# rank 0 and written synchronously, PyTorch FSDP's FULL_STATE_DICT with rank0_only): the job's
+# checkpoint configuration, reported when done (`torch.save -> .../step_200.pt ... in 65.0s`,
+# `saved checkpoint ... in 65.0 s`).
+_SAVED = re.compile(
+    r"(?i)\btorch\.save\b.{0,200}\bin \d+(?:\.\d+)?\s*s\b"
+    r"|\bsav(?:ed|ing) (?:the )?(?:full )?(?:model )?checkpoint\b.{0,200}\bin \d+(?:\.\d+)?\s*s\b"
+)
 
 
 def periodic_own_work(a: Analysis) -> Verdict | None:
@@ -38,12 +50,17 @@ def periodic_own_work(a: Analysis) -> Verdict | None:
     said: list[int] = []
     ranks: set[int | None] = set()
     for s in spikes:
+        # Its own words just before the slow step, or its report of the work right after it
+        # (a synchronous save prints when it is done: `torch.save -> step_200.pt in 65.0s`).
         near = [
             i for i in range(max(s.order - NEAR_LINES, 0), s.order)
             if OWN_WORK.search(a.lines[i].text)
+        ] or [
+            i for i in range(s.order + 1, min(s.order + 1 + AFTER_LINES, len(a.lines)))
+            if _SAVED.search(a.lines[i].text)
         ]  # fmt: skip
         if not near:
-            return None  # (a spike with nothing of the job's own work before it)
+            return None  # (a spike with nothing of the job's own work around it)
         said.append(near[-1])
         pre = strip_prefixes(a.lines[near[-1]].text)
         ranks.add(pre.rank if pre.rank is not None else pre.task)

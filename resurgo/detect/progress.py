@@ -78,9 +78,10 @@ _KEYED = re.compile(
 )
 
 # `it 7425 | loss 2.22`, `it: 120, loss ...`: the short key, only where a field separator follows
-# (prose such as "did it 3 times" stays out); `it=100 loss=2.18`: key=value fields.
+# (prose such as "did it 3 times" stays out); `it=100 loss=2.18`: key=value fields. A space,
+# `=` or `:` after `it`, as the gate's `\bit[ =:]` has it (`s/it12|` is no step: hypothesis).
 _SHORT_IT = re.compile(
-    r"(?i)(?<![\w.])it\s*[=:]?\s*(\d{1,15})\s*(?:\||,|/\s*\d)"
+    r"(?i)(?<![\w.])it[ =:]\s*[=:]?\s*(\d{1,15})\s*(?:\||,|/\s*\d)"
     r"|(?<![\w.])it=(\d{1,15}) +(?=[A-Za-z_]\w{0,40}=)",
     _FLAGS,
 )

@@ -158,7 +158,7 @@ FLOORS = {
     "s50-": (1.0, 0.88, 1.0, 0),
     # Sets 51 (the data plane) and 52 (GPU and node hardware across generations), session 14,
     # a second round: scored on arrival (README), then the classes they exposed fixed.
-    "s51-": (0.97, 1.0, 1.0, 0),
+    "s51-": (1.0, 1.0, 1.0, 0),
     "s52-": (0.97, 1.0, 1.0, 0),
     "hardware": (1.0, 1.0, 1.0, 0),
     "software": (1.0, 1.0, 1.0, 0),

@@ -187,3 +187,31 @@ srun: error: c3-gpu09: task 2: Exited with exit code 1
     a = attribute_text(job, ["c3-gpu07", "c3-gpu08", "c3-gpu09", "c3-gpu10"], scheduler=sacct)
     assert a.category != Category.SCHEDULER
     assert first_action(a) != "none"
+
+
+# --- a synchronous rank-0 checkpoint save that stalls every rank, time after time -------------
+def _fsdp(saves: bool) -> str:
+    out = ["0: [rank0]: config: fsdp.sharding=FULL_SHARD ckpt.every=200 ckpt.type=full"]
+    for step in range(50, 1650, 50):
+        slow = step % 200 == 0
+        out.append(
+            f"0: [rank0]: step {step:4d} | loss 2.1000 | step_time {'97.20' if slow else '1.11'}s | tok/s {'1180' if slow else '103210'}"
+        )
+        if slow and saves:
+            out.append(
+                f"0: [rank0]: [ckpt] gathered full state dict in 31.2s, torch.save -> /home/o/runs/step_{step}.pt (26.1 GB) in 65.0s; ranks 1-15 waited at barrier"
+            )
+    out.append("# operator note: job still running at 2025-07-21T15:11:03 (squeue R 02:11:40)")
+    return "\n".join(out) + "\n"
+
+
+def test_a_save_rank_0_reports_after_each_slow_step_is_the_jobs_own_checkpointing() -> None:
+    a = attribute_text(_fsdp(saves=True), ["hgx-101", "hgx-102"])
+    assert (a.kind, a.category, a.culprit_nodes) == ("straggler", Category.APPLICATION, [])
+    assert first_action(a) == "none"
+
+
+def test_the_same_slow_steps_with_nothing_said_about_them_name_no_cause() -> None:
+    assert (
+        attribute_text(_fsdp(saves=False), ["hgx-101", "hgx-102"]).category != Category.APPLICATION
+    )

@@ -279,6 +279,7 @@ _LINES = st.lists(st.sampled_from(_FRAGMENTS), max_size=10).map("".join)
 @example("\u212aeep \u017ftep 3 it: 4, t\u0131me 5")
 @example("re\u017fuming at Step 50/1000")
 @example("\u017f/it12|")  # (no gate word at all: the literals passed it on folding alone)
+@example("itit 7 s/it12|")  # (the gate's literal `it ` elsewhere; `it12|` is no short key)
 @example("TIME/ITER: 0.5 | 4.5 S/IT")
 @example("2: Epoch 2:  12%|#  | 120/1000 [00:30<03:40, 4.00it/s]")
 def test_literal_gates_change_no_result(line: str) -> None:
