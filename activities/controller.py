@@ -28,6 +28,7 @@ from resurgo.attribute.rules import attribute
 from resurgo.contracts import (
     ActionRequest,
     ActionResult,
+    ActionStep,
     AdviceKind,
     Anomaly,
     AttributeRequest,
@@ -43,7 +44,7 @@ from resurgo.contracts import (
     WatchResult,
 )
 from resurgo.detect.file_changes import FileChanges
-from resurgo.detect.logtail import read_until_eof
+from resurgo.detect.logtail import end_of_output, read_until_eof
 from resurgo.detect.progress import ProgressParser
 from resurgo.detect.registry import Registry
 from resurgo.detect.remote_tail import remote_logs
@@ -66,6 +67,9 @@ MAX_ATTRIBUTION_LINES = 50_000
 HEARTBEAT_EVERY = 2.0
 # Output may trail the job's end by a moment (buffers, shared file systems).
 SETTLE_DRAIN_SECONDS = 0.5
+# How long requeue_hold may spend finding the end of the held attempt's output (a step has
+# 30 s in all); past it the next watch falls back to skipping what it reads while PENDING.
+OUTPUT_END_SECONDS = 10.0
 
 # OpenTelemetry API only: no-ops until resurgo.worker.telemetry installs a meter provider.
 _meter = metrics.get_meter("resurgo.activities")
@@ -311,7 +315,29 @@ class ControllerActivities:
                     raise ActionsNotAllowed(
                         f"partition {obs.partition!r} is not in {self.gates.partitions}"
                     )
-            return await self.actions.run(req)
+            result = await self.actions.run(req)
+        if req.step == ActionStep.REQUEUE_HOLD and result.observation is not None:
+            end = await self._output_end(req, result.observation)
+            result = result.model_copy(update={"output_end": end})
+        return result
+
+    async def _output_end(self, req: ActionRequest, obs: JobObservation) -> LogCursor | None:
+        """Where the held job's next attempt's output will begin: the old attempt's step has
+        ended and the job is held, so everything in the file now is the old attempt's (its
+        teardown lines included). None when that is not known: the job is no longer held, the
+        file is refused or slow."""
+        if not (obs.held and obs.state == "PENDING" and obs.std_out):
+            return None
+        start = req.cursor if req.cursor and req.cursor.path == obs.std_out else None
+        try:
+            return await asyncio.wait_for(
+                end_of_output(self.runner, start or LogCursor(path=obs.std_out), owner=obs.user),
+                OUTPUT_END_SECONDS,
+            )
+        except (OutputRefused, TimeoutError) as exc:
+            log.warning("job %s: end of the held attempt's output not found: %s",
+                        req.job.job_id, exc)  # fmt: skip
+            return None
 
     @activity.defn(name="verify_advice")
     async def verify_advice(self, req: VerifyRequest) -> Reconciliation:

@@ -243,6 +243,9 @@ class ActionRequest(Frozen):
     # A heterogeneous job: each component's nodes when it failed, so exclusions land on the
     # component that ran the culprit.
     component_nodes: list[list[str]] = Field(default_factory=list)
+    # Where the workflow last read the job's output (requeue_hold reads on from here to the end
+    # of the held attempt's output).
+    cursor: LogCursor | None = None
 
 
 class ActionResult(Frozen):
@@ -251,6 +254,9 @@ class ActionResult(Frozen):
     outcome: Literal["applied", "already_satisfied"]
     observation: JobObservation | None = None
     detail: str = ""
+    # requeue_hold: the end of the old attempt's output, read while the job was held and its
+    # step gone. The next attempt's output starts after it, however soon it runs.
+    output_end: LogCursor | None = None
 
 
 class Reconciliation(Frozen):

@@ -58,6 +58,7 @@ class SchedulerSteps(RecoveryBase):
                 nodes=nodes,
                 reason=advice.reason,
                 hold_deadline=deadline,
+                cursor=self.s.cursor,
                 component_nodes=[list(c) for c in self._het_nodes]
                 if step == ActionStep.EXCLUDE_NODES.value
                 else [],
@@ -94,6 +95,13 @@ class SchedulerSteps(RecoveryBase):
                 return "action_failed"
             if step == ActionStep.RELEASE.value:
                 self._holding = False
+            if step == ActionStep.REQUEUE_HOLD.value and res.output_end is not None:
+                # The old attempt's output ends here. The next attempt's watch reads on from
+                # it even when it first sees the job RUNNING, never seeing it PENDING (a
+                # release that starts the job at once, a worker restarted after the release).
+                # Only state changes, no command: a history recorded before output_end
+                # existed replays with it None, so no patch is needed.
+                self.s.cursor = res.output_end
             self.s.completed_actions[key] = res.outcome
             if step == ActionStep.EXCLUDE_NODES.value:
                 self.s.excluded_nodes = nodes

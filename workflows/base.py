@@ -112,7 +112,11 @@ class RecoveryBase:
 
     def _next_attempt(self, attempt: int) -> None:
         self.s.attempt = attempt
-        self.s.attempts = [*self.s.attempts, AttemptRecord(attempt=attempt)][-50:]
+        # Output read so far belongs to earlier attempts: the new one's begins after it (its
+        # watch skips further on while it sees the job PENDING).
+        start = self.s.cursor.line_no if self.s.cursor is not None else 0
+        record = AttemptRecord(attempt=attempt, start_line=start)
+        self.s.attempts = [*self.s.attempts, record][-50:]
         self.s.phase = "watching"
         workflow.upsert_search_attributes([sa.ATTEMPT.value_set(attempt)])
 

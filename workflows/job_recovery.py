@@ -177,6 +177,9 @@ class JobRecoveryWorkflow(SchedulerSteps, ApprovalGate, ArrayTask):
                 await self._record_limits(result.notes)
             cur = self.s.attempts[-1]
             self.s.cursor = result.cursor
+            # Where the attempt's output begins moves only when the watch skipped the previous
+            # attempt's tail or the file was truncated under it (state only, no command).
+            cur.start_line = result.attempt_start_line
             self.s.source_cursor = result.source_cursor
             if result.last_iteration is not None:
                 cur.max_iteration = max(cur.max_iteration or -1, result.last_iteration)

@@ -99,3 +99,13 @@ async def read_until_eof(
         yield got
         if got.at_eof or (cursor.offset == before and not got.reset):
             return
+
+
+async def end_of_output(
+    runner: CommandRunner, cursor: LogCursor, *, owner: str | int | None = None
+) -> LogCursor:
+    """The cursor at the end of the file's complete lines, read on from `cursor` (the lines are
+    counted, not kept): where output written from now on begins."""
+    async for got in read_until_eof(runner, cursor, owner=owner):
+        cursor = got.cursor
+    return cursor

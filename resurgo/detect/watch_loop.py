@@ -183,12 +183,16 @@ async def _watch(
     seen_started = req.seen_started
 
     async def read_all(feed: bool, owner: str) -> None:
-        nonlocal cursor, refused
+        nonlocal cursor, refused, start_line
         if cursor is None or refused is not None:
             return
         try:
             async for got in read_until_eof(runner, cursor, owner=owner):
                 cursor = got.cursor
+                if got.reset:
+                    # Truncated or replaced (an --open-mode=truncate requeue): what the file
+                    # holds now was written since, its lines numbered from 1 again.
+                    start_line = 0
                 if feed:
                     await feed_lines(watcher, got.lines, now(), "job.log")
                     if tail is not None:

@@ -32,6 +32,7 @@ from resurgo.contracts import (
     Directive,
     JobKey,
     JobObservation,
+    LogCursor,
     Mode,
     ModeChange,
     PolicyConfig,
@@ -213,6 +214,37 @@ class OutputRefused(FakeCluster):
         return result.model_copy(update={"notes": [self.NOTE]})
 
 
+class HoldEndsTheOutput(FakeCluster):
+    """requeue_hold reports where the held attempt's output ended (line 40, byte 900)."""
+
+    END = LogCursor(path="/home/u/job.out", offset=900, line_no=40)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.requests: list[WatchRequest] = []
+        self.actions: list[ActionRequest] = []
+
+    @activity.defn(name="watch_attempt")
+    async def watch_attempt(self, req: WatchRequest) -> WatchResult:
+        self.requests.append(req)
+        result = await super().watch_attempt(req)
+        if req.attempt == 0:
+            # Attempt 0's watch read up to line 12 before it reported the crash.
+            here = LogCursor(path=self.END.path, offset=300, line_no=12)
+            return result.model_copy(update={"cursor": here})
+        return result.model_copy(
+            update={"cursor": req.cursor, "attempt_start_line": req.attempt_start_line}
+        )
+
+    @activity.defn(name="scheduler_action")
+    async def scheduler_action(self, req: ActionRequest) -> ActionResult:
+        self.actions.append(req)
+        done = await super().scheduler_action(req)
+        if req.step.value == "requeue_hold":
+            return done.model_copy(update={"output_end": self.END})
+        return done
+
+
 @pytest.fixture
 async def harness(temporal_env: WorkflowEnvironment) -> AsyncIterator[Harness]:
     h = Harness(temporal_env.client, FakeCluster())
@@ -233,6 +265,23 @@ class TestRecoveryLoop:
         types = harness.cluster.types()
         assert types.index("advice") < types.index("action") < types.index("reconciliation")
         assert "progress_recovered" in types
+
+    async def test_next_attempt_reads_after_the_held_attempts_output(
+        self, temporal_env: WorkflowEnvironment
+    ) -> None:
+        """The next attempt's watch starts where requeue_hold found the old output's end, not
+        where the old watch stopped: a watch that first sees the job RUNNING (never PENDING)
+        must not read the old attempt's teardown lines as its own."""
+        h = Harness(temporal_env.client, HoldEndsTheOutput())
+        async with h.worker(), h.controller():
+            outcome = await (await h.start(ACTION)).result()
+        cluster = h.cluster
+        assert isinstance(cluster, HoldEndsTheOutput) and outcome.outcome == "completed"
+        hold = next(a for a in cluster.actions if a.step.value == "requeue_hold")
+        assert hold.cursor is not None and hold.cursor.line_no == 12
+        later = [r for r in cluster.requests if r.attempt == 1]
+        assert later and all(r.attempt_start_line == 40 for r in later)
+        assert later[0].cursor == HoldEndsTheOutput.END
 
     async def test_observe_mode_takes_no_scheduler_action(self, harness: Harness) -> None:
         handle = await harness.start(Directive(mode=Mode.OBSERVE))
