@@ -6,10 +6,14 @@
 text again with its own readers, several of them built for one kind of node file: a firewall's
 REJECT/DROP log (`firewall`), a port going down and coming back (`link_recovery`), slurmctld's
 node updates (`node_removals`), a job's own Python environment (`own_environment`), a store
-port taken twice (`store_clash`), Open MPI's first process to exit (`rank_finished`). Each
-hostile shape repeats the fragment one of them looks for, without ever completing a match,
-to `--kib` KiB per line: the shape that makes a regex with a lazy or unbounded gap try every
-start. Every shape fills the job's output and one node's dmesg file with `--lines` such lines.
+port taken twice (`store_clash`), Open MPI's first process to exit (`rank_finished`), a
+checkpoint save's time (`periodic_work`), srun's step id (`log_header`), an alive note's clock
+(`liveness`), init_process_group's arguments (`stages_launch`), DCP's relayed tracebacks
+(`job_log`), a store host in hostlist syntax (`store_address`), a NIC's link events
+(`link_recovery`). Each hostile shape repeats the fragment one of them looks for, without ever
+completing a match, to `--kib` KiB per line: the shape that makes a regex with a lazy or
+unbounded gap try every start. Every shape fills the job's output and one node's dmesg file
+with `--lines` such lines.
 
 Printed: CPU seconds per MiB of text attributed, for an ordinary bundle of the same size (the
 baseline, measured in the same run) and for each hostile shape, and the ratio. A ratio near 1
@@ -48,6 +52,13 @@ SHAPES = {
     "store clash": "RuntimeError: port: 29500 ",
     "first to exit": "Process name: [[1,2],",
     "py-spy thread": 'Thread 0x7f (idle): "',
+    "checkpoint save": "saved checkpoint to /ckpt/iter_0001200 in ",
+    "srun step": "srun: Terminating ",
+    "alive note": "# job still running at 13:",
+    "process group": "init_process_group(backend='nccl', world_size=",
+    "relayed traceback": "Traceback (most recent call last): (RANK ",
+    "store hostlist": "[c10d] socket to (gpu-b[12-",
+    "link pair": "cxi_core 0000:c1:00.0: cxi0[hsn0] CXI_EVENT_LINK_",
 }
 
 

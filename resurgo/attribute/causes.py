@@ -14,7 +14,7 @@ from resurgo.attribute.analysis import Analysis, Verdict, event_node
 from resurgo.attribute.events import Event
 from resurgo.attribute.oom_blocks import block_of, oom_blocks
 from resurgo.attribute.oom_holders import job_pids
-from resurgo.attribute.own_environment import built_for_newer_driver
+from resurgo.attribute.own_environment import HOME_DIR, built_for_newer_driver
 from resurgo.attribute.ps_listing import others_hold_more
 from resurgo.attribute.stages_common import _rank
 from resurgo.attribute.topology import split_host_prefix
@@ -279,7 +279,7 @@ STORAGE_WRITE_IDS = frozenset(
 _QUOTA_OWNER = re.compile(r"\bDisk quotas for (?P<kind>usr|user|grp|group|prj|project) \S+")
 _OVER_LIMIT = re.compile(r"(?:^|\s)\d[\d.]*[kKMGTPE]?\*(?:\s|$)")
 # A quota-exceeded path in the user's own home is the user's quota.
-_HOME_PATH = re.compile(r"['\"\s](?:/[\w.-]+)?/(?:home|homes|users?)/[\w.-]+/")
+_HOME_PATH = re.compile(r"['\"\s]" + HOME_DIR)
 QUOTA_TABLE_LINES = 4
 
 

@@ -27,8 +27,10 @@ _ACTIVATE = re.compile(
     r"|^\+* ?conda activate (?P<conda>/\S{1,300})"
 )
 _PACKAGES = re.compile(r"(?P<path>/\S{1,300}?)/lib/python\d[\d.]{0,8}/site-packages/")
-# A package tree in a user's home directory is the user's own install.
-_HOME = re.compile(r"^/(?:home|homes|users?)/[\w.-]+/")
+# A user's home directory (`/home/u/`, `/gpfs/home/u/`, `/users/u/`): what lies in it is the
+# user's own (a package tree installed there, a quota reached writing there).
+HOME_DIR = r"(?:/[\w.-]+)?/(?:home|homes|users?)/[\w.-]+/"
+_HOME = re.compile("^" + HOME_DIR)
 
 
 def _activated(a: Analysis) -> list[str]:

@@ -165,8 +165,7 @@ def _records(lines: list[LogLine]) -> list[tuple[str, LogLine]]:
     return out
 
 
-# A hostlist at the end of a row: names, bracket ranges with a suffix after them
-# (`g530[5-8]cc`), comma-joined.
+# A hostlist at the end of a row: names, bracket ranges with a suffix (`g530[5-8]cc`), joined.
 _HOSTS = r"[A-Za-z][\w.-]*(?:\[[\d,-]+\][\w.-]*)*"
 _LAST_HOSTLIST = re.compile(rf"\b({_HOSTS}(?:,{_HOSTS})*)\s*$")
 
@@ -405,6 +404,8 @@ def _sacct_facts(
     if re.fullmatch(r"\d+(?:_\d+)?", job_id):
         facts.job_states.append(state)
     elif re.fullmatch(r"\d+(?:_\d+)?\.\d+", job_id):
+        if "|" not in text and len(cells := text.split()) == len(header):  # (all its columns)
+            row = {**dict(zip(header, cells, strict=True)), **row}
         facts.step_states[job_id], facts.step_rows[job_id] = state, (row, entry)
     if "Suspended" in header and facts.suspended is None:
         cells = [c.strip() for c in text.split("|")] if "|" in text else text.split()

@@ -21,14 +21,6 @@ _USAGE = ("MaxRSS", "AveCPU", "TotalCPU")
 _HOST = re.compile(r"^[A-Za-z][\w.-]{0,63}$")  # one node, not a hostlist expression
 
 
-def _cells(row: dict[str, str], line: LogLine, header: list[str]) -> dict[str, str]:
-    """The row's cells by column, where a fixed-width row lines up with the header."""
-    if "|" in line.text or any(k in row for k in _USAGE):
-        return row
-    cells = line.text.split()
-    return dict(zip(header, cells, strict=True)) if len(cells) == len(header) else row
-
-
 def _zero(value: str) -> bool:
     """`0`, `0K`, `00:00:00`, `00:00.000`: nothing used (an empty cell is not known)."""
     digits = re.sub(r"[^0-9]", "", value)
@@ -38,13 +30,11 @@ def _zero(value: str) -> bool:
 def idle_step_nodes(facts: SchedulerFacts) -> tuple[list[str], list[LogLine]]:
     """Nodes whose own step used no memory and no CPU while at least two sibling steps on
     other nodes used some (fewer idle than busy), with the sacct rows that say so."""
-    header = _header(facts)
     idle: dict[str, LogLine] = {}
     busy: set[str] = set()
     for step, (row, line) in facts.step_rows.items():
-        cells = _cells(row, line, header)
-        node = cells.get("NodeList", "")
-        used = [cells[k] for k in _USAGE if cells.get(k)]
+        node = row.get("NodeList", "")
+        used = [row[k] for k in _USAGE if row.get(k)]
         if not _STEP.match(step) or not _HOST.match(node) or not used:
             continue
         if all(_zero(v) for v in used):
@@ -55,12 +45,3 @@ def idle_step_nodes(facts: SchedulerFacts) -> tuple[list[str], list[LogLine]]:
     if len(busy) < 2 or not nodes or len(nodes) >= len(busy):
         return [], []
     return nodes, [idle[n] for n in nodes]
-
-
-def _header(facts: SchedulerFacts) -> list[str]:
-    """The sacct header holding usage columns, as the fixed-width rows line up under it."""
-    for entry in facts.lines:
-        text = entry.text.strip()
-        if text.startswith("JobID") and any(k in text for k in _USAGE):
-            return [h for h in re.split(r"\||\s+", text) if h]
-    return []

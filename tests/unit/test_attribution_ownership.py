@@ -556,6 +556,8 @@ def test_a_driver_too_old_for_the_jobs_own_environment_is_the_job() -> None:
     activate = "+ source /scratch/kchen/envs/llm311/bin/activate\n"
     for job in (
         _driver_too_old("/home/users/kchen/envs/llm311/lib/python3.11/site-packages"),
+        # A home directory on a site's parallel file system (/gpfs/home/<user>) is still home.
+        _driver_too_old("/gpfs/home/kchen/.local/lib/python3.11/site-packages"),
         _driver_too_old("/scratch/kchen/envs/llm311/lib/python3.11/site-packages", activate),
     ):
         a = _run(job, ["gpu10", "gpu11"])
