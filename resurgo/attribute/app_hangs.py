@@ -279,7 +279,14 @@ def dumps_in_different_collectives(a: Analysis, outcome: str | None) -> Verdict 
 _LAUNCHER = re.compile(
     r"torch\.distributed|torchrun|elastic|signal|srun|slurmstepd|Traceback|Error|error|NCCL|"
     r"Exception|frame #|terminate"
+    # The lines of torchrun's ChildFailedError summary (its rules, `<script> FAILED`,
+    # `Failures:`, `Root Cause (first observed failure):`, `[1]:` and each failure's fields:
+    # torch/distributed/elastic/multiprocessing/errors/__init__.py, `format_msg`).
+    r"|^\s*(?:=+|-+|Failures:|Root Cause \(first observed failure\):|\[\d+\]:|"
+    r"<NO_OTHER_FAILURES>|\S+ FAILED|(?:time|host|rank|exitcode|error_file|traceback)\s*:.*)\s*$"
 )
+# A traceback's frame; the indented line under it is that frame's source, not output.
+_FRAME = re.compile(r'^\s*File "[^"]*", line \d+')
 
 
 def busy_while_others_wait(a: Analysis) -> Verdict | None:
@@ -293,6 +300,7 @@ def busy_while_others_wait(a: Analysis) -> Verdict | None:
     waiting = {r for e in waits if (r := _rank(e)) is not None}
     first = min(e.order for e in waits)
     seen: set[int] = set()
+    in_frame: set[int] = set()
     busy: dict[int, LogLine] = {}
     for i, entry in enumerate(a.lines):
         pre = strip_prefixes(entry.text)
@@ -300,10 +308,16 @@ def busy_while_others_wait(a: Analysis) -> Verdict | None:
         if rank is None:
             continue
         seen.add(rank)
+        code = rank in in_frame and pre.body.startswith(" ")
+        in_frame.discard(rank)
+        if _FRAME.match(pre.body):
+            in_frame.add(rank)
+            continue
         if (
             i > first
             and rank not in waiting
             and pre.body.strip()
+            and not code
             and not _LAUNCHER.search(pre.body)
         ):
             busy[rank] = entry

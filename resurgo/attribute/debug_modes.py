@@ -9,6 +9,13 @@ backward result. A job still stepping with it on runs slower than it should beca
 configuration: an application straggler, with nothing to retry (attribution-labels.md:
 application-level stragglers; a running application straggler's action is none). PyTorch's own
 tracing turns it on with the warning silenced, so the warning in a job's output is the job's.
+
+NCCL's `NCCL_IB_DISABLE=1` is the network's equivalent: NCCL then moves every inter-node
+collective over TCP sockets (`NCCL INFO Using network Socket`; NCCL environment variables
+documentation: "prevent the IB/RoCE transport from being used ... fall back to using IP
+sockets"), an order of magnitude below what the nodes' InfiniBand adapters carry. Set by the
+job's own script (a debugging leftover) on nodes whose adapters are there (their InfiniBand
+counters, `NET/IB` lines), every step of a multi-node job is slower by the job's own choice.
 """
 
 from __future__ import annotations
@@ -20,6 +27,11 @@ from resurgo.contracts import AnomalyKind, Category
 from resurgo.detect.lines import strip_prefixes
 
 MIN_TRACES = 3  # (fewer traces are a measurement, however close together)
+
+_SOCKET_TRANSPORT = re.compile(r"\bNCCL INFO Using network Socket\b")
+# The nodes' InfiniBand adapters, where the bundle shows them: node_exporter's infiniband
+# collector, NCCL's own IB transport lines, ibstat's port state.
+_IB_PRESENT = re.compile(r"\bnode_infiniband_\w+\{|\bNET/IB\b|^\s*State:\s*Active\s*$")
 
 # A profiler trace written out (torchtitan `Dumping profiler traces at step 200`, PyTorch's
 # `export_chrome_trace`): one every few hundred steps is a measurement; one at (nearly) every
@@ -40,7 +52,9 @@ def slow_debug_mode(a: Analysis) -> Verdict | None:
     if not a.running:
         return None
     said = [e for e in a.lines if "Anomaly Detection" in e.text and _SLOW_MODE.search(e.text)]
-    if not said or not still_progressing(a):
+    if not said:
+        return _sockets_by_choice(a) if still_progressing(a) else None
+    if not still_progressing(a):
         return None
     return Verdict(
         Category.APPLICATION, "straggler|application|debug_mode",
@@ -70,4 +84,31 @@ def profiling_every_step(a: Analysis) -> Verdict | None:
         f"straggler in the application (a profiler trace is written at {len(dumps)} of "
         f"{logged} logged steps)", 0.6,
         ranks=ranks, evidence=dumps[-2:], kind=AnomalyKind.STRAGGLER,
+    )  # fmt: skip
+
+
+def _sockets_by_choice(a: Analysis) -> Verdict | None:
+    """A multi-node job whose NCCL runs over sockets because its own script disabled
+    InfiniBand, on nodes that have it."""
+    from resurgo.attribute.stages_common import noted_as_the_jobs
+
+    if len(a.job_nodes()) < 2:
+        return None
+    using = next((e for e in a.lines if "Socket" in e.text and _SOCKET_TRANSPORT.search(e.text)),
+                 None)  # fmt: skip
+    if using is None:
+        return None
+    traced = re.compile(r"^(?:\++ ?(?:export )?|export )NCCL_IB_DISABLE=1\b")
+    owned = next((e for e in [*a.header, *a.lines[:200]] if traced.match(e.text)), None)
+    owned = owned or noted_as_the_jobs(a.header, "NCCL_IB_DISABLE")
+    if owned is None or "=1" not in owned.text:
+        return None
+    files = [a.metric_lines, *a.node_logs.values()]
+    if not any(_IB_PRESENT.search(e.text) for lines in files for e in lines):
+        return None
+    return Verdict(
+        Category.APPLICATION, "straggler|application|ib_disabled",
+        "straggler in the application: the job's script sets NCCL_IB_DISABLE=1, so NCCL runs "
+        "its collectives over TCP sockets on nodes that have InfiniBand", 0.65,
+        evidence=[owned, using], kind=AnomalyKind.STRAGGLER,
     )  # fmt: skip

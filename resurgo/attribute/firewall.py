@@ -70,7 +70,7 @@ def firewalled_node(a: Analysis) -> Verdict | None:
             refusing.setdefault(node, []).append(entry)
             peers.setdefault(node, set()).add(source)
     if not refusing:
-        refusing = _denying_by_default(a)
+        refusing = _denying_by_default(a) or _only_firewall_running(a)
         peers = {n: {"every peer"} for n in refusing}
     if len(refusing) != 1:
         return None  # none, or several nodes refusing each other: a site-wide rule set
@@ -100,3 +100,47 @@ def _denying_by_default(a: Analysis) -> dict[str, list[LogLine]]:
     if a.node_list and len(found) >= len(a.node_list):
         return {}
     return found
+
+
+# A firewall service's state as the node's own tools print it: `systemctl is-active firewalld`
+# (its answer on the next line), `systemctl status firewalld` (`Active: active (running)`), `ufw
+# status` (`Status: active`) (systemctl(1), ufw(8)).
+_FIREWALLS = r"(?:firewalld|ufw|nftables|iptables)"
+_IS_ACTIVE = re.compile(rf"\bsystemctl is-active {_FIREWALLS}\b")
+_ANSWER = re.compile(r"^\s*(active|inactive|failed|unknown)\s*$")
+_STATUS = re.compile(rf"\b{_FIREWALLS}(?:\.service)? - |^\s*Status: (active|inactive)\s*$")
+_UNIT_ACTIVE = re.compile(r"^\s*Active: (active|inactive|failed)\b")
+
+
+def _firewall_state(lines: list[LogLine]) -> tuple[bool, LogLine] | None:
+    """Whether the node's own files show its firewall service running, with the line."""
+    unit = False
+    for i, entry in enumerate(lines):
+        text = entry.text
+        if "is-active" in text and _IS_ACTIVE.search(text) and i + 1 < len(lines):
+            if (m := _ANSWER.match(lines[i + 1].text)) is not None:
+                return m[1] == "active", lines[i + 1]
+        elif (m := _STATUS.search(text)) is not None:
+            if m[1] is not None:
+                return m[1] == "active", entry
+            unit = True
+        elif unit and (u := _UNIT_ACTIVE.match(text)) is not None:
+            return u[1] == "active", entry
+    return None
+
+
+def _only_firewall_running(a: Analysis) -> dict[str, list[LogLine]]:
+    """The one node of the job whose firewall service runs, where the others' files shown say
+    theirs does not: that node alone turns peers away (a package update that started it, a
+    re-image from another role's profile)."""
+    running: dict[str, list[LogLine]] = {}
+    stopped = 0
+    for host, lines in a.node_logs.items():
+        node = a.topo.hosts.canonical(host)
+        if node is None or not a.in_job(node) or (state := _firewall_state(lines)) is None:
+            continue
+        if state[0]:
+            running.setdefault(node, []).append(state[1])
+        else:
+            stopped += 1
+    return running if len(running) == 1 and stopped else {}

@@ -18,24 +18,40 @@ from resurgo.attribute.bundle import line_time, stamp_in
 from resurgo.attribute.events import Event
 from resurgo.contracts import LogLine
 
-_DOWN = re.compile(r"\b(?P<dev>[\w.-]{1,64}): Port:? (?P<port>\d{1,3}) Link DOWN\b")
+_DOWN = re.compile(
+    r"\b(?P<dev>[\w.-]{1,64}): Port:? (?P<port>\d{1,3}) Link DOWN\b"
+    # The cxi driver's link events and the Ethernet drivers' carrier messages come in pairs too
+    # (`cxi3[hsn3] CXI_EVENT_LINK_DOWN` ... `_UP`; `ens1f0: NIC Link is Down` ... `is Up`).
+    r"|\b(?P<cxi>cxi\d{1,3}\[[\w.-]{1,16}\]) CXI_EVENT_LINK_DOWN\b"
+    r"|\b(?P<nic>[\w.-]{1,64}): NIC Link is Down\b"
+)
 # Back for this long before the failure: the job ran over the recovered port since.
 RECOVERED_FOR = timedelta(minutes=30)
-_DOWN_IDS = frozenset({"link_down_upper"})
+_DOWN_IDS = frozenset({"link_down_upper", "nic_link_down"})
 
 
-def _came_back(lines: list[LogLine], down: Event, dev: str, port: str) -> datetime | None:
-    """When the port that `down` reports came back ACTIVE later in the same file, if it did
-    and stayed up (no later DOWN of that port)."""
-    up = re.compile(rf"\b{re.escape(dev)}: Port:? {port} Link (?P<state>ACTIVE|DOWN)\b")
+def _state_of(m: re.Match[str]) -> re.Pattern[str]:
+    """Both states of the port or link `m` reported down, in the same message's words."""
+    if m["cxi"]:
+        return re.compile(rf"\b{re.escape(m['cxi'])} CXI_EVENT_LINK_(?P<state>UP|DOWN)\b")
+    if m["nic"]:
+        return re.compile(rf"\b{re.escape(m['nic'])}: NIC Link is (?P<state>Up|Down)\b")
+    return re.compile(rf"\b{re.escape(m['dev'])}: Port:? {m['port']} Link (?P<state>ACTIVE|DOWN)\b")
+
+
+def _came_back(lines: list[LogLine], down: Event, m: re.Match[str]) -> datetime | None:
+    """When the port that `down` reports came back up later in the same file, if it did and
+    stayed up (no later down of that port)."""
+    up = _state_of(m)
     back: datetime | None = None
     year = down.when.year if down.when is not None else None
     for entry in lines:
         if entry.source != down.line.source or entry.line_no <= down.line.line_no:
             continue
-        if "Link" not in entry.text or (m := up.search(entry.text)) is None:
+        text = entry.text
+        if ("ink" not in text and "INK" not in text) or (s := up.search(text)) is None:
             continue
-        if m["state"] == "DOWN":
+        if s["state"].upper() == "DOWN":
             return None  # down again: a flapping port, not a recovered one
         back = line_time(entry.text, year=year) if back is None else back
     return back
@@ -53,7 +69,7 @@ def without_recovered_flaps(
     kept: list[Event] = []
     for e in events:
         if e.match.id in _DOWN_IDS and (m := _DOWN.search(e.line.text)) is not None:
-            back = _came_back(files.get(e.line.source, []), e, m["dev"], m["port"])
+            back = _came_back(files.get(e.line.source, []), e, m)
             if back is not None and failed - back.replace(tzinfo=None) > RECOVERED_FOR:
                 continue
         kept.append(e)

@@ -36,7 +36,9 @@ STARTUP_ALLOWANCE_SECONDS = 1800.0
 # An operator's note that the job was seen alive, and when (`# job still running at <time>`,
 # `# ... (squeue: R ...), collector snapshot <time>`).
 _ALIVE_NOTE = re.compile(r"(?i)\b(?:still running|running normally|squeue:? R\b|snapshot)")
-_TQDM_ELAPSED = re.compile(r"\|\s*\d+/\d+\s*\[(?:(?P<h>\d{1,4}):)?(?P<m>\d\d):(?P<s>\d\d)<")
+_TQDM_ELAPSED = re.compile(
+    r"\|\s*(?P<n>\d+)/(?P<total>\d+)\s*\[(?:(?P<h>\d{1,4}):)?(?P<m>\d\d):(?P<s>\d\d)<"
+)
 # Lightning's and HF's evaluation loops label their bars (`Validation DataLoader 0:`,
 # `Evaluating:`, `Testing DataLoader 0:`, `Predicting DataLoader 0:`).
 # Lightning's training bar is per epoch (`Epoch 78: 100%|...| 1563/1563 [19:38<00:00, ...]`):
@@ -224,7 +226,9 @@ def _bar_silence(a: Analysis) -> float | str | None:
         bars = (
             _TQDM_ELAPSED.search(e.text) for e in reversed(a.lines[max(0, last - 50) : last + 1])
         )
-        m = next((b for b in bars if b is not None), None)
+        # (A finished bar, `23/23`, is a loop that ended: a model load's, a CUDA graph
+        # capture's; its clock stopped with it and says nothing about the training loop.)
+        m = next((b for b in bars if b is not None and b["n"] != b["total"]), None)
         if m is not None and _EVAL_BAR.search(m.string[: m.start()]):
             return "eval"  # a validation loop's bar: its clock started with the pass
         if m is not None and (e := _EPOCH_BAR.search(m.string[: m.start()])) and int(e[1]) > 0:
@@ -313,3 +317,22 @@ _RESTARTED = re.compile(r"\bwill restart worker group\b")
 
 def _restarted_before(a: Analysis, last: int) -> bool:
     return any(_RESTARTED.search(e.text) for e in a.lines[:last])
+
+
+def still_starting(a: Analysis) -> Verdict | None:
+    """A running job that has not printed a training step yet, seen within
+    HANG_SILENCE_FLOOR_SECONDS of its start, with nothing failing: still starting up (a model
+    load, a container import, a rendezvous waiting for the last nodes within its join
+    timeout), not a hang. The labels' hang is a job whose steps never started *and* idled on."""
+    if not a.running or last_progress(a) is not None:
+        return None
+    run = a.facts.run_time()
+    if run is None or run.total_seconds() > HANG_SILENCE_FLOOR_SECONDS:
+        return None
+    if any(e.serious and (e.root or e.cascade) for e in a.events):
+        return None
+    return Verdict(
+        Category.NONE, "none", f"job running for {run.total_seconds():.0f}s, still starting up "
+        "(no training step yet, nothing failed)", 0.6,
+        evidence=a.lines[-1:], kind="none",
+    )  # fmt: skip

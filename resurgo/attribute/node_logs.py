@@ -50,9 +50,12 @@ _AER_DEVICE = re.compile(
 _DRIVER_FUNCTION = re.compile(rf"\b(?P<drv>[\w-]+) (?P<bdf>{_BDF}):")
 _VENDOR_FUNCTION = re.compile(rf"\b(?P<bdf>{_BDF})\b[^\n]{{0,60}}\[(?P<vendor>10de|15b3):")
 _GPU_NAMED = re.compile(rf"\bPCI:(?P<a>{_BDF})|\bGPU ?(?P<b>{_BDF})\b")
+# (Linux drivers by module name; `efa`/`ena` are AWS's Elastic Fabric Adapter and Elastic
+# Network Adapter, `cxi_core`/`cxi_ss1` HPE Slingshot's NIC, `bnxt_re` Broadcom's RoCE.)
 _NIC_DRIVERS = frozenset(
-    {"mlx4_core", "mlx5_core", "ice", "i40e", "ixgbe", "bnxt_en", "irdma", "hfi1", "ionic", "qede"}
-)
+    {"mlx4_core", "mlx5_core", "ice", "i40e", "ixgbe", "bnxt_en", "bnxt_re", "irdma", "hfi1",
+     "ionic", "qede", "efa", "ena", "cxi_core", "cxi_ss1"}
+)  # fmt: skip
 
 
 def _bus(bdf: str) -> str:

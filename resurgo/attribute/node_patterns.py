@@ -69,6 +69,9 @@ _ENTRIES: list[dict[str, Any]] = [
             r"(?i)\bmlx5_core\b.{0,100}?\blink down\b|\bPort:? \d+ Link DOWN\b"
             r"|\bPort module event\b.{0,60}\bCable unplugged\b|\bib\d+: (?:link (?:is )?down|"
             r"lost carrier)\b"
+            # HPE Slingshot's cxi driver (`cxi_core ...: cxi3[hsn3] CXI_EVENT_LINK_DOWN`, HPE
+            # Slingshot troubleshooting guide; Ethernet's `NIC Link is Down` is nic_link_down's)
+            r"|\bCXI_EVENT_LINK_DOWN\b"
         ),
         "kind": "crash",
         "category": "hardware_network",
@@ -79,8 +82,12 @@ _ENTRIES: list[dict[str, Any]] = [
             "mlx5_core 0000:4b:00.0 mlx5_2: Port: 1 Link DOWN",
             "mlx5_core 0000:4b:00.0: mlx5_port_module_event:1158:(pid 0): Port module event: "
             "module 0, Cable unplugged",
+            "cxi_core 0000:c3:00.0: cxi3[hsn3] CXI_EVENT_LINK_DOWN",
         ],
-        "near_misses": ["mlx5_core 0000:4b:00.0 mlx5_2: Port: 1 Link ACTIVE"],
+        "near_misses": [
+            "mlx5_core 0000:4b:00.0 mlx5_2: Port: 1 Link ACTIVE",
+            "cxi_core 0000:c3:00.0: cxi3[hsn3] CXI_EVENT_LINK_UP",
+        ],
     },
     {
         "id": "port_state_down",

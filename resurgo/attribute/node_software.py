@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 
 from resurgo.attribute.analysis import Analysis, Verdict, event_node
+from resurgo.attribute.name_resolution import odd_name_resolution
 from resurgo.attribute.net_plugin import odd_net_plugin
 from resurgo.attribute.shm_size import shm_too_small
 from resurgo.attribute.site_software import (
@@ -84,7 +85,7 @@ def node_software(a: Analysis, v: Verdict) -> Verdict:
     """`v` with the node (and category) its own software state says, where one does."""
     for join in (jobs_own_container, container_without_gpus, site_software_everywhere,
                  shm_too_small, name_full_disk, odd_bootstrap_interface, gid_changed_by_dhcp,
-                 name_pasted_gpu_fault, odd_net_plugin):  # fmt: skip
+                 name_pasted_gpu_fault, odd_net_plugin, odd_name_resolution):  # fmt: skip
         v = join(a, v)
     return v
 
@@ -134,24 +135,29 @@ def name_full_disk(a: Analysis, v: Verdict) -> Verdict:
 
 def _full_local_disks(a: Analysis) -> dict[str, LogLine]:
     """Node → its first `df` row showing a node-local mount full, from its own files."""
-    full: dict[str, LogLine] = {}
-    for host, lines in a.node_logs.items():
-        node = a.topo.hosts.canonical(host)
-        for entry in lines:
-            m = _DF_FULL.match(entry.text.strip())
-            if node and m and _LOCAL_MOUNT.match(m["mount"]):
-                full.setdefault(node, entry)
-    return full
+    return a.once("local_disks", lambda: _local_disks(a))[0]
 
 
 def _checked_local_disks(a: Analysis) -> set[str]:
     """Nodes whose own files show a `df` row of a node-local mount, full or not."""
-    return {
-        node for host, lines in a.node_logs.items()
-        if (node := a.topo.hosts.canonical(host)) is not None
-        and any((m := _DF_ROW.match(e.text.strip())) and _LOCAL_MOUNT.match(m["mount"])
-                for e in lines)
-    }  # fmt: skip
+    return a.once("local_disks", lambda: _local_disks(a))[1]
+
+
+def _local_disks(a: Analysis) -> tuple[dict[str, LogLine], set[str]]:
+    """One pass over the node files' `df` rows of node-local mounts: each node's first full
+    one, and every node that showed any."""
+    full: dict[str, LogLine] = {}
+    checked: set[str] = set()
+    for host, lines in a.node_logs.items():
+        if (node := a.topo.hosts.canonical(host)) is None:
+            continue
+        for entry in lines:
+            m = _DF_ROW.match(entry.text.strip())
+            if m and _LOCAL_MOUNT.match(m["mount"]):
+                checked.add(node)
+                if _DF_FULL.match(entry.text.strip()):
+                    full.setdefault(node, entry)
+    return full, checked
 
 
 def _write_failed_on_full_local_disk(a: Analysis, v: Verdict) -> Verdict | None:

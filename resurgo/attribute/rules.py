@@ -82,6 +82,7 @@ from resurgo.attribute.stages_outcome import (
     stuck_in_job_code,
 )
 from resurgo.attribute.stages_root import _cascade_only, _root_failure, killed_by_oom
+from resurgo.attribute.store_address import every_node_dials_itself, store_host_is_a_hostlist
 from resurgo.attribute.store_clash import store_started_twice
 from resurgo.attribute.stragglers import stragglers
 from resurgo.attribute.switch_ports import switch_port_down
@@ -191,6 +192,8 @@ def analyse(
         or store_started_twice(a)
         or store_outside_allocation(a)
         or loopback_coordinator(a)
+        or every_node_dials_itself(a)
+        or store_host_is_a_hostlist(a)
         or _root_failure(a)
         or waiting_for_debugger(a, outcome)
         or _scheduler(a, outcome)

@@ -64,7 +64,9 @@ _METRICS: list[tuple[str, re.Pattern[str], float, bool]] = [
     # SamplesPerSec=412.61` (not the lagging `RunningAvgSamplesPerSec` of later versions)
     ("samples_per_s", re.compile(r"\bSamplesPerSec[=:]\s*" + _NUM), 1.0, False),
     ("samples_per_s", re.compile(r"(?i)\bsamples_per_sec(?:ond)?['\"]?[:=]\s*" + _NUM), 1.0, False),
-    ("samples_per_s", re.compile(r"(?i)\bsamples?/s(?:ec)?[:=]\s*" + _NUM), 1.0, False),
+    # (`samples/s 3853` as `tokens/s 3853` below: the label, then its value; in `loss 1.98
+    # samples/s 3853` the number before the label is another field's)
+    ("samples_per_s", re.compile(r"(?i)\bsamples?/s(?:ec)?(?:[:=]\s*|\s+)" + _NUM), 1.0, False),
     ("samples_per_s", re.compile(r"(?i)(?<![\w.])" + _NUM + r"\s*samples?/s(?:ec)?\b"), 1.0,
      False),
     ("tokens_per_s", re.compile(r"(?i)\btokens_per_sec(?:ond)?['\"]?[:=]\s*" + _NUM), 1.0,

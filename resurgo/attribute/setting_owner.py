@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 
 from resurgo.attribute.analysis import Analysis, Verdict
-from resurgo.attribute.stages_common import _noted_as_the_jobs
+from resurgo.attribute.stages_common import noted_as_the_jobs
 from resurgo.contracts import Category, LogLine
 
 # The generic NCCL failures a transport setting shows up as.
@@ -84,10 +84,9 @@ def _owned(a: Analysis, names: set[str]) -> tuple[str, LogLine] | None:
             for name in names:
                 if re.search(rf"(?:^|\s){name}=", text):
                     return name, entry
-    for entry in head:
-        for name in sorted(names):
-            if _noted_as_the_jobs(entry.text, name):
-                return name, entry
+    for name in sorted(names):
+        if (noted := noted_as_the_jobs(head, name)) is not None:
+            return name, noted
     return None
 
 

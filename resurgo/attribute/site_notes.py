@@ -21,8 +21,8 @@ _SWITCH = (
     r"|\bspine\b|\bleaf\b|\bleaf-[\w-]+|\b[\w-]*-(?:sp|spine|leaf)-[\w-]+)"
 )
 _OUTAGE = (
-    r"(?:lost power|power(?:ed)? (?:off|down|loss)|went down|was down|\bdown\b|crashed|"
-    r"reloaded|rebooted|failed|outage|unreachable|isolated)"
+    r"(?:lost power|power(?:ed)? (?:off|down|loss)|power[- ]?cycled|went down|was down|"
+    r"\bdown\b|crashed|reloaded|rebooted|failed|outage|unreachable|isolated)"
 )
 _NOTED_OUTAGE = re.compile(rf"(?i){_SWITCH}.{{0,80}}?{_OUTAGE}")
 _NOT_NOW = re.compile(r"(?i)\b(?:last (?:week|month|year)|yesterday|planned for|scheduled for)\b")

@@ -196,6 +196,26 @@ def _noted_as_the_jobs(text: str, name: str) -> bool:
     return bool(_JOBS_OWN.search(said)) and not _SITES_OWN.search(said)
 
 
+def noted_as_the_jobs(lines: list[LogLine], name: str) -> LogLine | None:
+    """The `#` note saying the job's script sets `name`: one line that says so itself, or a
+    quoted line (`#   export NAME=...`) in a block of notes introduced as the job's script
+    (`# from the user's job script:`)."""
+    quoted = re.compile(rf"^#\s*(?:export\s+)?{name}=")
+    script = False
+    for entry in lines:
+        text = entry.text.lstrip()
+        if not text.startswith("#"):
+            script = False
+            continue
+        if _noted_as_the_jobs(text, name):
+            return entry
+        if _JOBS_OWN.search(text) and not _SITES_OWN.search(text) and f"{name}=" not in text:
+            script = True
+        elif script and quoted.match(text):
+            return entry
+    return None
+
+
 def _set_by_job(
     a: Analysis, first: Event, summary: str, ranks: list[int], evidence: list[LogLine]
 ) -> Verdict | None:
@@ -215,7 +235,7 @@ def _set_by_job(
     traced = re.compile(rf"^(?:\++ ?(?:export )?|export ){name}=")
     owned = next((e for e in a.header + a.lines[:200] if traced.match(e.text)), None)
     if owned is None:
-        owned = next((e for e in a.header if _noted_as_the_jobs(e.text, name)), None)
+        owned = noted_as_the_jobs(a.header, name)
     if owned is None:
         return None
     return Verdict(

@@ -378,7 +378,7 @@ def waiting_for_debugger(a: Analysis, outcome: str | None) -> Verdict | None:
 # The c10d TCPStore client naming the host it could not reach (torch/csrc/distributed/c10d
 # socket.cpp): `The client socket has timed out after 60s while trying to connect to (login02,
 # 29500).`, `... has failed to connect to [node1]:29500 (errno: 111 ...)`.
-_STORE_TARGET = re.compile(
+STORE_TARGET = re.compile(
     r"client socket has (?:failed to connect|timed out after \d+(?:ms|s)? while trying to "
     r"connect) to "
     r"\(?\[?(?P<host>[A-Za-z][\w.-]*?)\]?(?:, |:)\d+"
@@ -401,7 +401,7 @@ def store_outside_allocation(a: Analysis) -> Verdict | None:
         return None  # without the job's node list nothing says the host is outside it
     roots = [e for e in a.events if e.root and e.serious and e.origin == "job"]
     failed = [e for e in roots if e.match.id in _STORE_CONNECT]
-    targets = {m["host"].split(".", 1)[0] for e in failed if (m := _STORE_TARGET.search(e.message))}
+    targets = {m["host"].split(".", 1)[0] for e in failed if (m := STORE_TARGET.search(e.message))}
     if len(targets) != 1 or any(e.match.id not in _STORE_FAMILY for e in roots):
         return None  # another failure (or several store hosts) in the job: not this rule's
     (host,) = targets

@@ -26,6 +26,7 @@ from resurgo.attribute.liveness import (
     last_progress,
     progress_times,
     running_fine,
+    still_starting,
 )
 from resurgo.attribute.scheduler import owner_cancelled
 from resurgo.attribute.series import read_series
@@ -388,7 +389,7 @@ def _nothing(a: Analysis) -> Verdict:
     if a.running:
         if (stuck := stuck_in_job_code(a)) is not None:
             return stuck
-        if a.offline and (fine := running_fine(a)) is not None:
+        if a.offline and (fine := running_fine(a) or still_starting(a)) is not None:
             return fine
         return Verdict(
             Category.UNKNOWN, "hang", "no training progress and no error in the output"

@@ -59,6 +59,19 @@ def step(job_id: int, kind: ActionStep, **extra: object) -> ActionRequest:
     )  # fmt: skip
 
 
+def submit(cluster: Cluster, out: Path) -> int:
+    """An opted-in, requeueable job appending each attempt's output to `out`."""
+    comment = json.dumps({"resurgo": {"mode": "action"}})
+    submitted = cluster.run(
+        "sbatch", "--parsable", "--requeue", "--ntasks=1", "--time=3", "--open-mode=append",
+        f"--output={out}", f"--job-name=ro{uuid.uuid4().hex[:8]}", f"--comment={comment}",
+        "--wrap", SCRIPT,
+    )  # fmt: skip
+    job_id = int(submitted.strip().split(";")[0])
+    cluster.jobs.append(job_id)
+    return job_id
+
+
 async def read_from(cursor: LogCursor) -> list[str]:
     got: list[str] = []
     async for part in read_until_eof(LocalRunner(), cursor):
@@ -70,14 +83,7 @@ def test_the_next_attempt_reads_none_of_the_held_attempts_teardown(
     cluster: Cluster, slurm_conf: str, tmp_path: Path
 ) -> None:
     out = tmp_path / "job.out"
-    comment = json.dumps({"resurgo": {"mode": "action"}})
-    submitted = cluster.run(
-        "sbatch", "--parsable", "--requeue", "--ntasks=1", "--time=3", "--open-mode=append",
-        f"--output={out}", f"--job-name=ro{uuid.uuid4().hex[:8]}", f"--comment={comment}",
-        "--wrap", SCRIPT,
-    )  # fmt: skip
-    job_id = int(submitted.strip().split(";")[0])
-    cluster.jobs.append(job_id)
+    job_id = submit(cluster, out)
     wait_for(lambda: lines_of(out) == ["attempt 0 started"], 60, what="attempt 0's first line")
     # Where attempt 0's watch stopped: after its first line.
     read = LogCursor(path=str(out), offset=out.stat().st_size, line_no=1)
@@ -101,14 +107,7 @@ def test_a_job_not_held_gives_no_end(cluster: Cluster, slurm_conf: str, tmp_path
     """Someone released the job before a retried requeue_hold looked: its next attempt may
     already be writing, so no end is claimed (the watch falls back to what it sees)."""
     out = tmp_path / "job.out"
-    comment = json.dumps({"resurgo": {"mode": "action"}})
-    submitted = cluster.run(
-        "sbatch", "--parsable", "--requeue", "--ntasks=1", "--time=3", "--open-mode=append",
-        f"--output={out}", f"--job-name=ro{uuid.uuid4().hex[:8]}", f"--comment={comment}",
-        "--wrap", SCRIPT,
-    )  # fmt: skip
-    job_id = int(submitted.strip().split(";")[0])
-    cluster.jobs.append(job_id)
+    job_id = submit(cluster, out)
     wait_for(lambda: bool(lines_of(out)), 60, what="attempt 0's first line")
     cluster.run("scontrol", "requeue", str(job_id))  # requeued by someone else, not held
     wait_for(lambda: cluster.job(job_id).restarts == 1, 60, what="the job requeued")

@@ -160,6 +160,10 @@ FLOORS = {
     # a second round: scored on arrival (README), then the classes they exposed fixed.
     "s51-": (1.0, 1.0, 1.0, 0),
     "s52-": (0.97, 1.0, 1.0, 0),
+    # Sets 53 (multi-node launch and the network fabric) and 54 (logs as pasted into framework
+    # issues), session 15: scored on arrival (README), then the classes they exposed fixed.
+    "s53-": (0.97, 1.0, 0.97, 0),
+    "s54-": (0.95, 1.0, 0.97, 0),
     "hardware": (1.0, 1.0, 1.0, 0),
     "software": (1.0, 1.0, 1.0, 0),
     "lifecycle": (1.0, 1.0, 1.0, 0),
@@ -169,7 +173,7 @@ FLOORS = {
 def _sets() -> list[tuple[str, list[Path]]]:
     sets = [
         (prefix, [b for b in corpus_dirs(NEXT) if b.name.startswith(prefix)])
-        for prefix in [f"s{n}-" for n in range(6, 53)]
+        for prefix in [f"s{n}-" for n in range(6, 55)]
     ]
     for name in ("hardware", "software", "lifecycle"):
         if (SHARED / name / "cases").is_dir():
