@@ -108,24 +108,25 @@ def _denying_by_default(a: Analysis) -> dict[str, list[LogLine]]:
 _FIREWALLS = r"(?:firewalld|ufw|nftables|iptables)"
 _IS_ACTIVE = re.compile(rf"\bsystemctl is-active {_FIREWALLS}\b")
 _ANSWER = re.compile(r"^\s*(active|inactive|failed|unknown)\s*$")
-_STATUS = re.compile(rf"\b{_FIREWALLS}(?:\.service)? - |^\s*Status: (active|inactive)\s*$")
+_UNIT = re.compile(rf"\b{_FIREWALLS}(?:\.service)? - ")
 _UNIT_ACTIVE = re.compile(r"^\s*Active: (active|inactive|failed)\b")
+_UFW_STATUS = re.compile(r"^\s*Status: (active|inactive)\s*$")
 
 
 def _firewall_state(lines: list[LogLine]) -> tuple[bool, LogLine] | None:
     """Whether the node's own files show its firewall service running, with the line."""
-    unit = False
+    asked: re.Pattern[str] | None = None  # (the answer awaited after a status header)
     for i, entry in enumerate(lines):
         text = entry.text
         if "is-active" in text and _IS_ACTIVE.search(text) and i + 1 < len(lines):
             if (m := _ANSWER.match(lines[i + 1].text)) is not None:
                 return m[1] == "active", lines[i + 1]
-        elif (m := _STATUS.search(text)) is not None:
-            if m[1] is not None:
-                return m[1] == "active", entry
-            unit = True
-        elif unit and (u := _UNIT_ACTIVE.match(text)) is not None:
-            return u[1] == "active", entry
+        elif " - " in text and _UNIT.search(text):
+            asked = _UNIT_ACTIVE
+        elif "ufw status" in text:
+            asked = _UFW_STATUS
+        elif asked is not None and (m := asked.match(text)) is not None:
+            return m[1] == "active", entry
     return None
 
 

@@ -116,6 +116,25 @@ def test_the_only_node_running_a_firewall_is_the_nodes_software() -> None:
     assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["gpu-f09"])
 
 
+def test_the_firewalls_state_as_systemctl_status_and_ufw_print_it() -> None:
+    status = (
+        "$ systemctl status firewalld\n"
+        "● firewalld.service - firewalld - dynamic firewall daemon\n"
+        "     Loaded: loaded (/usr/lib/systemd/system/firewalld.service; enabled; preset: enabled)\n"
+        "     Active: {state} since Tue 2024-06-18 04:02:15 UTC; 5h 29min ago\n"
+    )
+    running = status.format(state="active (running)")
+    dead = status.format(state="inactive (dead)")
+    a = attribute_text(FW_JOB, F_NODES, {"node_gpu-f09": running, "node_gpu-f08": dead})
+    assert a.culprit_nodes == ["gpu-f09"]
+    ufw = "$ ufw status\nStatus: {state}\n"
+    files = {
+        "node_gpu-f09": ufw.format(state="active"),
+        "node_gpu-f08": ufw.format(state="inactive"),
+    }
+    assert attribute_text(FW_JOB, F_NODES, files).culprit_nodes == ["gpu-f09"]
+
+
 def test_a_firewall_running_on_every_node_shown_is_the_sites_profile() -> None:
     a = attribute_text(FW_JOB, F_NODES, {"node_gpu-f09": ACTIVE, "node_gpu-f08": ACTIVE})
     assert a.culprit_nodes != ["gpu-f09"]
