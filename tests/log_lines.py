@@ -19,7 +19,9 @@ def attribute_text(
 ) -> Attribution:
     """`attribute` over a job's output, node files named as in a bundle (`dmesg_gpu01` →
     host gpu01, read from `dmesg_gpu01.txt`) and scheduler text, offline (no live anomaly)."""
-    logs = {f.split("_", 1)[1]: log_lines(t, f"{f}.txt") for f, t in (node_files or {}).items()}
+    logs: dict[str, list[LogLine]] = {}
+    for f, t in (node_files or {}).items():  # (a host's several files, as a bundle has them)
+        logs.setdefault(f.split("_", 1)[1], []).extend(log_lines(t, f"{f}.txt"))
     return attribute(
         Registry.default(), None, log_lines(job), None, [], nodes,
         node_logs=logs, scheduler_lines=log_lines(scheduler, "scheduler.txt"),

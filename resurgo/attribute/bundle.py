@@ -35,7 +35,7 @@ MAX_FILE_BYTES = 64 * 1024 * 1024
 MAX_LINES = 200_000
 _NODE_FILE = re.compile(
     rf"^(?P<source>{'|'.join(map(re.escape, (*DIAGNOSTIC_TOOLS, *NODE_SOURCES)))})[_-]"
-    r"(?P<host>[A-Za-z0-9][\w.-]*?)\.(?:txt|log)$"
+    r"(?P<host>[A-Za-z0-9][\w.-]*?)(?:\.(?:txt|log))?$"
 )
 
 

@@ -50,6 +50,9 @@ _AER_DEVICE = re.compile(
 _DRIVER_FUNCTION = re.compile(rf"\b(?P<drv>[\w-]+) (?P<bdf>{_BDF}):")
 _VENDOR_FUNCTION = re.compile(rf"\b(?P<bdf>{_BDF})\b[^\n]{{0,60}}\[(?P<vendor>10de|15b3):")
 _GPU_NAMED = re.compile(rf"\bPCI:(?P<a>{_BDF})|\bGPU ?(?P<b>{_BDF})\b")
+# Accelerators' kernel drivers: NVIDIA's, AMD's (`amdgpu 0000:c9:00.0:`), Intel Gaudi's
+# (`habanalabs 0000:4d:00.0:`); the attribution labels' hardware_gpu covers any vendor's board.
+_GPU_DRIVERS = frozenset({"nvidia", "amdgpu", "habanalabs"})
 # (Linux drivers by module name; `efa`/`ena` are AWS's Elastic Fabric Adapter and Elastic
 # Network Adapter, `cxi_core`/`cxi_ss1` HPE Slingshot's NIC, `bnxt_re` Broadcom's RoCE.)
 _NIC_DRIVERS = frozenset(
@@ -69,7 +72,7 @@ def device_kinds(lines: list[LogLine]) -> dict[str, Category]:
     for entry in lines:
         text = entry.text
         for m in _DRIVER_FUNCTION.finditer(text):
-            if m["drv"] == "nvidia":
+            if m["drv"] in _GPU_DRIVERS:
                 out[_bus(m["bdf"])] = Category.HARDWARE_GPU
             elif m["drv"] in _NIC_DRIVERS:
                 out[_bus(m["bdf"])] = Category.HARDWARE_NETWORK

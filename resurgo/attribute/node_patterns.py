@@ -39,6 +39,30 @@ _ENTRIES: list[dict[str, Any]] = [
         ],
     },
     {
+        # ipmitool sel elist: a fan's tachometer below its lower critical threshold (a fan
+        # stopped): the chassis cooling every component of the node (IPMI 2.0 sensor type 04h,
+        # threshold events; ipmitool(1)).
+        "id": "sel_fan_failed",
+        "regex": (
+            r"(?i)\|\s*Fan\b[^|]*\|\s*Lower (?:Critical|Non-recoverable) going low\s*\|\s*"
+            r"Asserted\b"
+        ),
+        "kind": "straggler",
+        "category": "hardware_host",
+        "role": "root",
+        "severity": "error",
+        "description": "IPMI SEL: a chassis fan fell below its critical speed",
+        "examples": [
+            " 1f2 | 09/12/2025 | 00:30:25 | Fan FAN3_TACH | Lower Critical going low  | Asserted | "
+            "Reading 0 < Threshold 1500 RPM",
+        ],
+        "near_misses": [
+            " 1f2 | 09/12/2025 | 00:30:25 | Fan FAN3_TACH | Lower Critical going low  | Deasserted",
+            " 1f4 | 09/12/2025 | 00:34:15 | Temperature CPU0_TEMP | Upper Non-critical going "
+            "high | Asserted",
+        ],
+    },
+    {
         "id": "edac_uncorrected",
         "regex": r"\bEDAC \w+: \d+ UE\b|\bEDAC\b.{0,80}\bUncorrected error\b",
         "kind": "crash",
@@ -92,18 +116,29 @@ _ENTRIES: list[dict[str, Any]] = [
     {
         "id": "port_state_down",
         # Diagnostics pasted from the node: ibstat's port block (`State: Down`, `Physical
-        # state: Polling`) and ethtool's `Link detected: no`.
+        # state: Polling`), ibv_devinfo's (`state: PORT_DOWN (1)`, libibverbs
+        # ibv_port_state_str; EFA and RoCE devices too) and ethtool's `Link detected: no`.
         "regex": (
             r"^\s*(?:State:\s*Down|Physical state:\s*(?:Polling|Disabled)"
-            r"|Link detected:\s*no)\s*$"
+            r"|state:\s*PORT_DOWN \(1\)|Link detected:\s*no)\s*$"
         ),
         "kind": "crash",
         "category": "hardware_network",
         "role": "root",
         "severity": "error",
         "description": "a network port of the node is down (ibstat / ethtool on the node)",
-        "examples": ["\t\tState: Down", "\t\tPhysical state: Polling", "\tLink detected: no"],
-        "near_misses": ["\t\tState: Active", "\t\tPhysical state: LinkUp", "\tLink detected: yes"],
+        "examples": [
+            "\t\tState: Down",
+            "\t\tPhysical state: Polling",
+            "\tLink detected: no",
+            "\t\t\tstate:\t\t\tPORT_DOWN (1)",
+        ],
+        "near_misses": [
+            "\t\tState: Active",
+            "\t\tPhysical state: LinkUp",
+            "\tLink detected: yes",
+            "\t\t\tstate:\t\t\tPORT_ACTIVE (4)",
+        ],
     },
     {
         "id": "edac_corrected_storm",

@@ -73,6 +73,8 @@ NODE_LOCAL_SYSTEM = frozenset(
         "kernel_soft_lockup",
         # catalogue_system.json: a node's driver, file-system client, network configuration.
         "nvidia_driver_library_mismatch",
+        "neuron_driver_missing",
+        "rocblas_arch_library_missing",
         "fs_transport_shutdown",
         "dhcp_address_changed",
         "container_gpu_runtime_missing",

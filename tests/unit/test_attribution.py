@@ -363,6 +363,9 @@ class TestBundles:
         bundle = load_bundle(tmp_path)
         assert list(bundle.node_logs) == ["gpu-3.cluster"]
         assert "\x1b" not in bundle.job[0].text
+        # A node file saved without its extension is still that node's.
+        (tmp_path / "dmesg_nid001423").write_text("[Tue Mar  4 10:00:00 2025] amdgpu: ok\n")
+        assert sorted(load_bundle(tmp_path).node_logs) == ["gpu-3.cluster", "nid001423"]
         assert read_lines(tmp_path / "job.log", "job.log")[1].line_no == 2
 
     def test_metrics_parse_host_labels_and_throttling(self) -> None:
