@@ -246,7 +246,12 @@ def _nodes_clean(a: Analysis) -> bool:
     kernel = ("dmesg_", "journal_", "syslog_", "console_")
     if not any(ls and ls[0].source.startswith(kernel) for ls in a.node_logs.values()):
         return False  # nodes not looked at: a stalled file system would look the same
-    return not any(
+    return not _faults(a)
+
+
+def _faults(a: Analysis) -> bool:
+    """Anything serious but the job's own errors, in its output or its nodes' files."""
+    return any(
         e.serious and e.root and e.category != Category.APPLICATION
         for e in (*a.node_events, *a.events)
     )
@@ -285,6 +290,8 @@ _LAUNCHER = re.compile(
     r"|^\s*(?:=+|-+|Failures:|Root Cause \(first observed failure\):|\[\d+\]:|"
     r"<NO_OTHER_FAILURES>|\S+ FAILED|(?:time|host|rank|exitcode|error_file|traceback)\s*:.*)\s*$"
 )
+# A line whose own text names the rank that printed it (`[...] INFO: Rank 0: run_predictions`).
+_SAYS_RANK = re.compile(r"(?:^|\s|\])Rank (\d{1,6}):\s")
 # A traceback's frame; the indented line under it is that frame's source, not output.
 _FRAME = re.compile(r'^\s*File "[^"]*", line \d+')
 
@@ -305,6 +312,8 @@ def busy_while_others_wait(a: Analysis) -> Verdict | None:
     for i, entry in enumerate(a.lines):
         pre = strip_prefixes(entry.text)
         rank = pre.rank if pre.rank is not None else pre.task
+        if rank is None and (said := _SAYS_RANK.search(pre.body)) is not None:
+            rank = int(said[1])  # (a logger that names its rank: `INFO: Rank 0: ...`)
         if rank is None:
             continue
         seen.add(rank)
@@ -324,8 +333,9 @@ def busy_while_others_wait(a: Analysis) -> Verdict | None:
     if len(waiting) < 2 or len(seen - waiting) != 1 or len(busy) != 1:
         return None
     ((rank, line),) = busy.items()
-    if any(e.serious and _rank(e) == rank for e in a.events) or not _nodes_clean(a):
-        return None  # (it failed itself, or a node shows a fault)
+    if any(e.serious and _rank(e) == rank for e in a.events) or _faults(a):
+        return None  # (it failed itself, or a node shows a fault; its printing after the
+        # others' timeouts says it was alive and busy, with or without node files)
     return Verdict(
         Category.APPLICATION, "hang|one_rank_elsewhere", f"rank {rank} went on with its own "
         f"work ({strip_prefixes(line.text).body[:100]}) while every other rank waited in a "
@@ -346,4 +356,35 @@ def application_hang(a: Analysis, outcome: str | None) -> Verdict | None:
         or dumps_in_different_collectives(a, outcome)
         or busy_while_others_wait(a)
         or save_outlasts_timeout(a)
+        or autotuning_until_the_limit(a, outcome)
     )
+
+
+# torch.compile's max-autotune benchmarking each new shape (torch/_inductor/select_algorithm.py:
+# `AUTOTUNE flex_attention(1x24x32760x128, ...)`, then `SingleProcess AUTOTUNE benchmarking
+# takes 42.2 seconds and 315.1 seconds precompiling for 40 choices`).
+_AUTOTUNED = re.compile(r"\bAUTOTUNE benchmarking takes \d+(?:\.\d+)? seconds\b")
+_AUTOTUNE_SHAPE = re.compile(r"^AUTOTUNE \w+\((?P<shape>[^)]{1,300})\)")
+MIN_AUTOTUNED_SHAPES = 5
+
+
+def autotuning_until_the_limit(a: Analysis, outcome: str | None) -> Verdict | None:
+    """A job killed at its time limit before its first training step, having spent the run
+    autotuning kernels for one new shape after another: the job's compile mode
+    (`mode="max-autotune"` over shapes that keep changing; NVlabs/LongLive#75), not the
+    scheduler and not a node."""
+    if outcome != "timeout" or (a.scan.max_iteration or 0) > 1:
+        return None
+    tuned = [e for e in a.lines if "AUTOTUNE" in e.text and _AUTOTUNED.search(e.text)]
+    shapes = {
+        m["shape"] for e in a.lines
+        if "AUTOTUNE " in e.text and (m := _AUTOTUNE_SHAPE.match(strip_prefixes(e.text).body))
+    }  # fmt: skip
+    if len(tuned) < MIN_AUTOTUNED_SHAPES or len(shapes) < MIN_AUTOTUNED_SHAPES:
+        return None
+    return Verdict(
+        Category.APPLICATION, "hang|autotuning_until_time_limit",
+        f"the job autotuned kernels for {len(shapes)} shapes one after another and never "
+        "reached a training step before its time limit: its torch.compile mode (max-autotune "
+        "over changing shapes)", 0.8, evidence=[tuned[0], tuned[-1]], kind=AnomalyKind.HANG,
+    )  # fmt: skip

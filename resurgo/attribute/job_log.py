@@ -354,12 +354,18 @@ def _line_node(text: str, task: int | None, rank: int | None, topo: Topology) ->
         node = topo.hosts.canonical(nccl.host)
         if node:
             return node
-    m = re.search(r"\bslurmstepd-(?P<node>[\w.-]+):", text)
+    m = re.search(r"\bslurmstepd-(?P<node>[\w.-]+):", text) or _UCX_PREFIX.search(text[:120])
     if m:
         node = topo.hosts.canonical(m.group("node"))
         if node:
             return node
     return topo.node_of(task, rank)
+
+
+# UCX's log prefix (ucs/debug/log.c): `[1653488081.109170] [cn101:48211:0]  ib_iface.c:968  UCX`.
+_UCX_PREFIX = re.compile(
+    r"\[\d{9,11}\.\d{1,9}\] +\[(?P<node>[A-Za-z][\w.-]{0,63}):\d{1,9}:\d{1,6}\] "
+)
 
 
 def _task_exit(scan: JobScan, m: re.Match[str], entry: LogLine, order: int, topo: Topology) -> None:

@@ -175,9 +175,9 @@ def analyse(
         or stuck_in_job_code(a)
         or (
             running_fine(a)
-            if a.offline and a.running and not live_straggler and outcome != "requeued"
+            if a.offline and a.running and not live_straggler and not _pending_again(a, outcome)
             else None
-        )  # (pending again after a requeue: not running)
+        )  # (pending again after a requeue or a preemption: not running)
         or _repeating_gpu_exception(a)
         or unreachable_node(a)
         or firewalled_node(a)
@@ -329,6 +329,11 @@ def _dedupe(lines: Iterable[LogLine]) -> list[LogLine]:
         if len(out) >= MAX_EVIDENCE:
             break
     return out
+
+
+def _pending_again(a: Analysis, outcome: str | None) -> bool:
+    """The job waits to run again after Slurm ended its last run (requeued, preempted)."""
+    return outcome == "requeued" or (a.state == "PENDING" and outcome == "preempted")
 
 
 def attribute_bundle(

@@ -9,9 +9,15 @@ still writing shards: the job's save and timeout settings (meta-pytorch/torchtun
 GPU timeout on save checkpoint"; raise the timeout, save adapters only), an application hang
 that recurs at the next save.
 
+The same holds for a dataset preprocessed on rank 0 only while the others wait at a barrier
+(`main_process_first`, HF `datasets.map` with its progress bar: `Running tokenizer on dataset:
+8%|...| 245000/2969526`): the preprocessing outlasts the timeout on every attempt
+(hiyouga/LlamaFactory#2424: preprocess beforehand or raise the timeout).
+
 Evidence read: ProcessGroupNCCL's `[Rank N] Watchdog caught collective operation timeout:
 WorkNCCL(SeqNum=S, OpType=..., NumelIn=K, ...)` from every rank but one, that one's last lines
-being a save in progress, with no hardware fault and no file-system error anywhere.
+being a save or a preprocessing pass in progress, with no hardware fault and no file-system
+error anywhere.
 """
 
 from __future__ import annotations
@@ -34,6 +40,13 @@ _SAVING = re.compile(
 )
 # The catalogue's file-system entries (a client evicted, a server not responding, ENOSPC...).
 _FILE_SYSTEM = re.compile(r"(?:fs_|nfs_|lustre|gpfs|weka|beegfs)")
+# HF datasets' `map`/`filter` bars by their description (`Map`, `Map (num_proc=8)`, a job's
+# own `desc=`: `Running tokenizer on dataset`, `Grouping texts in chunks of 1024`), not finished.
+_PREPROCESSING = re.compile(
+    r"(?i)\b(?:Running tokenizer on (?:\w+ )?dataset|Map|Filter|Tokeniz\w*(?: \w+){0,3}"
+    r"|Grouping texts[\w ]{0,40}|Converting format of dataset|Preprocess\w*(?: \w+){0,3})"
+    r"(?: \(num_proc=\d+\))?:\s+(?P<pct>\d{1,3})%\|"
+)
 # How far before the first timeout the save's last line may be (the default timeout is 600 s;
 # lines are counted, as save progress lines carry no clock of their own).
 SAVE_LINES_BEFORE = 400
@@ -59,13 +72,27 @@ def save_outlasts_timeout(a: Analysis) -> Verdict | None:
     if any((e.serious and e.hardware) or _FILE_SYSTEM.match(e.match.id) for e in faults):
         return None  # (a fault or a slow file system makes the save slow: not the job's)
     before = a.lines[max(0, first - SAVE_LINES_BEFORE) : first]
-    saves = [e for e in before if _SAVING.search(e.text)]
-    if not saves:
-        return None
     (rank,) = waiting_for
+    saves = [e for e in before if _SAVING.search(e.text)]
+    if saves:
+        return Verdict(
+            Category.APPLICATION, "hang|save_outlasts_collective_timeout",
+            f"every rank but {rank} timed out in the same collective while rank {rank} was "
+            "still writing a checkpoint: the job's save outlasts its own collective timeout",
+            0.8, ranks=[rank], evidence=[saves[0], saves[-1], a.lines[first]],
+            kind=AnomalyKind.HANG,
+        )  # fmt: skip
+    bars = [e for e in before if "%|" in e.text and _PREPROCESSING.search(e.text)]
+    last = _PREPROCESSING.search(bars[-1].text) if bars else None
+    if last is None or last["pct"] == "100":
+        return None  # (no preprocessing pass, or the last one finished)
+    trained = any(not _PREPROCESSING.search(a.lines[o].text) for o in a.scan.advances if o < first)
+    if trained:
+        return None  # (training had started: not a start-up barrier)
     return Verdict(
-        Category.APPLICATION, "hang|save_outlasts_collective_timeout",
+        Category.APPLICATION, "hang|preprocessing_outlasts_collective_timeout",
         f"every rank but {rank} timed out in the same collective while rank {rank} was still "
-        "writing a checkpoint: the job's save outlasts its own collective timeout", 0.8,
-        ranks=[rank], evidence=[saves[0], saves[-1], a.lines[first]], kind=AnomalyKind.HANG,
+        "preprocessing the dataset: the job's preprocessing outlasts its own collective "
+        "timeout (preprocess beforehand or raise the timeout)", 0.8,
+        ranks=[rank], evidence=[bars[-1], a.lines[first]], kind=AnomalyKind.HANG,
     )  # fmt: skip

@@ -43,6 +43,11 @@ GPU_SOFTWARE_FAULTS = frozenset(
         "cuda_system_not_ready",
         "nvidia_driver_library_mismatch",
         "nvidia_driver_unavailable",
+        # Other vendors' accelerator software, and the node's RDMA memory-lock limit (slurmd's
+        # systemd unit): the site's setup on every node they fail on alike.
+        "neuron_driver_missing",
+        "rocblas_arch_library_missing",
+        "memlock_limit_too_low",
     }
 )
 # The CUDA runtime the process loaded is newer than the node's driver.
@@ -141,8 +146,8 @@ def site_software_everywhere(a: Analysis, v: Verdict) -> Verdict:
         return v
     if not a.node_list and len(actors) < len(nodes):
         return v  # (without the node list, one failing rank per node named)
-    if a.actors() - actors:
-        return v  # (a rank that did not fail with it: not every node)
+    if any(a.node_of_actor(x) not in said for x in a.actors() - actors):
+        return v  # (a rank that did not fail with it, on a node none of whose ranks did)
     culprits = sorted(nodes)
     return Verdict(
         Category.SYSTEM_SOFTWARE, NO_RETRY_HELPS_KEY,

@@ -75,6 +75,7 @@ NODE_LOCAL_SYSTEM = frozenset(
         "nvidia_driver_library_mismatch",
         "neuron_driver_missing",
         "rocblas_arch_library_missing",
+        "memlock_limit_too_low",
         "fs_transport_shutdown",
         "dhcp_address_changed",
         "container_gpu_runtime_missing",

@@ -166,6 +166,8 @@ FLOORS = {
     "s54-": (0.95, 1.0, 0.97, 0),
     # Set 55 (other vendors' accelerators: AMD, Gaudi, Trainium, GH200), session 15.
     "s55-": (0.82, 0.87, 0.87, 0),
+    # Set 56 (real logs from resolved public GitHub issue threads), session 15.
+    "s56-": (0.6, 0.65, 0.7, 0),
     "hardware": (1.0, 1.0, 1.0, 0),
     "software": (1.0, 1.0, 1.0, 0),
     "lifecycle": (1.0, 1.0, 1.0, 0),
@@ -175,7 +177,7 @@ FLOORS = {
 def _sets() -> list[tuple[str, list[Path]]]:
     sets = [
         (prefix, [b for b in corpus_dirs(NEXT) if b.name.startswith(prefix)])
-        for prefix in [f"s{n}-" for n in range(6, 56)]
+        for prefix in [f"s{n}-" for n in range(6, 57)]
     ]
     for name in ("hardware", "software", "lifecycle"):
         if (SHARED / name / "cases").is_dir():
