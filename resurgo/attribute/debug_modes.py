@@ -23,15 +23,22 @@ from __future__ import annotations
 import re
 
 from resurgo.attribute.analysis import Analysis, Verdict
-from resurgo.contracts import AnomalyKind, Category
+from resurgo.contracts import AnomalyKind, Category, LogLine
 from resurgo.detect.lines import strip_prefixes
 
 MIN_TRACES = 3  # (fewer traces are a measurement, however close together)
 
 _SOCKET_TRANSPORT = re.compile(r"\bNCCL INFO Using network Socket\b")
 # The nodes' InfiniBand adapters, where the bundle shows them: node_exporter's infiniband
-# collector, NCCL's own IB transport lines, ibstat's port state.
-_IB_PRESENT = re.compile(r"\bnode_infiniband_\w+\{|\bNET/IB\b|^\s*State:\s*Active\s*$")
+# collector, NCCL's own IB transport in use, ibstat's port state, lspci's controllers.
+_IB_PRESENT = re.compile(
+    r"\bnode_infiniband_\w+\{|\bNET/IB : Using\b|^\s*State:\s*Active\s*$"
+    r"|\bInfiniband controller: Mellanox\b"
+)
+# The HCAs themselves, on the PCI bus (lspci), whatever their driver state.
+_HCA_ON_BUS = re.compile(r"\bInfiniband controller: |\bEthernet controller: Mellanox\b")
+# NCCL finding no RDMA device to use (src/transport/net_ib.cc).
+_NO_IB_DEVICE = re.compile(r"\bNCCL INFO NET/IB : No device found\b")
 
 # A profiler trace written out (torchtitan `Dumping profiler traces at step 200`, PyTorch's
 # `export_chrome_trace`): one every few hundred steps is a measurement; one at (nearly) every
@@ -102,7 +109,7 @@ def _sockets_by_choice(a: Analysis) -> Verdict | None:
     owned = next((e for e in [*a.header, *a.lines[:200]] if traced.match(e.text)), None)
     owned = owned or noted_as_the_jobs(a.header, "NCCL_IB_DISABLE")
     if owned is None or "=1" not in owned.text:
-        return None
+        return _no_rdma_stack(a, using)
     files = [a.metric_lines, *a.node_logs.values()]
     if not any(_IB_PRESENT.search(e.text) for lines in files for e in lines):
         return None
@@ -111,4 +118,26 @@ def _sockets_by_choice(a: Analysis) -> Verdict | None:
         "straggler in the application: the job's script sets NCCL_IB_DISABLE=1, so NCCL runs "
         "its collectives over TCP sockets on nodes that have InfiniBand", 0.65,
         evidence=[owned, using], kind=AnomalyKind.STRAGGLER,
+    )  # fmt: skip
+
+
+def _no_rdma_stack(a: Analysis, using: LogLine) -> Verdict | None:
+    """NCCL found no RDMA device and runs over sockets on nodes whose own PCI bus shows their
+    HCAs (the job did not disable InfiniBand): the nodes' RDMA stack is not loaded (mlx5_ib,
+    ib_uverbs, openibd): their software, every such node named."""
+    said = [e for e in a.lines if "No device" in e.text and _NO_IB_DEVICE.search(e.text)]
+    if not said:
+        return None
+    nodes = sorted(
+        node for host, lines in a.node_logs.items()
+        if (node := a.topo.hosts.canonical(host)) is not None and a.in_job(node)
+        and any(_HCA_ON_BUS.search(e.text) for e in lines)
+    )  # fmt: skip
+    if not nodes:
+        return None
+    return Verdict(
+        Category.SYSTEM_SOFTWARE, "straggler|rdma_stack_missing",
+        f"straggler: NCCL finds no RDMA device and runs over TCP sockets although "
+        f"{', '.join(nodes)} carry HCAs on their PCI bus: their RDMA stack is not loaded", 0.7,
+        culprits=nodes, evidence=[said[0], using], kind=AnomalyKind.STRAGGLER,
     )  # fmt: skip

@@ -90,6 +90,28 @@ def _aer_device(body: str, kinds: dict[str, Category]) -> Category | None:
     return kinds.get(_bus(m["bdf"] or m["dev"])) if m is not None else None
 
 
+# The devices below a failed port that the AER core could not recover
+# (drivers/pci/pcie/err.c: `nvidia 0000:03:00.0: AER: can't recover (no error_detected
+# callback)`), printed right after the port's own fatal error report.
+_UNRECOVERED = re.compile(rf"\b[\w-]+ (?P<bdf>{_BDF}): AER: can't recover\b")
+AER_REPORT_LINES = 12
+
+
+def _unrecovered_below(
+    lines: list[LogLine], pos: int, kinds: dict[str, Category]
+) -> Category | None:
+    """A GPU or NIC the AER core reports it could not recover in the lines right after a port's
+    fatal error (at `pos`): the port was that device's link, the device the fault (GPU first)."""
+    found: set[Category] = set()
+    for entry in lines[pos + 1 : pos + 1 + AER_REPORT_LINES]:
+        m = _UNRECOVERED.search(entry.text) if "can't recover" in entry.text else None
+        if m is not None and (kind := kinds.get(_bus(m["bdf"]))) is not None:
+            found.add(kind)
+    if Category.HARDWARE_GPU in found:
+        return Category.HARDWARE_GPU
+    return found.pop() if found else None
+
+
 STALE_AFTER = timedelta(hours=6)
 
 
@@ -115,7 +137,7 @@ def scan_node_logs(
             continue
         year = start.year if start else None
         kinds = device_kinds(lines)
-        for entry in lines:
+        for pos, entry in enumerate(lines):
             found = registry.scan(entry.text)
             if not any(m.role == "root" for m in found):
                 found += node_registry().scan(entry.text)
@@ -135,7 +157,10 @@ def scan_node_logs(
                     # A node's own daemons logging a broken library or config: the site's
                     # software on that node (who owns the setting decides), not the job's.
                     match = match.model_copy(update={"category": Category.SYSTEM_SOFTWARE})
-                if match.id in AER_IDS and (device := _aer_device(body, kinds)) is not None:
+                if match.id in AER_IDS and (
+                    (device := _aer_device(body, kinds)) is not None
+                    or (device := _unrecovered_below(lines, pos, kinds)) is not None
+                ):
                     match = match.model_copy(update={"category": device})
                 out.append(
                     Event(

@@ -85,7 +85,8 @@ def node_software(a: Analysis, v: Verdict) -> Verdict:
     """`v` with the node (and category) its own software state says, where one does."""
     for join in (jobs_own_container, container_without_gpus, site_software_everywhere,
                  shm_too_small, name_full_disk, odd_bootstrap_interface, gid_changed_by_dhcp,
-                 name_pasted_gpu_fault, odd_net_plugin, odd_name_resolution):  # fmt: skip
+                 name_pasted_gpu_fault, odd_net_plugin, odd_name_resolution,
+                 gid_index_not_roce_v2_ipv4):  # fmt: skip
         v = join(a, v)
     return v
 
@@ -362,3 +363,51 @@ def name_pasted_gpu_fault(a: Analysis, v: Verdict) -> Verdict:
     v.summary = f"{v.summary.replace('an unidentified node', node)} (the kernel log is {node}'s)"
     v.confidence = max(v.confidence, 0.8)
     return v
+
+
+# The GID index the job pins (`NCCL INFO NCCL_IB_GID_INDEX set by environment to 3.`, or its
+# script's `export NCCL_IB_GID_INDEX=3`), and Mellanox's show_gids rows (DEV PORT INDEX GID IPv4
+# VER DEV: `mlx5_3  1  3  0000:...:ffff:0a14:0169  10.20.1.105  v2  ens1f1np1`).
+_PINNED_GID = re.compile(
+    r"\bNCCL_IB_GID_INDEX set by environment to (\d{1,3})\b|\bexport [^\n]{0,200}?"
+    r"\bNCCL_IB_GID_INDEX=(\d{1,3})\b"
+)
+_GID_ROW = re.compile(
+    r"^\s*(?P<dev>[\w.-]{1,32})\s+\d{1,3}\s+(?P<idx>\d{1,3})\s+[0-9a-fA-F:]{15,45}\s+"
+    r"(?:(?P<ip>\d{1,3}(?:\.\d{1,3}){3})\s+)?(?P<ver>v[12])\s+\S+\s*$"
+)
+
+
+def gid_index_not_roce_v2_ipv4(a: Analysis, v: Verdict) -> Verdict:
+    """The node(s) whose own GID table no longer holds a RoCE v2 IPv4 GID at the index the job
+    pins (an IPv6 address or a DHCP event reshuffled it; NCCL environment docs: the GID index
+    must name the RoCE v2 IPv4 entry on every node): their queue pairs address a GID the peers
+    cannot route, so every connection to them fails; the nodes' configuration, not a link."""
+    if v.category not in _NETWORKISH:
+        return v
+    pinned = next((m[1] or m[2] for e in a.lines[:400] if "GID_INDEX" in e.text
+                   and (m := _PINNED_GID.search(e.text))), None)  # fmt: skip
+    if pinned is None:
+        return v
+    shown: dict[str, bool] = {}
+    said: dict[str, LogLine] = {}
+    for host, lines in a.node_logs.items():
+        node = a.topo.hosts.canonical(host)
+        rows = [(e, m) for e in lines if (m := _GID_ROW.match(e.text)) is not None]
+        if node is None or not rows:
+            continue
+        at = [(e, m) for e, m in rows if m["idx"] == pinned]
+        good = bool(at) and all(m["ip"] and m["ver"] == "v2" for _e, m in at)
+        shown[node] = good
+        if not good:
+            said[node] = at[0][0] if at else rows[0][0]
+    bad = sorted(n for n, ok in shown.items() if not ok)
+    if not bad or not _fits(a, bad) or (v.culprits and not set(v.culprits) <= set(bad)):
+        return v
+    return Verdict(
+        Category.SYSTEM_SOFTWARE, "node_config|gid_index",
+        f"{v.summary}: GID index {pinned}, which the job pins, is not a RoCE v2 IPv4 GID on "
+        f"{', '.join(bad)} (its own show_gids): those nodes' RoCE configuration", 0.8,
+        culprits=bad, ranks=v.ranks, evidence=[*said.values(), *v.evidence], kind=v.kind,
+        outcome=v.outcome,
+    )  # fmt: skip

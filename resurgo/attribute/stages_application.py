@@ -194,9 +194,16 @@ def application_verdict(
 DEVICE_COUNT_IDS = frozenset({"cuda_invalid_device", "nccl_duplicate_gpu"})
 
 
+# Ray's prefix on an actor's output (`(LLMRayActor pid=112084, ip=10.9.3.5) ...`).
+_RAY_ACTOR = re.compile(r"^\((?P<role>\w{1,80}) pid=\d+")
+
+
 def _one_node_short_of_gpus(a: Analysis, mid: str, same: list[Event]) -> str | None:
     if mid not in DEVICE_COUNT_IDS:
         return None
+    roles = {m["role"] for e in same if (m := _RAY_ACTOR.match(e.line.text)) is not None}
+    if len(roles) >= 2:
+        return None  # (two of the job's own actor roles placed on one GPU: its placement)
     seen = {n for e in same if (n := event_node(a, e)) is not None}
     job_nodes = set(a.job_nodes())
     if len(seen) != 1 or len(job_nodes) < 2 or not seen < job_nodes:

@@ -167,7 +167,7 @@ FLOORS = {
     # Set 55 (other vendors' accelerators: AMD, Gaudi, Trainium, GH200), session 15.
     "s55-": (0.82, 0.87, 0.87, 0),
     # Set 56 (real logs from resolved public GitHub issue threads), session 15.
-    "s56-": (0.6, 0.65, 0.7, 0),
+    "s56-": (0.7, 0.73, 0.72, 0),
     "hardware": (1.0, 1.0, 1.0, 0),
     "software": (1.0, 1.0, 1.0, 0),
     "lifecycle": (1.0, 1.0, 1.0, 0),

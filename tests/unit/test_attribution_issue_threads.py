@@ -128,3 +128,80 @@ def test_memlock_too_low_on_every_node_names_them_all_and_stops() -> None:
     one = job.splitlines()[0] + "\nsrun: error: cn101: task 0: Exited with exit code 1\n"
     a = attribute_text(one, nodes)
     assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["cn101"])
+
+
+ROCE_JOB = "".join(
+    f"{t}: gpu-r10{t + 1}:40211:40899 [0] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer 10.20.1.105<51234> with status=12 opcode=0 len=0 vendor err 129 (Send) localGid ::ffff:10.20.1.10{t + 1} remoteGidsfe80::a288:c2ff:fe31:5e81\n"
+    for t in (0, 1, 2)
+) + (
+    "0: gpu-r101:40211:40211 [0] NCCL INFO NCCL_IB_GID_INDEX set by environment to 3.\n"
+    "srun: error: gpu-r101: task 0: Exited with exit code 1\n"
+)
+SHOW_GIDS = """\
+$ show_gids mlx5_3
+DEV	PORT	INDEX	GID					IPv4  		VER	DEV
+---	----	-----	---					------------  	---	---
+mlx5_3	1	2	fdc4:21aa:0000:0105:a288:c2ff:fe31:5e81			v1	ens1f1np1
+mlx5_3	1	3	{gid3}	{ip3}	v2	ens1f1np1
+"""
+
+
+def test_a_pinned_gid_index_that_is_no_longer_roce_v2_ipv4_on_one_node_is_its_config() -> None:
+    bad = SHOW_GIDS.format(gid3="fdc4:21aa:0000:0105:a288:c2ff:fe31:5e81", ip3="")
+    good = SHOW_GIDS.format(gid3="0000:0000:0000:0000:0000:ffff:0a14:0166", ip3="10.20.1.102")
+    nodes = [f"gpu-r10{i}" for i in range(1, 9)]
+    a = attribute_text(ROCE_JOB, nodes, {"node_gpu-r105": bad, "node_gpu-r102": good})
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["gpu-r105"])
+    a = attribute_text(ROCE_JOB, nodes, {"node_gpu-r105": good, "node_gpu-r102": good})
+    assert a.category != Category.SYSTEM_SOFTWARE
+
+
+def test_a_fatal_aer_on_a_port_whose_gpu_cannot_recover_is_the_gpu() -> None:
+    job = "".join(
+        f"{r}: [rank{r}]:[E120 19:09:49.332 ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=8410, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600122 milliseconds before timing out.\n"
+        for r in (1, 2, 3)
+    )
+    dmesg = (
+        "[Sat Jan 20 18:59:48 2024] pcieport 0000:00:03.0: AER: Multiple Uncorrected (Fatal) error received: 0000:00:03.0\n"
+        "[Sat Jan 20 18:59:48 2024] pcieport 0000:00:03.0: PCIe Bus Error: severity=Uncorrected (Fatal), type=Transaction Layer, (Requester ID)\n"
+        "[Sat Jan 20 18:59:48 2024] pcieport 0000:00:03.0:    [14] CmpltTO                (First)\n"
+        "[Sat Jan 20 18:59:48 2024] nvidia 0000:03:00.0: AER: can't recover (no error_detected callback)\n"
+        "[Sat Jan 20 18:59:49 2024] pcieport 0000:00:03.0: AER: device recovery failed\n"
+    )
+    a = attribute_text(job, ["cn-241"], {"dmesg_cn-241": dmesg})
+    assert (a.category, a.culprit_nodes) == (Category.HARDWARE_GPU, ["cn-241"])
+    nic = dmesg.replace("nvidia 0000:03:00.0", "snd_hda_intel 0000:03:00.1")
+    assert attribute_text(job, ["cn-241"], {"dmesg_cn-241": nic}).category == Category.HARDWARE_HOST
+
+
+def test_two_of_the_jobs_own_ray_actors_on_one_gpu_is_its_placement() -> None:
+    job = (
+        "(ActorModelRayActor pid=112311, ip=10.9.3.5) dgx-c05:112311:113002 [0] init.cc:869 NCCL WARN Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 1b000\n"
+        "(LLMRayActor pid=112084, ip=10.9.3.5) dgx-c05:112084:113010 [0] init.cc:869 NCCL WARN Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1b000\n"
+        "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:317, invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.21.5\n"
+    )
+    a = attribute_text(job, ["dgx-c05", "dgx-c06"])
+    assert (a.category, a.culprit_nodes) == (Category.APPLICATION, [])
+
+
+SOCKETS_JOB = """\
++ export NCCL_DEBUG=INFO NCCL_IB_DISABLE=0 NCCL_SOCKET_IFNAME=bond0
+0: h800-a11:51221:51870 [0] NCCL INFO NET/IB : No device found.
+0: h800-a11:51221:51870 [0] NCCL INFO NET/Socket : Using [0]bond0:10.31.0.11<0>
+0: h800-a11:51221:51870 [0] NCCL INFO Using network Socket
+0: {'loss': 1.912, 'learning_rate': 9.8e-05, 'epoch': 0.12}
+0: {'loss': 1.874, 'learning_rate': 9.6e-05, 'epoch': 0.14}
+# job still running at collection time
+"""
+LSPCI = "$ lspci | grep -i mellanox | head -4\n1a:00.0 Infiniband controller: Mellanox Technologies MT2910 Family [ConnectX-7]\n$ ibv_devinfo\nNo IB devices found\n"
+
+
+def test_sockets_on_nodes_whose_hcas_have_no_rdma_stack_are_the_nodes_software() -> None:
+    nodes = ["h800-a11", "h800-a12"]
+    a = attribute_text(SOCKETS_JOB, nodes, {"node_h800-a11": LSPCI, "node_h800-a12": LSPCI})
+    assert (a.kind, a.category, a.culprit_nodes) == (
+        AnomalyKind.STRAGGLER,
+        Category.SYSTEM_SOFTWARE,
+        nodes,
+    )
+    assert attribute_text(SOCKETS_JOB, nodes).category != Category.SYSTEM_SOFTWARE
