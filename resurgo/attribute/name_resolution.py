@@ -20,15 +20,13 @@ import re
 from collections import defaultdict
 
 from resurgo.attribute.analysis import Analysis, Verdict
+from resurgo.attribute.stages_common import NETWORKISH
 from resurgo.contracts import Category, LogLine
 
 _ADDRESS = r"(?P<addr>\d{1,3}(?:\.\d{1,3}){3}|[0-9a-fA-F:]{3,39})"
 _GETENT_ASKED = re.compile(r"\bgetent (?:ahosts|hosts) (?P<name>[A-Za-z][\w.-]{0,63})\s*$")
 _GETENT_ANSWER = re.compile(rf"^\s*{_ADDRESS}\s+(?P<names>[A-Za-z][\w. -]{{0,200}})$")
 _HOST_ANSWER = re.compile(rf"^\s*(?P<name>[A-Za-z][\w.-]{{0,63}}) has address {_ADDRESS}\s*$")
-_NETWORKISH = frozenset(
-    {Category.UNKNOWN, Category.SYSTEM_SOFTWARE, Category.HARDWARE_NETWORK}
-)  # fmt: skip
 
 
 def _answers(lines: list[LogLine]) -> dict[str, tuple[str, LogLine]]:
@@ -53,7 +51,7 @@ def _answers(lines: list[LogLine]) -> dict[str, tuple[str, LogLine]]:
 def odd_name_resolution(a: Analysis, v: Verdict) -> Verdict:
     """`v` as the odd node's name service, where one node of the failed job resolves a name the
     others resolve alike to another address."""
-    if a.running or v.category not in _NETWORKISH:
+    if a.running or v.category not in NETWORKISH:
         return v
     by_name: dict[str, dict[str, list[tuple[str, LogLine]]]] = defaultdict(dict)
     for host, lines in a.node_logs.items():

@@ -35,6 +35,7 @@ from resurgo.attribute.site_software import (
     jobs_own_container,
     site_software_everywhere,
 )
+from resurgo.attribute.stages_common import NETWORKISH
 from resurgo.contracts import Category, LogLine
 from resurgo.detect.lines import parse_nccl_prefix
 
@@ -78,7 +79,6 @@ _LEASE = re.compile(
 _FAILED_TOWARDS = re.compile(
     r"(?:remote ?Gids?:? ?::ffff:|peer )(?P<ip>\d{1,3}(?:\.\d{1,3}){3})\b", re.I
 )
-_NETWORKISH = (Category.HARDWARE_NETWORK, Category.SYSTEM_SOFTWARE, Category.UNKNOWN)
 
 
 def node_software(a: Analysis, v: Verdict) -> Verdict:
@@ -183,7 +183,7 @@ def _write_failed_on_full_local_disk(a: Analysis, v: Verdict) -> Verdict | None:
 
 
 def odd_bootstrap_interface(a: Analysis, v: Verdict) -> Verdict:
-    if v.category not in _NETWORKISH:
+    if v.category not in NETWORKISH:
         return v
     used: dict[str, tuple[str, str, LogLine]] = {}  # host -> (interface, address, line)
     targets: dict[str, LogLine] = {}
@@ -257,7 +257,7 @@ def gid_changed_by_dhcp(a: Analysis, v: Verdict) -> Verdict:
     away from it (`ipv4 address 10.40.3.57 removed`)."""
     # (however many nodes the verdict named: the peers that report losing the moved address
     # are its victims, and its own logs or the lease say which node moved)
-    if v.category not in _NETWORKISH:
+    if v.category not in NETWORKISH:
         return v
     for e in a.node_events:
         if e.match.id not in DHCP_IDS or e.node is None or not a.in_job(e.node):
@@ -383,7 +383,7 @@ def gid_index_not_roce_v2_ipv4(a: Analysis, v: Verdict) -> Verdict:
     pins (an IPv6 address or a DHCP event reshuffled it; NCCL environment docs: the GID index
     must name the RoCE v2 IPv4 entry on every node): their queue pairs address a GID the peers
     cannot route, so every connection to them fails; the nodes' configuration, not a link."""
-    if v.category not in _NETWORKISH:
+    if v.category not in NETWORKISH:
         return v
     pinned = next((m[1] or m[2] for e in a.lines[:400] if "GID_INDEX" in e.text
                    and (m := _PINNED_GID.search(e.text))), None)  # fmt: skip

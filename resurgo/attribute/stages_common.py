@@ -18,6 +18,10 @@ from resurgo.attribute.oom_blocks import oom_blocks
 from resurgo.attribute.scheduler import node_failed
 from resurgo.contracts import AnomalyKind, Category, LogLine
 
+# Verdicts a node's own network or software configuration can explain better (the node joins
+# of node_software and name_resolution refine only these).
+NETWORKISH = frozenset({Category.HARDWARE_NETWORK, Category.SYSTEM_SOFTWARE, Category.UNKNOWN})
+
 
 def _peer_node(a: Analysis, e: Event) -> str | None:
     address = re.sub(r"[<:\]].*$", "", e.match.groups.get("peer", "")).strip("[")

@@ -386,9 +386,9 @@ STORE_TARGET = re.compile(
 # torchrun's static and c10d rendezvous host the TCPStore in one of the job's own processes
 # (torch.distributed.elastic rendezvous: the agent on the endpoint's host serves it), so an
 # endpoint outside the allocation has nothing listening on it, on every attempt.
-_STORE_CONNECT = frozenset({"store_connect_failed"})
+STORE_CONNECT = frozenset({"store_connect_failed"})
 # What torchrun's agent raises on top of that connect failure (patterns.json).
-_STORE_FAMILY = _STORE_CONNECT | _WAITING
+_STORE_FAMILY = STORE_CONNECT | _WAITING
 
 
 def store_outside_allocation(a: Analysis) -> Verdict | None:
@@ -400,7 +400,7 @@ def store_outside_allocation(a: Analysis) -> Verdict | None:
     if len(allocation) < 2:
         return None  # without the job's node list nothing says the host is outside it
     roots = [e for e in a.events if e.root and e.serious and e.origin == "job"]
-    failed = [e for e in roots if e.match.id in _STORE_CONNECT]
+    failed = [e for e in roots if e.match.id in STORE_CONNECT]
     targets = {m["host"].split(".", 1)[0] for e in failed if (m := STORE_TARGET.search(e.message))}
     if len(targets) != 1 or any(e.match.id not in _STORE_FAMILY for e in roots):
         return None  # another failure (or several store hosts) in the job: not this rule's

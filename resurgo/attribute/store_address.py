@@ -26,10 +26,8 @@ from __future__ import annotations
 import re
 
 from resurgo.attribute.analysis import Analysis, Verdict
-from resurgo.attribute.stages_launch import STORE_TARGET
+from resurgo.attribute.stages_launch import STORE_CONNECT, STORE_TARGET
 from resurgo.contracts import AnomalyKind, Category
-
-_STORE_CONNECT = frozenset({"store_connect_failed"})
 
 
 def every_node_dials_itself(a: Analysis) -> Verdict | None:
@@ -39,7 +37,7 @@ def every_node_dials_itself(a: Analysis) -> Verdict | None:
     dialled: dict[str, set[str]] = {}
     said = []
     for e in a.events:
-        if e.origin != "job" or e.match.id not in _STORE_CONNECT or e.node is None:
+        if e.origin != "job" or e.match.id not in STORE_CONNECT or e.node is None:
             continue
         if (m := STORE_TARGET.search(e.message)) is None:
             continue
