@@ -1,0 +1,71 @@
+"""The readers added for sessions 14-15's classes, on text a cluster user controls: the job's own
+output and anything it can get into a node's journal (`logger`). Each reader's fragment repeated
+into 8 KiB lines, and random mixes of them, must attribute without an exception (the engine's
+fallback verdict would hide one as `attribution failed`). Their cost per MiB is measured by
+`bench/hostile_bundles.py`, not here (no timing thresholds in tests)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.log_lines import attribute_text
+
+# Each reader's opening, never completed (the shape that makes an unbounded gap try every start).
+FRAGMENTS = [
+    "$ getent hosts gpu-c01\n10.1.0.21 gpu-c01 ",  # name_resolution
+    "mlx5_3\t1\t3\t0000:0000:ffff:0a14:0169\t10.20.1.105\t",  # node_software: show_gids rows
+    "NCCL_IB_GID_INDEX set by environment to 3 export NCCL_IB_GID_INDEX=",
+    "$ systemctl is-active firewalld\nactive\n● firewalld.service - ",  # firewall state
+    "[1653488081.109170] [cn101:48211:0] UCX ERROR ",  # the UCX prefix
+    "[c10d] The client socket has timed out after 60s while trying to connect to (gpu-b[12-",
+    "AUTOTUNE flex_attention(1x24x32760x128, ",  # autotuning_until_the_limit
+    "Running tokenizer on dataset:  8%|#| ",  # preprocessing outlasting the timeout
+    "INFO: Rank 0: run_predictions ",  # a rank named in the line's own text
+    "cxi_core 0000:c1:00.0: cxi0[hsn0] CXI_EVENT_LINK_",  # link pairs
+    "habanalabs hl5: ECC error detected. address: 0x1 Syndrom: 0x2 block id ",
+    "(LLMRayActor pid=1, ip=10.9.3.5) Duplicate GPU detected : rank 0 and rank ",
+    "1a:00.0 Infiniband controller: NCCL INFO NET/IB : No device found ",
+    "loss 1.98 samples/s ",
+    " | Fan FAN3_TACH | Lower Critical going low | ",
+]
+NODES = ["gpu-c01", "gpu-c02"]
+
+
+def _filled(fragment: str, kib: int = 8) -> str:
+    return (fragment * (kib * 1024 // len(fragment) + 1))[: kib * 1024]
+
+
+# A failed job (the readers behind a verdict's refinement run only on one), whose peers' last
+# words name a network error: every node join is asked.
+ENDING = (
+    "1: gpu-c02:1:2 [0] NCCL WARN NET/IB : Got completion from peer 10.1.0.21<1> with status=12\n"
+    "srun: error: gpu-c02: task 1: Exited with exit code 1\n"
+)
+FAILED = "JobId=41 JobName=t\n   JobState=FAILED Reason=NonZeroExitCode\n   NodeList=gpu-c[01-02]\n"
+
+
+def _no_failure(job: str, node_text: str) -> None:
+    files = {"dmesg_gpu-c02": node_text, "node_gpu-c02": node_text}
+    for ending, scheduler in (("", ""), (ENDING, FAILED)):
+        a = attribute_text(job + ending, NODES, files, scheduler=scheduler)
+        assert "attribution failed" not in a.summary, a.summary
+
+
+@pytest.mark.parametrize("fragment", FRAGMENTS, ids=range(len(FRAGMENTS)))
+def test_a_readers_fragment_filling_every_line_is_attributed(fragment: str) -> None:
+    lines = "\n".join(_filled(fragment) for _ in range(20)) + "\n"
+    _no_failure(lines, lines)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])  # fmt: skip
+@given(st.lists(st.tuples(st.sampled_from(FRAGMENTS), st.integers(1, 40),
+                          st.sampled_from(["", "0: ", "[rank3]: ", "\n"])),
+                min_size=1, max_size=30))  # fmt: skip
+def test_mixes_of_the_readers_fragments_are_attributed(
+    parts: list[tuple[str, int, str]],
+) -> None:
+    text = "".join(prefix + fragment * times + "\n" for fragment, times, prefix in parts)
+    _no_failure(text, text)
