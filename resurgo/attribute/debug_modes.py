@@ -16,6 +16,10 @@ documentation: "prevent the IB/RoCE transport from being used ... fall back to u
 sockets"), an order of magnitude below what the nodes' InfiniBand adapters carry. Set by the
 job's own script (a debugging leftover) on nodes whose adapters are there (their InfiniBand
 counters, `NET/IB` lines), every step of a multi-node job is slower by the job's own choice.
+`NCCL_NET=Socket` forces the same transport by name (NCCL confirms `NCCL_NET set by
+environment to Socket`); on nodes with InfiniBand, or where NCCL's sockets themselves ride a
+Slingshot interface (`NET/Socket : Using [0]hsn0`: HPE names its high-speed NICs hsnN, whose
+own transport is the OFI plugin), it is the same choice by the job.
 """
 
 from __future__ import annotations
@@ -36,6 +40,12 @@ _IB_PRESENT = re.compile(
     r"|\bInfiniband controller: Mellanox\b"
 )
 # The HCAs themselves, on the PCI bus (lspci), whatever their driver state.
+# NCCL's sockets on a high-speed network's own interface (HPE Slingshot's hsnN, IPoIB's ibN).
+_FABRIC_SOCKET = re.compile(r"\bNET/Socket : Using (?:\[\d+\])?(?:hsn|ib)\d")
+# The job's traced script turning the fabric off: `+ export NCCL_IB_DISABLE=1` or
+# `export NCCL_NET=Socket NCCL_SOCKET_IFNAME=hsn0` (one export may set several).
+_SCRIPT_EXPORT = re.compile(r"^(?:\++ ?)?export ")
+_SOCKETS_CHOSEN = re.compile(r"(?:^|\s)(?:NCCL_IB_DISABLE=[\"']?1\b|NCCL_NET=[\"']?Socket\b)")
 _HCA_ON_BUS = re.compile(r"\bInfiniband controller: |\bEthernet controller: Mellanox\b")
 # NCCL finding no RDMA device to use (src/transport/net_ib.cc).
 _NO_IB_DEVICE = re.compile(r"\bNCCL INFO NET/IB : No device found\b")
@@ -105,18 +115,25 @@ def _sockets_by_choice(a: Analysis) -> Verdict | None:
                  None)  # fmt: skip
     if using is None:
         return None
-    traced = re.compile(r"^(?:\++ ?(?:export )?|export )NCCL_IB_DISABLE=1\b")
-    owned = next((e for e in [*a.header, *a.lines[:200]] if traced.match(e.text)), None)
+    owned = next(
+        (e for e in [*a.header, *a.lines[:200]]
+         if _SCRIPT_EXPORT.match(e.text) and _SOCKETS_CHOSEN.search(e.text)),
+        None,
+    )  # fmt: skip
     owned = owned or noted_as_the_jobs(a.header, "NCCL_IB_DISABLE")
-    if owned is None or "=1" not in owned.text:
+    if owned is None or not _SOCKETS_CHOSEN.search(owned.text.lstrip("# ")):
         return _no_rdma_stack(a, using)
     files = [a.metric_lines, *a.node_logs.values()]
-    if not any(_IB_PRESENT.search(e.text) for lines in files for e in lines):
+    fabric = any(_IB_PRESENT.search(e.text) for lines in files for e in lines) or any(
+        "NET/Socket" in e.text and _FABRIC_SOCKET.search(e.text) for e in a.lines[:2000]
+    )
+    if not fabric:
         return None
+    setting = "NCCL_NET=Socket" if "NCCL_NET=" in owned.text else "NCCL_IB_DISABLE=1"
     return Verdict(
         Category.APPLICATION, "straggler|application|ib_disabled",
-        "straggler in the application: the job's script sets NCCL_IB_DISABLE=1, so NCCL runs "
-        "its collectives over TCP sockets on nodes that have InfiniBand", 0.65,
+        f"straggler in the application: the job's script sets {setting}, so NCCL runs its "
+        "collectives over TCP sockets on nodes that have a faster fabric", 0.65,
         evidence=[owned, using], kind=AnomalyKind.STRAGGLER,
     )  # fmt: skip
 

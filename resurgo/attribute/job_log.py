@@ -22,6 +22,7 @@ from resurgo.attribute.events import (
     actor_of,
     normalise,
 )
+from resurgo.attribute.timer_summaries import slowest_rank
 from resurgo.attribute.topology import (
     SRUN_TASK,
     Topology,
@@ -74,19 +75,6 @@ _RESUMED = re.compile(
 )
 # `"rank": 2`, `rank=2`, `[rank 2/4 host=...]`, `rank 2 of 4`.
 _RANK_FIELD = re.compile(r"\brank\"?\s*(?:[=:]\s*\"?|\s+)(\d{1,6})\b")
-_TIMER_SUMMARY = gated(re.compile(  # (searched in every line holding "rank")
-    r"\b(?:median|med|avg|mean)[\s=:]+(?P<med>\d+(?:\.\d+)?)\s*(?P<med_unit>ms|s)\b.{0,80}?"
-    r"\bmax[\s=:]+(?P<max>\d+(?:\.\d+)?)\s*(?P<max_unit>ms|s)?\s*"
-    r"\((?:global )?rank[\s=:]+(?P<rank>\d+)(?:\s+on\s+(?P<host>[A-Za-z][\w.-]*))?\)",
-    re.IGNORECASE,
-))  # fmt: skip
-# A step line's cross-rank extremes and the rank behind the maximum: `step_time 4.90s
-# rank_times[min/max]=1.28/4.87 slowest_rank=0`.
-_EXTREMES_SUMMARY = re.compile(
-    r"(?i)\bmin/max\]?\s*[=:]\s*(?P<min>\d+(?:\.\d+)?)\s*(?P<min_unit>ms|s)?\s*/\s*"
-    r"(?P<max>\d+(?:\.\d+)?)\s*(?P<max_unit>ms|s)?\b.{0,80}?\bslowest[_ ]rank\s*[=:]?\s*"
-    r"(?P<rank>\d{1,7})\b"
-)
 
 
 # A launcher's note of the signal Slurm sent with the requeue (submitit's job_environment.py:
@@ -208,7 +196,7 @@ def scan_job(registry: Registry, lines: list[LogLine], topo: Topology) -> JobSca
         maybe_resumed = "esum" in body or "estor" in body or "oaded" in body
         if maybe_resumed and scan.resumed_from is None and (r := _RESUMED.search(body)):
             scan.resumed_from = int(r.group(1))
-        if "rank" in body and (slow := _slowest_rank(body, topo)) is not None:
+        if ("rank" in body or "r0=" in body) and (slow := slowest_rank(body, topo)):
             scan.slowest.append((*slow, entry))
         if "step_time_ms" in text and (timing := parse_rank_timing(text)):
             where = topo.hosts.canonical(timing.node) or timing.node
@@ -322,30 +310,6 @@ _RELAYED = re.compile(r"^Traceback \(most recent call last\): \(RANK (\d{1,7})\)
 def _said_rank(body: str) -> int | None:
     m = _RANK_FIELD.search(body)
     return int(m.group(1)) if m else None
-
-
-def _slowest_rank(body: str, topo: Topology) -> tuple[str | None, int, float] | None:
-    """A timer summary across ranks: `median 0.92s max 1.68s (rank 34 on gpu-x05)`, or the
-    extremes with the slowest rank (`rank_times[min/max]=1.28/4.87 slowest_rank=0`)."""
-    m = _TIMER_SUMMARY.search(body)
-    if m is None and "slowest" in body and (x := _EXTREMES_SUMMARY.search(body)) is not None:
-        fastest = _seconds(x["min"], x["min_unit"] or x["max_unit"])
-        slowest = _seconds(x["max"], x["max_unit"] or x["min_unit"])
-        rank = int(x["rank"])
-        return topo.node_of(None, rank), rank, slowest / fastest if fastest > 0 else 0.0
-    if m is None:
-        return None
-    median = _seconds(m["med"], m["med_unit"])
-    slowest = _seconds(m["max"], m["max_unit"] or m["med_unit"])
-    if median <= 0:
-        return None
-    rank = int(m["rank"])
-    node = topo.hosts.canonical(m["host"]) if m["host"] else topo.node_of(None, rank)
-    return node, rank, slowest / median
-
-
-def _seconds(value: str, unit: str | None) -> float:
-    return float(value) / 1000.0 if unit == "ms" else float(value)
 
 
 def _line_node(text: str, task: int | None, rank: int | None, topo: Topology) -> str | None:

@@ -14,6 +14,9 @@ single-line causes cannot see.
 - `ibstat` (infiniband-diags ibstat(8)) `Rate:`, or the active width (`active_width: 1X`,
   ibv_devinfo(1) -v; `LinkWidthActive:....1X`, ibportstate(8)), of an HCA below what the same
   HCA has on the job's other nodes (a link that trained down: a cable or transceiver).
+- rocm-smi's `Concise Info` table (ROCm SMI docs; AMD Instinct): one busy GPU whose shader
+  clock (SCLK, the first `Mhz` column) is far below its busy siblings' on the same node. An
+  idle GPU clocks down by design, so only GPUs at work are compared.
 
 Each finding is (category, the line that shows it).
 """
@@ -169,6 +172,28 @@ def _other_program(lines: list[LogLine]) -> LogLine | None:
     return next((e for rows in shared for n, e in rows.items() if n != job), None)
 
 
+# A rocm-smi concise row: device index first, SCLK then MCLK in Mhz, GPU% last.
+_ROCM_ROW = re.compile(
+    r"^\s*\d{1,2}\s.*?\s(?P<sclk>\d{2,5})Mhz\s+\d{2,5}Mhz\s.*\s(?P<busy>\d{1,3})%\s*$"
+)
+ROCM_BUSY = 50  # GPU% at which a GPU is at work (an idle one clocks down by design)
+ROCM_SLOW_CLOCK = 0.6  # SCLK share of the busy siblings' median that marks a throttled GPU
+
+
+def _rocm_clock_outlier(lines: list[LogLine]) -> LogLine | None:
+    """The row of a busy GPU clocked far below its busy siblings in rocm-smi's table."""
+    rows = [
+        (int(m["sclk"]), e) for e in lines
+        if "Mhz" in e.text and (m := _ROCM_ROW.match(e.text)) and int(m["busy"]) >= ROCM_BUSY
+    ]  # fmt: skip
+    if len(rows) < 3:
+        return None
+    slowest = min(rows, key=lambda r: r[0])
+    others = sorted(c for c, e in rows if e is not slowest[1])
+    median = others[len(others) // 2]
+    return slowest[1] if slowest[0] < ROCM_SLOW_CLOCK * median else None
+
+
 def node_file_causes(lines: list[LogLine]) -> list[tuple[Category, LogLine]]:
     """Causes in one node's files (all of them: kernel logs, journal and diagnostics)."""
     found = _reason_causes(lines)
@@ -178,6 +203,8 @@ def node_file_causes(lines: list[LogLine]) -> list[tuple[Category, LogLine]]:
         found.append((Category.SYSTEM_SOFTWARE, locked))
     if (capped := _power_limit_lowered(lines)) is not None:
         found.append((Category.SYSTEM_SOFTWARE, capped))
+    if (throttled := _rocm_clock_outlier(lines)) is not None:
+        found.append((Category.HARDWARE_GPU, throttled))
     return found
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 import statistics
-from collections import Counter
 
 from resurgo.attribute.analysis import Analysis, Verdict
 from resurgo.attribute.debug_modes import profiling_every_step, slow_debug_mode
@@ -19,6 +18,8 @@ from resurgo.attribute.rank_phases import COMPUTE, HOST_WORK, node_quiet, own_wo
 from resurgo.attribute.rank_tables import read_rank_reports
 from resurgo.attribute.series import actor_fields, jobwide_slowdown
 from resurgo.attribute.stack_dumps import _DISTRIBUTED, _LIBRARY, main_thread_stacks
+from resurgo.attribute.summary_stragglers import slow_in_summaries
+from resurgo.attribute.uneven_work import uneven_work
 from resurgo.contracts import AnomalyKind, Category, LogLine
 from resurgo.detect.lines import strip_prefixes
 
@@ -120,7 +121,9 @@ def _stragglers(a: Analysis, *, timings_only: bool = False) -> Verdict | None:
         (slow, node_of, _), slow_key = max(
             found, key=lambda f: (bool(f[0][0]), f[0][2]), default=(([], {}, 0.0), "")
         )
-    summary_nodes, summary_ranks, summary_lines = _slow_in_summaries(a)
+    summary_nodes, summary_ranks, summary_lines = slow_in_summaries(
+        a, STRAGGLER_RATIO, STRAGGLER_WINDOW
+    )
     reports = read_rank_reports(a)
     for rank, node in reports.ranks.items():
         host = a.topo.hosts.canonical(node) if node else a.topo.node_of(rank, rank)
@@ -274,23 +277,6 @@ def _said_by(text: str, rank: int) -> bool:
     return rank in (pre.rank, pre.task)
 
 
-def _slow_in_summaries(a: Analysis) -> tuple[set[str], set[int], list[LogLine]]:
-    """The node (and rank) cross-rank timer summaries keep naming as the slowest, far behind.
-
-    One slow report is noise (a checkpoint, a GC pause); the same node slowest by
-    STRAGGLER_RATIO in most of the last reports, at least three times, is a straggler; so is
-    one named slowest in every report and far behind in three of them (its periodic extra
-    work: every Nth step's logging).
-    """
-    recent = a.scan.slowest[-STRAGGLER_WINDOW:]
-    slow = [(node, line) for node, _, ratio, line in recent if ratio >= STRAGGLER_RATIO and node]
-    counts = Counter(node for node, _ in slow)
-    always = {n for n, _, _, _ in recent} if len({r for _, r, _, _ in recent}) == 1 else set()
-    nodes = {n for n, c in counts.items() if c >= 3 and (c * 2 > len(recent) or n in always)}
-    ranks = {r for n, r, ratio, _ in recent if n in nodes and ratio >= STRAGGLER_RATIO}
-    return nodes, ranks, [line for node, line in slow if node in nodes][-2:]
-
-
 def _shares_node_with_peers(
     a: Analysis, rank: int, reported: dict[int, str | None], known: dict[int, str]
 ) -> bool:
@@ -331,10 +317,14 @@ def _application_straggler(
     ]  # fmt: skip
     own = [e for e in signs if slow and any(_said_by(e.text, r) for r in slow)]
     why = ""
-    if slow and own:
+    if slow and own and len(own) * 2 > len(signs):
+        # (most such lines are the slow ranks': recompiles spread over every rank are noise)
         why = "the slow ranks' own output shows the code's recompilation or garbage collection"
     elif slow and (work := own_work_lines(a, slow)) and node_quiet(a, _nodes_of(a, slow, reported)):
         why = "the slow ranks' own output shows the job's extra work (evaluation, logging)"
+        own = work
+    elif slow and (work := uneven_work(a, slow)):
+        why = "the slow ranks are given more work than the others: the job's own data split"
         own = work
     elif (
         slow == [0]

@@ -282,3 +282,31 @@ def test_infiniband_disabled_by_the_jobs_script_is_an_application_straggler() ->
 def test_sockets_on_nodes_without_infiniband_are_not_a_choice() -> None:
     a = attribute_text(IB_OFF_JOB, ["gpu-s01", "gpu-s02"])
     assert a.kind != AnomalyKind.STRAGGLER
+
+
+# NCCL_NET=Socket names the transport outright; RCCL's socket transport on Slingshot's hsn0
+# (HPE's high-speed NIC, whose own transport is the OFI plugin) shows the fabric was there.
+SOCKET_BY_NAME_JOB = """\
++ export NCCL_NET=Socket NCCL_SOCKET_IFNAME=hsn0
++ srun -l -N 8 -n 64 --ntasks-per-node=8 python train_esm.py
+0: nid003300:33101:33101 [0] NCCL INFO NCCL_NET set by environment to Socket
+0: nid003300:33101:33101 [0] NCCL INFO NET/Socket : Using [0]hsn0:10.128.3.11<0>
+0: nid003300:33101:33244 [0] NCCL INFO Using network Socket
+0: step   100 | loss 2.3911 | 12.17 s/step | comm 8.57 s | compute 3.71 s
+0: step   200 | loss 2.3836 | 12.15 s/step | comm 8.66 s | compute 3.86 s
+0: step   300 | loss 2.3757 | 12.19 s/step | comm 8.49 s | compute 3.82 s
+# job still running at collection time
+"""
+
+
+def test_nccl_net_socket_set_by_the_job_on_a_slingshot_fabric_is_an_application_straggler() -> None:
+    nodes = [f"nid0033{i:02d}" for i in range(8)]
+    a = attribute_text(SOCKET_BY_NAME_JOB, nodes)
+    assert (a.kind, a.category) == (AnomalyKind.STRAGGLER, Category.APPLICATION), a.summary
+    assert "NCCL_NET=Socket" in a.summary and first_action(a) == "none"
+
+
+def test_nccl_net_socket_over_plain_ethernet_is_not_a_choice_against_a_fabric() -> None:
+    job = SOCKET_BY_NAME_JOB.replace("hsn0", "eth0")
+    a = attribute_text(job, [f"nid0033{i:02d}" for i in range(8)])
+    assert a.kind != AnomalyKind.STRAGGLER
