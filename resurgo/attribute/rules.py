@@ -56,6 +56,7 @@ from resurgo.attribute.node_local import (
 )
 from resurgo.attribute.node_software import node_software
 from resurgo.attribute.rank_finished import rank_finished_early
+from resurgo.attribute.recurred_elsewhere import recurred_elsewhere
 from resurgo.attribute.scheduler import parse_scheduler
 from resurgo.attribute.shared_services import hung_on_shared_service, shared_outage
 from resurgo.attribute.site_notes import noted_fabric_outage
@@ -206,6 +207,7 @@ def analyse(
     verdict = switch_port_down(a, path_error_after_fs_loss(a, verdict))
     verdict = ended_by_error(a, node_software(a, shared_outage(a, verdict)))
     verdict = running_kind(a, died_of_node_fault(a, verdict))
+    verdict = recurred_elsewhere(a, verdict)  # (tie-breaker 3, from an operator's note)
     if (
         anomaly is not None
         and anomaly.suspects

@@ -17,7 +17,7 @@ from datetime import datetime
 
 from resurgo.attribute.analysis import Analysis, Verdict
 from resurgo.attribute.bundle import stamp_in
-from resurgo.attribute.collective_stalls import mismatched_collectives
+from resurgo.attribute.collective_stalls import mismatched_collectives, stall_reports
 from resurgo.attribute.liveness import (
     HANG_SILENCE_FACTOR,
     HANG_SILENCE_FLOOR_SECONDS,
@@ -109,6 +109,8 @@ def _owner_cancel(a: Analysis, outcome: str | None) -> Verdict | None:
         return None  # (stuck first: a cancel ends a hang, however it ended; the timeouts decide)
     if diverged_before_the_kill(a):
         return None  # (the owner stopped a run whose loss had diverged: the divergence decides)
+    if failed_before_the_cancel(a):
+        return None  # (the owner stopped a run that had already failed: the failure decides)
     lines = [e.line for e in a.events if e.match.id == "slurm_job_cancelled"][:3]
     return Verdict(
         Category.SCHEDULER, "owner_cancelled", "the job was cancelled by its owner", 0.95,
@@ -118,6 +120,25 @@ def _owner_cancel(a: Analysis, outcome: str | None) -> Verdict | None:
 
 # The loss or the gradients turned NaN/Inf (Megatron's `grad norm: nan`, `lm loss: nan`).
 NONFINITE_IDS = frozenset({"loss_nan", "nonfinite_values"})
+
+
+def failed_before_the_cancel(a: Analysis) -> bool:
+    """A root failure before the owner's cancel, with no training step after it: a rank's
+    serious error in the job's output, a fatal fault of one of the job's nodes, or a
+    collective reported stalled after the last step. Owners
+    cancel jobs that died without exiting (a rank crashed while its peers wait in a
+    collective); the failure, not the cancel, is what happened to the job."""
+    cut = a.kill_order
+    last = a.scan.advances[-1] if a.scan.advances else -1
+    for e in a.events:
+        if not (e.root and e.serious) or (cut is not None and e.order >= cut) or e.order < last:
+            continue
+        if e.origin == "job" or (e.match.severity == "fatal" and a.in_job(e.node)):
+            return True
+    # Horovod's stall inspector still reporting ranks missing from a collective after the
+    # last step: the job hung, and the owner ended the hang.
+    after = a.lines[last + 1 : cut] if last >= 0 else []
+    return any(entry for entry, _ in stall_reports(after))
 
 
 def diverged_before_the_kill(a: Analysis) -> bool:

@@ -1,0 +1,99 @@
+"""An operator's note that an earlier run of the job failed the same way on other nodes.
+
+attribution-labels.md, tie-breaker 3: the same failure on every node, or reproduced on other
+hardware, is the application's. Operators say so in a note beside the logs: `# previous job
+917727 on dgx[101-104] ended the same way right after a 'Removing checkpoint' line`, `# 73304
+(same script, node[11-12]) died in DDP init with the same 'unhandled system error'`. When the
+nodes the note names share none with this run's, no node of either run explains the failure:
+the job's code, configuration or environment does, and a retry fails again (stop).
+
+The note is believed only where the logs leave room for it: a verdict resting on a node's own
+files (an Xid in its kernel log, a port down in its ibstat) stands, since one bad node per run
+is still possible; a note naming one of this run's nodes (the same GPU failing across restarts)
+is the hardware's case, not this one.
+"""
+
+from __future__ import annotations
+
+import re
+
+from resurgo.attribute.analysis import Analysis, Verdict
+from resurgo.contracts import AnomalyKind, Category, LogLine
+from resurgo.slurm.errors import ParseError
+from resurgo.slurm.parsers import expand_hostlist
+
+# The failure again, in the words notes use.
+_SAME = re.compile(
+    r"(?i)\b(?:the same way|identically|with the same (?:error|message|assertion|traceback|"
+    r"exception|'|\")|same (?:error|failure|hang|crash|traceback|assertion)\b)"
+)
+_FAILED = re.compile(r"(?i)\b(?:fail|died|dies|hung|hang|stopp|ended|crash|abort|diverg|error)")
+# An earlier run: `previous job`, `attempt 1`, `job 4087`, `73304 (`, `rerun`.
+_EARLIER = re.compile(
+    r"(?i)\b(?:previous|earlier|prior|first)\b.{0,30}\b(?:job|attempt|run|submission)\b|"
+    r"\b(?:job|attempt|run)\s+\d{2,}\b|^#\s*\d{3,}\b|\brerun\b|\bresubmi"
+)
+# Host names and Slurm hostlists in the note's text.
+_HOSTS = re.compile(r"\b[A-Za-z][\w-]*?(?:\[[\d,-]+\]|\d+)[\w-]*(?![\w\[])")
+_PREFIX = re.compile(r"^[A-Za-z-]+")
+
+
+def recurred_elsewhere(a: Analysis, v: Verdict) -> Verdict:
+    """`v` as the application's when a note says an earlier run on other nodes failed alike."""
+    if v.category in (Category.APPLICATION, Category.NONE) or _rests_on_node_files(v):
+        return v
+    note = _note(a)
+    if note is None:
+        return v
+    kind, outcome, summary = v.kind, v.outcome, v.summary
+    if v.outcome == "owner_cancelled":
+        # A run that failed before as this one did, cancelled by its owner with no error of its
+        # own: it had stopped (hung) and the owner ended it.
+        kind, outcome, summary = (
+            AnomalyKind.HANG,
+            None,
+            "the job stopped and its owner cancelled it",
+        )
+    return Verdict(
+        Category.APPLICATION, "recurred_on_other_nodes",
+        f"{summary}; an earlier run on other nodes failed the same way (the job's own code, "
+        "configuration or environment)", 0.85,
+        ranks=v.ranks, evidence=[note, *v.evidence[:2]], kind=kind, outcome=outcome,
+    )  # fmt: skip
+
+
+def _rests_on_node_files(v: Verdict) -> bool:
+    """Some of the verdict's evidence is a node's own file (kernel log, diagnostics)."""
+    return any(e.source not in ("job.log", "scheduler.txt") for e in v.evidence)
+
+
+def _note(a: Analysis) -> LogLine | None:
+    ours = set(a.job_nodes())
+    prefixes = {m.group(0) for n in ours if (m := _PREFIX.match(n))}
+    if not ours:
+        return None
+    for entry in [*a.lines, *a.facts.lines]:
+        text = entry.text.lstrip()
+        if not text.startswith("#") or len(text) > 600:
+            continue
+        if not (_SAME.search(text) and _FAILED.search(text) and _EARLIER.search(text)):
+            continue
+        named = _named_nodes(text, prefixes)
+        if named and not named & ours:
+            return entry
+    return None
+
+
+def _named_nodes(text: str, prefixes: set[str]) -> set[str]:
+    """Host names in `text` that look like the job's (the same alphabetic stem)."""
+    out: set[str] = set()
+    for m in _HOSTS.finditer(text):
+        token = m.group(0)
+        stem = _PREFIX.match(token)
+        if stem is None or stem.group(0) not in prefixes:
+            continue
+        try:
+            out.update(expand_hostlist(token, limit=256))
+        except ParseError:
+            continue
+    return out

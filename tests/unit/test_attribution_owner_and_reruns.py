@@ -1,0 +1,107 @@
+"""An owner's cancel of a job that had already failed, and an operator's note that an earlier run
+on other nodes failed the same way.
+
+Line shapes: slurmstepd's `*** JOB 4112 ON cn21 CANCELLED AT 2019-07-10T12:41:18 ***` and
+sacct's `CANCELLED by 1017` (Slurm); the kernel's `NVRM: Xid (PCI:0000:86:00): 79, pid=...,
+GPU has fallen off the bus.` (NVIDIA Xid catalogue); PyTorch's CUDA errors; Horovod's stall
+inspector (horovod/common/stall_inspector.cc).
+
+Knowledge (attribution-labels.md): an owner's cancel on purpose needs no action, but a cancel
+that ends a run that had already failed is not what happened to it (tie-breaker 1, root over
+symptom); the same failure reproduced on other hardware is the application's (tie-breaker 3).
+"""
+# ruff: noqa: E501  (real log lines are long)
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from resurgo.attribute.offline import analyse_bundle
+
+SACCT = """\
+JobID|JobName|Partition|User|State|ExitCode|Start|End|Elapsed|NNodes|NodeList
+31766|dnn-2n|gpu|kryc|CANCELLED by 10311|0:0|2020-10-16T09:02:30|2020-10-16T11:40:03|02:37:33|2|cn[110-111]
+31766.batch|batch|||CANCELLED|0:15|2020-10-16T09:02:30|2020-10-16T11:40:03|02:37:33|1|cn110
+"""
+STEPS = "".join(
+    f"0: Epoch {e}: 100%|██████████| 412/412 [01:03<00:00,  6.44it/s, loss=0.0{e:02d}]\n"
+    for e in range(1, 6)
+)
+CANCEL = "slurmstepd: error: *** JOB 31766 ON cn110 CANCELLED AT 2020-10-16T11:40:03 ***\n"
+CRASH = """\
+1: [rank2]: Traceback (most recent call last):
+1: [rank2]:   File "/home/kryc/train.py", line 211, in <module>
+1: [rank2]:     loss.backward()
+1: [rank2]: RuntimeError: CUDA error: unspecified launch failure
+"""
+XID = "[Fri Oct 16 09:40:11 2020] NVRM: Xid (PCI:0000:86:00): 79, pid=41877, GPU has fallen off the bus.\n"
+
+
+def verdict(
+    tmp_path: Path, job_log: str, scheduler: str = SACCT, **files: str
+) -> tuple[str, str, list[str], str]:
+    (tmp_path / "job.log").write_text(job_log)
+    (tmp_path / "scheduler.txt").write_text(scheduler)
+    for name, text in files.items():
+        (tmp_path / f"{name}.txt").write_text(text)
+    v = analyse_bundle(tmp_path).as_json()
+    return v["kind"], v["category"], v["culprit_nodes"], v["action"]
+
+
+def test_an_owners_cancel_of_a_healthy_run_needs_nothing(tmp_path: Path) -> None:
+    assert verdict(tmp_path, STEPS + CANCEL)[1:] == ("scheduler", [], "none")
+
+
+def test_an_owners_cancel_after_a_gpu_fell_off_the_bus_is_the_gpus(tmp_path: Path) -> None:
+    got = verdict(tmp_path, STEPS + CRASH + CANCEL, dmesg_cn111=XID)
+    assert got[1:] == ("hardware_gpu", ["cn111"], "requeue_excluding_nodes")
+
+
+def test_an_owners_cancel_after_a_ranks_error_is_not_a_cancel_on_purpose(tmp_path: Path) -> None:
+    assert verdict(tmp_path, STEPS + CRASH + CANCEL)[3] != "none"
+
+
+def test_an_error_the_run_got_past_does_not_undo_the_owners_cancel(tmp_path: Path) -> None:
+    assert verdict(tmp_path, CRASH + STEPS + CANCEL)[1:] == ("scheduler", [], "none")
+
+
+STALL = """\
+[1,0]<stderr>:[2019-05-15 02:27:40.681015: W horovod/common/operations.cc:588] One or more tensors were submitted to be reduced, gathered or broadcasted by subset of ranks and are waiting for remainder of ranks for more than 60 seconds. This may indicate that different ranks are trying to submit different tensors or that only subset of ranks is submitting tensors, which will cause deadlock.
+[1,0]<stderr>:Stalled ops:
+[1,0]<stderr>:DistributedAdamOptimizer_Allreduce/HorovodAllreduce_gradients_encoder_layer_23_output_dense_MatMul_grad_MatMul_1_0 [missing ranks: 1]
+"""
+
+
+def test_an_owners_cancel_of_a_stalled_collective_ends_a_hang(tmp_path: Path) -> None:
+    assert verdict(tmp_path, STEPS + STALL * 3 + CANCEL)[0] == "hang"
+
+
+def _rerun_note(
+    nodes: str, words: str = "died in the backward pass with the same 'unspecified launch failure'"
+) -> str:
+    return f"# previous job 31702 on {nodes} {words}\n"
+
+
+def test_the_same_failure_in_an_earlier_run_on_other_nodes_is_the_applications(
+    tmp_path: Path,
+) -> None:
+    sacct = SACCT.replace("CANCELLED by 10311", "FAILED").replace("|0:0|", "|1:0|")
+    got = verdict(tmp_path, STEPS + CRASH, sacct + _rerun_note("cn[05-06]"))
+    assert got == ("crash", "application", [], "stop")
+
+
+def test_a_note_naming_this_runs_node_is_no_reproduction_elsewhere(tmp_path: Path) -> None:
+    sacct = SACCT.replace("CANCELLED by 10311", "FAILED").replace("|0:0|", "|1:0|")
+    assert verdict(tmp_path, STEPS + CRASH, sacct + _rerun_note("cn[110-111]"))[1] != "application"
+
+
+def test_a_reference_run_with_the_same_config_is_no_failure(tmp_path: Path) -> None:
+    sacct = SACCT.replace("CANCELLED by 10311", "FAILED").replace("|0:0|", "|1:0|")
+    note = "# reference run 31702 on cn[05-06] with the same config: 1.47 s/it\n"
+    assert verdict(tmp_path, STEPS + CRASH, sacct + note)[1] != "application"
+
+
+def test_a_nodes_own_kernel_log_outweighs_the_note(tmp_path: Path) -> None:
+    sacct = SACCT.replace("CANCELLED by 10311", "FAILED").replace("|0:0|", "|1:0|")
+    got = verdict(tmp_path, STEPS + CRASH, sacct + _rerun_note("cn[05-06]"), dmesg_cn111=XID)
+    assert got[1:] == ("hardware_gpu", ["cn111"], "requeue_excluding_nodes")
