@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from resurgo.attribute.analysis import Analysis
+from resurgo.attribute.analysis import Analysis, Verdict
 from resurgo.attribute.bundle import is_diagnostic
 from resurgo.attribute.slow_node_files import fleet_rate_outliers, node_file_causes
 from resurgo.contracts import Category, LogLine
@@ -293,3 +293,27 @@ def degraded_nodes(a: Analysis) -> list[str]:
     if not flagged or len(flagged) == len(known) or len(flagged) * 2 > len(known):
         return []
     return flagged
+
+
+def slow_link_behind(a: Analysis, v: Verdict) -> Verdict:
+    """A network fault the job's output places on no node, or only on the node that reported
+    it (UCX's `Transport retry count exceeded` and NCCL's IB completion errors name the
+    reporting side, not the faulty link), with no node's own files showing a fault, on a job
+    where exactly one node's HCA links below the same HCA on its peers (ibstat's `Rate:`, the
+    active width): that node's link is the degraded one (attribution-labels.md: a specific
+    node's cable or port at fault is excluded)."""
+    if v.category != Category.HARDWARE_NETWORK or v.kind == "straggler":
+        return v
+    if any(e.node in v.culprits and e.root and e.hardware for e in a.node_events):
+        return v  # (a culprit's own files show its fault)
+    hosts = {a.topo.hosts.canonical(n) or n for n in a.node_logs}
+    fleet = fleet_rate_outliers(a, {h: _node_lines(a, h) for h in hosts})
+    if len(fleet) != 1:
+        return v
+    node, line = next(iter(fleet.items()))
+    if v.culprits and node not in v.culprits and len(v.culprits) > 1:
+        return v
+    v.culprits = [node]
+    v.summary += f"; {node}'s HCA links below the same HCA on the job's other nodes"
+    v.evidence = [*v.evidence, line]
+    return v

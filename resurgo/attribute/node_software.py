@@ -86,7 +86,7 @@ def node_software(a: Analysis, v: Verdict) -> Verdict:
     for join in (jobs_own_container, container_without_gpus, site_software_everywhere,
                  shm_too_small, name_full_disk, odd_bootstrap_interface, gid_changed_by_dhcp,
                  name_pasted_gpu_fault, odd_net_plugin, odd_name_resolution,
-                 gid_index_not_roce_v2_ipv4):  # fmt: skip
+                 gid_index_not_roce_v2_ipv4, device_broken_under_the_error):  # fmt: skip
         v = join(a, v)
     return v
 
@@ -410,4 +410,32 @@ def gid_index_not_roce_v2_ipv4(a: Analysis, v: Verdict) -> Verdict:
         f"{', '.join(bad)} (its own show_gids): those nodes' RoCE configuration", 0.8,
         culprits=bad, ranks=v.ranks, evidence=[*said.values(), *v.evidence], kind=v.kind,
         outcome=v.outcome,
+    )  # fmt: skip
+
+
+def device_broken_under_the_error(a: Analysis, v: Verdict) -> Verdict:
+    """An error that looks like the job's, raised only on one node of a multi-node job whose
+    own files show its GPU stack broken (`Failed to initialize NVML: Driver/library version
+    mismatch`, a GPU lost): the job's code runs unchanged on the other nodes, so that node's
+    state made it fail (TensorFlow, finding no device, cannot place its ops; attribution-
+    labels.md: node-local software is the node's, excluded)."""
+    if v.category != Category.APPLICATION or v.culprits or len(a.job_nodes()) < 2:
+        return v
+    raised = [e for e in a.events if e.origin == "job" and e.root and e.serious]
+    nodes = {e.node for e in raised}
+    node = nodes.pop() if len(nodes) == 1 else None
+    if node is None:
+        return v
+    broken = [
+        e for e in a.node_events
+        if e.node == node and e.root and e.match.severity == "fatal"
+        and e.category in (Category.SYSTEM_SOFTWARE, Category.HARDWARE_GPU)
+    ]  # fmt: skip
+    if not broken or not _fits(a, [node]):
+        return v
+    return Verdict(
+        broken[0].category, f"{broken[0].key}|under_app_error",
+        f"{v.summary}: only on {node}, whose own files show {broken[0].match.id}", 0.8,
+        culprits=[node], ranks=v.ranks, evidence=[broken[0].line, *v.evidence[:3]],
+        kind=v.kind, outcome=v.outcome,
     )  # fmt: skip

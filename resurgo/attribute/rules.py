@@ -49,6 +49,7 @@ from resurgo.attribute.kind_bounds import (
 from resurgo.attribute.launch_mismatch import launch_exceeds_allocation
 from resurgo.attribute.liveness import noted_running, running_fine, still_progressing
 from resurgo.attribute.log_header import job_id_in_log, nodes_in_log
+from resurgo.attribute.node_diagnostics import slow_link_behind
 from resurgo.attribute.node_local import (
     explain_unknown,
     name_node_local,
@@ -207,6 +208,7 @@ def analyse(
     verdict = switch_port_down(a, path_error_after_fs_loss(a, verdict))
     verdict = ended_by_error(a, node_software(a, shared_outage(a, verdict)))
     verdict = running_kind(a, died_of_node_fault(a, verdict))
+    verdict = slow_link_behind(a, verdict)
     verdict = recurred_elsewhere(a, verdict)  # (tie-breaker 3, from an operator's note)
     if (
         anomaly is not None

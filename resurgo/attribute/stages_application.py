@@ -142,7 +142,7 @@ def application_verdict(
         or mid == "permission_denied"
         # Rank 0 alone reads what the job configures first (its data index, its
         # tokenizer): a mount missing on a node fails every rank there, not rank 0 only.
-        or (mid == "file_not_found" and ranks == [0] and len(same) >= 1)
+        or (mid == "file_not_found" and (ranks or _only_task_zero_failed(a)) == [0] and same)
         or (mid in GENERIC_APPLICATION_IDS and not _transient(first))
     ) and not any(e.match.id in NONDETERMINISTIC_APP or "nan" in e.match.tags for e in on_line)
     # The job's code, data, configuration or environment: the same fault comes back on
@@ -186,6 +186,13 @@ def application_verdict(
     return Verdict(
         Category.APPLICATION, first.key, summary, confidence, ranks=ranks, evidence=evidence
     )
+
+
+def _only_task_zero_failed(a: Analysis) -> list[int]:
+    """[0] when srun saw task 0 alone exit with an error (the rest terminated after it): an
+    unlabelled traceback is then task 0's, the job's first rank."""
+    failed = {x.task for x in a.scan.exit_order if x.status != "terminated" and x.code != 0}
+    return [0] if failed == {0} else []
 
 
 # Asking for a GPU index the process cannot see: the job's configuration when every node says

@@ -1,0 +1,189 @@
+"""Classes from real issue threads (blind set s57): NVLink5 Xids the driver marks Nonfatal, a
+retry-exceeded error placed by the one HCA linked below its peers, an error that looks like the
+job's on the one node whose GPU stack is broken, an unlabelled FileNotFoundError of task 0, and
+pyxis's seccomp failure on one node.
+
+Line shapes: `NVRM: Xid (PCI:0018:01:00): 149, NETIR_LINK_DOWN Fatal XC0 i0 Link 14 (...)` and
+`145, RLW_RXPIPE Nonfatal` (NVIDIA Xid catalogue; leptonai/gpud's Xid tests); UCX's `Transport
+retry count exceeded on mlx5_0:1/IB` (ucx ib_mlx5_log.c); ibstat's `Rate:` (infiniband-diags);
+`Failed to initialize NVML: Driver/library version mismatch` (nvidia-smi); pyxis's
+`pyxis: seccomp filter failed: %s` (NVIDIA/pyxis pyxis_slurmstepd.c).
+"""
+# ruff: noqa: E501  (real log lines are long)
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from resurgo.attribute.offline import analyse_bundle
+
+
+def verdict(
+    tmp_path: Path, job_log: str, scheduler: str, **files: str
+) -> tuple[str, str, list[str], str]:
+    (tmp_path / "job.log").write_text(job_log)
+    (tmp_path / "scheduler.txt").write_text(scheduler)
+    for name, text in files.items():
+        (tmp_path / f"{name}.txt").write_text(text)
+    v = analyse_bundle(tmp_path).as_json()
+    return v["kind"], v["category"], v["culprit_nodes"], v["action"]
+
+
+GB200_SACCT = """\
+JobID|JobName|Partition|User|State|ExitCode|Start|End|Elapsed|NNodes|NodeList
+5501873|hero|gb200|mc|FAILED|1:0|2026-09-10T03:12:04|2026-09-10T08:09:05|04:57:01|3|s9jvxs64,sa0axs64,sa0jxs64
+"""
+GB200_JOB = """\
++ srun -l --ntasks-per-node=1 python -m train --config hero.yaml
+0: step 4100 loss 2.113
+0: step 4200 loss 2.101
+1: jaxlib.xla_extension.XlaRuntimeError: INTERNAL: CUDA error: Failed to synchronize stream: CUDA_ERROR_CONTAINED: 'cuStreamSynchronize(stream)': an error was encountered during the execution of a kernel and the GPU stopped it
+srun: error: sa0axs64: task 1: Exited with exit code 1
+"""
+XID149 = "[Thu Sep 10 08:08:46 2026] NVRM: Xid (PCI:0018:01:00): 149, NETIR_LINK_DOWN Fatal XC0 i0 Link 14 (0x026001c6 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)\n"
+XID145 = "[Thu Sep 10 08:08:47 2026] NVRM: Xid (PCI:0018:01:00): 145, RLW_RXPIPE Nonfatal XC0 i0 Link 10 (0x0409a0c2 0x00000008 0x00000001 0x00000000 0x00100000 0x00000004)\n"
+
+
+def test_the_node_whose_nvlink_went_down_not_the_peers_logging_nonfatal_xids(
+    tmp_path: Path,
+) -> None:
+    got = verdict(
+        tmp_path,
+        GB200_JOB,
+        GB200_SACCT,
+        dmesg_s9jvxs64=XID149,
+        dmesg_sa0axs64=XID145,
+        dmesg_sa0jxs64=XID145,
+    )
+    assert got[1:] == ("hardware_gpu", ["s9jvxs64"], "requeue_excluding_nodes")
+
+
+UCX_SACCT = """\
+JobID|JobName|Partition|User|State|ExitCode|Start|End|Elapsed|NNodes|NodeList
+88120|lammps-ml|ib|ta|FAILED|1:0|2023-02-01T08:00:01|2023-02-01T09:31:40|01:31:39|3|hpc-[01-03]
+"""
+UCX_JOB = """\
++ srun -l python train.py
+0: epoch 3 step 900 loss 0.231
+[hpc-02:41872:0:41872] ib_mlx5_log.c:171  Transport retry count exceeded on mlx5_0:1/IB (synd 0x15 vend 0x81 hw_synd 0/0)
+[hpc-02:41872:0:41872] RC QP 0x1a5d wqe[3317]: RDMA_WRITE s-- [rva 0x7f2cc9a10000 rkey 0x2e41c] [va 0x7f9d51c20000 len 262144 lkey 0x11ad0] [rqpn 0x3fc lid 17]
+srun: error: hpc-02: task 1: Aborted (core dumped)
+"""
+
+
+def _ibstat(rate: int, lid: int) -> str:
+    return f"CA 'mlx5_0'\n\tCA type: MT4115\n\tNumber of ports: 1\n\tPort 1:\n\t\tState: Active\n\t\tPhysical state: LinkUp\n\t\tRate: {rate}\n\t\tBase lid: {lid}\n\t\tLink layer: InfiniBand\n"
+
+
+def test_a_retry_exceeded_error_on_no_node_names_the_hca_linked_below_its_peers(
+    tmp_path: Path,
+) -> None:
+    got = verdict(
+        tmp_path,
+        UCX_JOB,
+        UCX_SACCT,
+        **{
+            "ibstat_hpc-01": _ibstat(100, 11),
+            "ibstat_hpc-02": _ibstat(100, 12),
+            "ibstat_hpc-03": _ibstat(56, 17),
+        },
+    )
+    assert got[1:] == ("hardware_network", ["hpc-03"], "requeue_excluding_nodes")
+
+
+def test_every_hca_at_the_same_rate_names_no_link(tmp_path: Path) -> None:
+    got = verdict(
+        tmp_path,
+        UCX_JOB,
+        UCX_SACCT,
+        **{
+            "ibstat_hpc-01": _ibstat(100, 11),
+            "ibstat_hpc-02": _ibstat(100, 12),
+            "ibstat_hpc-03": _ibstat(100, 17),
+        },
+    )
+    assert "hpc-03" not in got[2]
+
+
+TF_SACCT = """\
+JobID|JobName|Partition|User|State|ExitCode|Start|End|Elapsed|NNodes|NodeList
+39122|resnet-dist|gpu|ws|FAILED|1:0|2017-03-22T10:12:00|2017-03-22T10:13:02|00:01:02|3|gpu-[201-203]
+"""
+TF_JOB = """\
++ srun -l python tf_cnn_benchmarks.py --job_name=worker
+1: E tensorflow/stream_executor/cuda/cuda_driver.cc:509] failed call to cuInit: CUDA_ERROR_NO_DEVICE
+1: Traceback (most recent call last):
+1:   File "tf_cnn_benchmarks.py", line 1108, in <module>
+1:     tf.app.run()
+1: tensorflow.python.framework.errors_impl.InvalidArgumentError: Cannot assign a device to node 'tower_0/conv0/weights': Could not satisfy explicit device specification '/job:worker/task:1/device:GPU:0' because no devices matching that specification are registered in this process
+srun: error: gpu-202: task 1: Exited with exit code 1
+"""
+NVML = "$ nvidia-smi\nFailed to initialize NVML: Driver/library version mismatch\n"
+
+
+def test_an_error_on_the_one_node_whose_driver_is_broken_is_the_nodes(tmp_path: Path) -> None:
+    got = verdict(tmp_path, TF_JOB, TF_SACCT, **{"nvidia-smi_gpu-202": NVML})
+    assert got[1:] == ("system_software", ["gpu-202"], "requeue_excluding_nodes")
+
+
+def test_without_the_nodes_broken_driver_the_error_is_the_jobs(tmp_path: Path) -> None:
+    got = verdict(
+        tmp_path,
+        TF_JOB,
+        TF_SACCT,
+        **{"nvidia-smi_gpu-202": "$ nvidia-smi -L\nGPU 0: Tesla P100-PCIE-16GB (UUID: GPU-5a1c)\n"},
+    )
+    assert got[1] == "application"
+
+
+MMDET_SACCT = """\
+JobID|JobName|Partition|User|State|ExitCode|Start|End|Elapsed|NNodes|NodeList
+4471|frcnn|p3dn|ec2|FAILED|1:0|2020-08-02T09:40:11|2020-08-02T10:32:47|00:52:36|2|compute-st-p3dn-[1-2]
+"""
+MMDET_JOB = """\
+2020-08-02 10:30:31,268 - mmdet - INFO - Epoch [1][7300/7330]	lr: 2.000e-02, eta: 1 day, 7:31:26, time: 0.397, data_time: 0.011, memory: 3912, loss: 0.4546
+Traceback (most recent call last):
+  File "/home/ec2-user/mmdetection/mmdet/apis/test.py", line 137, in collect_results_cpu
+    part_list.append(mmcv.load(part_file))
+FileNotFoundError: [Errno 2] No such file or directory: '/scratch/local/work_dirs/faster_rcnn_r50_fpn_1x_coco/.eval_hook/part_8.pkl'
+srun: error: compute-st-p3dn-1: task 0: Exited with exit code 1
+srun: error: compute-st-p3dn-2: tasks 8-15: Terminated
+srun: error: compute-st-p3dn-1: tasks 1-7: Terminated
+"""
+
+
+def test_an_unlabelled_file_not_found_of_task_zero_alone_is_the_jobs_configuration(
+    tmp_path: Path,
+) -> None:
+    assert verdict(tmp_path, MMDET_JOB, MMDET_SACCT)[1:] == ("application", [], "stop")
+
+
+def test_the_same_error_from_another_task_may_be_a_mount(tmp_path: Path) -> None:
+    job = MMDET_JOB.replace(
+        "compute-st-p3dn-1: task 0: Exited with exit code 1",
+        "compute-st-p3dn-2: task 8: Exited with exit code 1",
+    )
+    assert verdict(tmp_path, job, MMDET_SACCT)[3] != "stop"
+
+
+PYXIS_JOB = """\
++ srun -l --container-image=nvcr.io#nvidia/pytorch:21.03-py3 python train.py
+slurmstepd: error: pyxis: seccomp filter failed: Function not implemented
+slurmstepd: error: spank: required plugin spank_pyxis.so: task_init() failed with rc=-1
+slurmstepd: error: Failed to invoke spank plugin stack
+srun: error: cn03: task 2: Exited with exit code 1
+srun: error: cn01: task 0: Terminated
+srun: error: cn02: task 1: Terminated
+"""
+PYXIS_SACCT = """\
+JobID|JobName|Partition|User|State|ExitCode|Start|End|Elapsed|NNodes|NodeList
+224861|bert|gpu|jd|FAILED|1:0|2021-04-19T14:22:20|2021-04-19T14:22:31|00:00:11|3|cn[01-03]
+"""
+
+
+def test_pyxis_unable_to_set_its_seccomp_filter_on_one_node_is_that_nodes(tmp_path: Path) -> None:
+    assert verdict(tmp_path, PYXIS_JOB, PYXIS_SACCT)[1:] == (
+        "system_software",
+        ["cn03"],
+        "requeue_excluding_nodes",
+    )
