@@ -357,6 +357,7 @@ def application_hang(a: Analysis, outcome: str | None) -> Verdict | None:
         or busy_while_others_wait(a)
         or save_outlasts_timeout(a)
         or autotuning_until_the_limit(a, outcome)
+        or collective_after_training(a)
     )
 
 
@@ -387,4 +388,30 @@ def autotuning_until_the_limit(a: Analysis, outcome: str | None) -> Verdict | No
         f"the job autotuned kernels for {len(shapes)} shapes one after another and never "
         "reached a training step before its time limit: its torch.compile mode (max-autotune "
         "over changing shapes)", 0.8, evidence=[tuned[0], tuned[-1]], kind=AnomalyKind.HANG,
+    )  # fmt: skip
+
+
+def collective_after_training(a: Analysis) -> Verdict | None:
+    """The framework said training finished (`Trainer.fit` stopped: `max_epochs=60` reached,
+    `Training completed`), no step followed, and then a collective timed out: code after the
+    loop (a rank-0-only save or evaluation calling a barrier, an uneven final all-reduce) ran
+    a collective that not every rank reached; the others had returned. The job's own control
+    flow, which ends every run the same way (attribution-labels.md: application hang)."""
+    done = a.scan.completed_line
+    if done is None or _faults(a):
+        return None
+    at = next((i for i in range(len(a.lines) - 1, -1, -1) if a.lines[i] is done), None)
+    if at is None or any(o > at for o in a.scan.advances):
+        return None
+    timeouts = [
+        e for e in a.events
+        if e.order > at and e.cascade and e.serious and e.match.kind == AnomalyKind.HANG
+    ]  # fmt: skip
+    if not timeouts:
+        return None
+    return Verdict(
+        Category.APPLICATION, "hang|collective_after_training",
+        f"training finished ({done.text.strip()[:80]}), then a collective timed out: code after "
+        "the training loop called a collective that not every rank reached", 0.85,
+        evidence=[done, *(e.line for e in timeouts[:2])], kind=AnomalyKind.HANG,
     )  # fmt: skip

@@ -26,6 +26,7 @@ import re
 
 from resurgo.attribute.analysis import Analysis, Verdict
 from resurgo.contracts import AnomalyKind, Category
+from resurgo.detect.lines import strip_prefixes
 
 _WATCHDOG = re.compile(
     r"\[Rank (?P<rank>\d+)\] Watchdog caught collective operation timeout: WorkNCCL\("
@@ -36,8 +37,10 @@ _WATCHDOG = re.compile(
 # Megatron `saving checkpoint at iteration`).
 _SAVING = re.compile(
     r"(?i)\bsaving (?:the )?(?:model )?checkpoint\b|\bsaving checkpoint at iteration\b"
-    r"|\bcheckpoint of size [\d.]+ ?[KMGT]?B saved to\b"
+    r"|\bcheckpoint of size [\d.]+ ?[KMGT]?B saved to\b|\bsaving (?:the )?model (?:in|to)\b"
 )
+# The save's end (`Model saved in /nfs/ckpts/hf_format/samples_249600`, `Saved checkpoint to`).
+_SAVED = re.compile(r"(?i)\b(?:model|checkpoint) saved (?:in|to)\b|\bsaved (?:the )?checkpoint\b")
 # The catalogue's file-system entries (a client evicted, a server not responding, ENOSPC...).
 _FILE_SYSTEM = re.compile(r"(?:fs_|nfs_|lustre|gpfs|weka|beegfs)")
 # HF datasets' `map`/`filter` bars by their description (`Map`, `Map (num_proc=8)`, a job's
@@ -64,13 +67,11 @@ def save_outlasts_timeout(a: Analysis) -> Verdict | None:
     world = max(a.topo.world_size() or 0, max(timed_out) + 1)
     waiting_for = set(range(world)) - set(timed_out)
     if len(waiting_for) != 1:
+        return _save_ended_after_the_timeouts(a, first)
+    if _failed_otherwise(a):
+        # (the save failed with an error of its own: a crash; or a fault or a slow file system
+        # made the save slow: not the job's)
         return None
-    if any(e.origin == "job" and e.serious and e.root and e.match.kind != AnomalyKind.HANG
-           for e in a.events):  # fmt: skip
-        return None  # (the save, or something else, failed with an error of its own: a crash)
-    faults = (*a.events, *a.node_events)
-    if any((e.serious and e.hardware) or _FILE_SYSTEM.match(e.match.id) for e in faults):
-        return None  # (a fault or a slow file system makes the save slow: not the job's)
     before = a.lines[max(0, first - SAVE_LINES_BEFORE) : first]
     (rank,) = waiting_for
     saves = [e for e in before if _SAVING.search(e.text)]
@@ -96,3 +97,43 @@ def save_outlasts_timeout(a: Analysis) -> Verdict | None:
         "timeout (preprocess beforehand or raise the timeout)", 0.8,
         ranks=[rank], evidence=[bars[-1], a.lines[first]], kind=AnomalyKind.HANG,
     )  # fmt: skip
+
+
+def _save_ended_after_the_timeouts(a: Analysis, first: int) -> Verdict | None:
+    """The saving rank's own `Model saved` line printed only after the others' watchdogs had
+    fired (it then times out too, or the log shows only some ranks' timeouts): the save
+    outlasted the job's collective timeout, however many ranks the log shows."""
+    if _failed_otherwise(a):
+        return None
+    before = a.lines[max(0, first - SAVE_LINES_BEFORE) : first]
+    start = next((e for e in reversed(before) if _SAVING.search(e.text)), None)
+    if start is None:
+        return None
+    speaker = _speaker(start.text)
+    done = next(
+        (e for e in a.lines[first + 1 :]
+         if _SAVED.search(e.text) and _speaker(e.text) == speaker),
+        None,
+    )  # fmt: skip
+    if done is None:
+        return None
+    return Verdict(
+        Category.APPLICATION, "hang|save_outlasts_collective_timeout",
+        "the other ranks timed out in their next collective while one rank was still writing a "
+        "checkpoint, which it finished only after them: the job's save outlasts its own "
+        "collective timeout", 0.8, evidence=[start, a.lines[first], done], kind=AnomalyKind.HANG,
+    )  # fmt: skip
+
+
+def _failed_otherwise(a: Analysis) -> bool:
+    """An error of its own (not a wait), a hardware fault or a file system's trouble."""
+    if any(e.origin == "job" and e.serious and e.root and e.match.kind != AnomalyKind.HANG
+           for e in a.events):  # fmt: skip
+        return True
+    faults = (*a.events, *a.node_events)
+    return any((e.serious and e.hardware) or _FILE_SYSTEM.match(e.match.id) for e in faults)
+
+
+def _speaker(text: str) -> tuple[int | None, int | None]:
+    pre = strip_prefixes(text)
+    return pre.task, pre.rank

@@ -187,3 +187,80 @@ def test_pyxis_unable_to_set_its_seccomp_filter_on_one_node_is_that_nodes(tmp_pa
         ["cn03"],
         "requeue_excluding_nodes",
     )
+
+
+AUTOMODEL_JOB = """\
+0: INFO:root:step 69990 | epoch 0 | loss 2.1357 | grad_norm 0.2521 | lr 2.85e-05 | mem 61.37 GiB | time 1.94s
+0: INFO:root:Saving checkpoint to /lustre/runs/qwen3-8b/checkpoints/epoch_0_step_69999
+0: [rank0]: Traceback (most recent call last):
+0: [rank0]:   File "/opt/Automodel/nemo_automodel/recipes/base_recipe.py", line 241, in save_checkpoint
+0: [rank0]:     os.makedirs(path)
+0: [rank0]:   File "<frozen os>", line 225, in makedirs
+0: [rank0]: FileExistsError: [Errno 17] File exists: '/lustre/runs/qwen3-8b/checkpoints/epoch_0_step_69999'
+srun: error: h100-017: task 0: Exited with exit code 1
+"""
+AUTOMODEL_SACCT = """\
+JobID|JobName|Partition|User|State|ExitCode|Start|End|Elapsed|NNodes|NodeList
+7712|qwen3|batch|ak|FAILED|1:0|2025-08-03T04:00:01|2025-08-03T08:02:10|04:02:09|2|h100-[017-018]
+"""
+
+
+def test_a_directory_the_job_creates_existing_already_is_the_jobs_code(tmp_path: Path) -> None:
+    assert verdict(tmp_path, AUTOMODEL_JOB, AUTOMODEL_SACCT)[1:] == ("application", [], "stop")
+
+
+LIGHTNING_JOB = (
+    "".join(
+        f"0: Epoch {e}: 100%|██████████| 412/412 [01:03<00:00,  6.44it/s, v_num=3, train_loss=0.0107]\n"
+        for e in range(57, 60)
+    )
+    + """\
+0: `Trainer.fit` stopped: `max_epochs=60` reached.
+0: [rank0]:[E0525 15:35:12.482901172 ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=124811, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800091 milliseconds before timing out.
+0: [rank0]:[E0525 15:35:12.482901172 ProcessGroupNCCL.cpp:1515] [PG 0 (default_pg) Rank 0] Process group watchdog thread terminated with exception: [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=124811, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800091 milliseconds before timing out.
+srun: error: gpu041: task 0: Aborted (core dumped)
+"""
+)
+LIGHTNING_SACCT = """\
+JobID|JobName|Partition|User|State|ExitCode|Start|End|Elapsed|NNodes|NodeList
+6120044|era5|gpu|ff|FAILED|6:0|2026-05-25T14:02:31|2026-05-25T15:35:19|01:32:48|2|gpu[041-042]
+"""
+
+
+def test_a_collective_timing_out_after_the_training_loop_finished_is_the_jobs(
+    tmp_path: Path,
+) -> None:
+    assert verdict(tmp_path, LIGHTNING_JOB, LIGHTNING_SACCT) == ("hang", "application", [], "stop")
+
+
+def test_a_collective_timing_out_mid_training_is_not_after_the_loop(tmp_path: Path) -> None:
+    job = LIGHTNING_JOB.replace("0: `Trainer.fit` stopped: `max_epochs=60` reached.\n", "")
+    assert verdict(tmp_path, job, LIGHTNING_SACCT)[1] != "application"
+
+
+ILAB_JOB = """\
+0: Epoch 3: 100%|██████████| 780/780 [41:02<00:00, 3.16s/it]
+0: \x1b[93mSaving model in huggingface format at: /nfs/ilab/ckpts/hf_format/samples_249600[0m
+1: [rank8]:[E0520 09:39:58.101010101 ProcessGroupNCCL.cpp:607] [Rank 8] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1311, OpType=_ALLGATHER_BASE, NumelIn=1050624, NumelOut=1050624, Timeout(ms)=600000) ran for 600021 milliseconds before timing out.
+1: [rank11]:[E0520 09:39:58.101010101 ProcessGroupNCCL.cpp:607] [Rank 11] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1311, OpType=_ALLGATHER_BASE, NumelIn=1050624, NumelOut=1050624, Timeout(ms)=600000) ran for 600024 milliseconds before timing out.
+srun: error: gpu-h-08: task 1: Exited with exit code 1
+0: \x1b[93mModel saved in /nfs/ilab/ckpts/hf_format/samples_249600[0m
+0: [rank0]:[E0520 09:43:30.893015710 ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1311, OpType=_ALLGATHER_BASE, NumelIn=1050624, NumelOut=1050624, Timeout(ms)=600000) ran for 600009 milliseconds before timing out.
+srun: error: gpu-h-07: task 0: Exited with exit code 1
+"""
+ILAB_SACCT = """\
+JobID|JobName|Partition|User|State|ExitCode|Start|End|Elapsed|NNodes|NodeList
+9981|granite|gpu|il|FAILED|1:0|2025-05-20T06:00:02|2025-05-20T09:43:31|03:43:29|2|gpu-h-[07-08]
+"""
+
+
+def test_a_save_that_ends_after_the_others_timed_out_outlasted_the_timeout(tmp_path: Path) -> None:
+    assert verdict(tmp_path, ILAB_JOB, ILAB_SACCT) == ("hang", "application", [], "stop")
+
+
+def test_a_save_that_ended_before_the_timeouts_explains_nothing(tmp_path: Path) -> None:
+    lines = ILAB_JOB.splitlines(keepends=True)
+    saved = next(x for x in lines if "Model saved" in x)
+    lines.remove(saved)
+    lines.insert(2, saved)
+    assert verdict(tmp_path, "".join(lines), ILAB_SACCT)[1] != "application"
