@@ -264,3 +264,64 @@ def test_a_save_that_ended_before_the_timeouts_explains_nothing(tmp_path: Path) 
     lines.remove(saved)
     lines.insert(2, saved)
     assert verdict(tmp_path, "".join(lines), ILAB_SACCT)[1] != "application"
+
+
+ACS_JOB = """\
+0: gpu-b04:63112:63112 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB ; OOB ib0:fe80::966d:ae03:8b:df54%ib0<0>
+1: gpu-b05:63212:63884 [0] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer fe80::966d:ae03:8b:df54%ib0<33397> with error 4, opcode 32611, len 32611, vendor err 81 (Recv)
+0: gpu-b04:63119:63801 [7] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer fe80::966d:ae03:8b:df55%ib0<52110> with error 5, opcode 32767, len 0, vendor err 249 (Send)
+srun: error: gpu-b04: task 0: Exited with exit code 1
+srun: error: gpu-b05: task 1: Exited with exit code 1
+"""
+ACS_SACCT = """\
+JobID|JobName|Partition|User|State|ExitCode|Start|End|Elapsed|NNodes|NodeList
+5120|llm|gpu|ab|FAILED|1:0|2024-03-02T10:00:01|2024-03-02T10:09:40|00:09:39|2|gpu-b[04-05]
+"""
+ACS_ON = "$ sudo lspci -vvv | grep -i acsctl | sort | uniq -c\n     12 \t\tACSCtl:\tSrcValid+ TransBlk- ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl- DirectTrans-\n"
+ACS_OFF = "$ sudo lspci -vvv | grep -i acsctl | sort | uniq -c\n     16 \t\tACSCtl:\tSrcValid- TransBlk- ReqRedir- CmpltRedir- UpstreamFwd- EgressCtrl- DirectTrans-\n"
+
+
+def test_an_ib_completion_error_from_a_link_local_ipv6_peer_joins_the_nodes_acs(
+    tmp_path: Path,
+) -> None:
+    got = verdict(tmp_path, ACS_JOB, ACS_SACCT, **{"node_gpu-b04": ACS_OFF, "node_gpu-b05": ACS_ON})
+    assert got[1:] == ("system_software", ["gpu-b05"], "requeue_excluding_nodes")
+
+
+HVD_JOB = """\
++ mpirun -np 3 -H c4140-11:1,c4140-12:1,c4140-13:1 python train_hvd.py
+[1,0]<stderr>:INFO:tensorflow:Done running local_init_op.
+[1,1]<stderr>:INFO:tensorflow:Done running local_init_op.
+[1,2]<stderr>:INFO:tensorflow:Done running local_init_op.
+[1,0]<stdout>:NCCL version 2.3.5+cuda10.0
+slurmstepd: error: *** JOB 71133 ON c4140-11 CANCELLED AT 2018-11-23T11:31:20 DUE TO TIME LIMIT ***
+"""
+HVD_SACCT = """\
+JobID|JobName|Partition|User|State|ExitCode|Start|End|Elapsed|NNodes|NodeList
+71133|hvd|gpu|hp|TIMEOUT|0:0|2018-11-23T09:31:12|2018-11-23T11:31:20|02:00:08|3|c4140-[11-13]
+"""
+
+
+def _rpm(version: str) -> str:
+    return f"$ rpm -qa | grep -i nccl\nlibnccl-{version}-1+cuda10.0.x86_64\nlibnccl-devel-{version}-1+cuda10.0.x86_64\n"
+
+
+def test_the_one_node_with_another_nccl_package_is_that_nodes_software(tmp_path: Path) -> None:
+    files = {
+        "node_c4140-11": _rpm("2.3.5"),
+        "node_c4140-12": _rpm("2.2.13"),
+        "node_c4140-13": _rpm("2.3.5"),
+    }
+    got = verdict(tmp_path, HVD_JOB, HVD_SACCT, **files)
+    assert got[1:] == ("system_software", ["c4140-12"], "requeue_excluding_nodes")
+
+
+def test_a_note_in_a_nodes_file_speaks_for_the_hosts_it_names(tmp_path: Path) -> None:
+    note = _rpm("2.2.13") + "# c4140-11 and c4140-13: libnccl-2.3.5-2+cuda10.0.x86_64\n"
+    got = verdict(tmp_path, HVD_JOB, HVD_SACCT, **{"node_c4140-12": note})
+    assert got[2] == ["c4140-12"]
+
+
+def test_the_same_nccl_package_everywhere_names_no_node(tmp_path: Path) -> None:
+    files = {f"node_c4140-1{i}": _rpm("2.3.5") for i in (1, 2, 3)}
+    assert verdict(tmp_path, HVD_JOB, HVD_SACCT, **files)[2] == []
