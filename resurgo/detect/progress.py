@@ -65,6 +65,15 @@ _EPOCH_BATCH = re.compile(
     r"\s*(\d{1,15})/(\d{1,15})\b",
     _FLAGS,
 )
+# A run that logs once per epoch and counts no step: `Epoch #2057  | Time: 23h 56m 41s | ... |
+# Train loss: 0.00034544`, `epoch: 12, loss 0.31`; the epoch's result line is its clock. (An
+# epoch announced, `Epoch 3/100` or `Starting epoch 1:`, has not run yet; `epochs=5000` is a
+# setting; a line counting steps is read by its step above.)
+_EPOCH_ONLY = re.compile(
+    r"(?i)(?<![\w.])epoch\s*(?:#\s*|[=:]\s*)?(\d{1,9})(?:\s*/\s*\d{1,9})?\s*[|,:\]]"
+    r"(?=.{0,200}?\b(?:train[_ ])?loss\b)",  # (the epoch's result, not its announcement)
+    _FLAGS,
+)
 # Composer's console logger when the run's duration is in batches (composer/loggers/
 # console_logger.py `_log_to_console`: `[batch=120/20000]:` opens the block of that batch's
 # metrics, one `\t Train ...: value` line each).
@@ -318,6 +327,8 @@ def _parse_builtin(line: str, body: str | None = None) -> int | None:
         m = _SHORT_IT.search(text)
     if m is not None:
         return _to_iteration(m.group(1) or m.group(2))
+    if "epoch" in folded and (m := _EPOCH_ONLY.search(text)) is not None:
+        return _to_iteration(m.group(1))
     return None
 
 

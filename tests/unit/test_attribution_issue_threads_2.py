@@ -325,3 +325,23 @@ def test_a_note_in_a_nodes_file_speaks_for_the_hosts_it_names(tmp_path: Path) ->
 def test_the_same_nccl_package_everywhere_names_no_node(tmp_path: Path) -> None:
     files = {f"node_c4140-1{i}": _rpm("2.3.5") for i in (1, 2, 3)}
     assert verdict(tmp_path, HVD_JOB, HVD_SACCT, **files)[2] == []
+
+
+DEEPH_JOB = (
+    "+ deeph-train --config train.ini\n"
+    + "".join(
+        f"Epoch #{2057 + i}  | Time: 23h 5{6 + i // 2}m {(41 + 42 * i) % 60:02d}s | LR: 4.00e-04 | Epoch time:  41.26 | Train loss: 0.00034544 | Val loss: 0.00037308\n"
+        for i in range(5)
+    )
+    + "slurmstepd: error: *** JOB 8801723 ON gpu-k08 CANCELLED AT 2024-01-09T20:02:25 DUE TO TIME LIMIT ***\n"
+)
+DEEPH_SACCT = """\
+JobID|JobName|Partition|User|State|ExitCode|Start|End|Elapsed|NNodes|NodeList
+8801723|deeph|gpu|fr|TIMEOUT|0:0|2024-01-08T20:02:19|2024-01-09T20:02:25|1-00:00:06|1|gpu-k08
+"""
+
+
+def test_a_run_reporting_once_per_epoch_until_its_time_limit_was_progressing(
+    tmp_path: Path,
+) -> None:
+    assert verdict(tmp_path, DEEPH_JOB, DEEPH_SACCT) == ("crash", "scheduler", [], "requeue")

@@ -54,6 +54,10 @@ MEGATRON = (
         ("[2024-07-02 10:28:10] it 7425 | loss 2.2257 | it_time 1.13s", 7425),
         ("it: 120, loss 3.1", 120),
         ("1: rank1 05:01:21 it=100 loss=2.1800 rss=62.8GiB", 100),
+        # A run that reports once per epoch, its result line (DeepH-pack's trainer, a
+        # hand-written loop): the epoch is the clock.
+        ("Epoch #2057  | Time: 23h 56m 41s | LR: 4.00e-04 | Epoch time:  41.26 | Train loss: 0.00034544 | Val loss: 0.00037308", 2057),
+        ("epoch: 12, loss 0.31, val_loss 0.35", 12),
     ],
 )  # fmt: skip
 def test_builtin_formats(line: str, iteration: int) -> None:
@@ -76,6 +80,8 @@ def test_builtin_formats(line: str, iteration: int) -> None:
         "Restored all states from the checkpoint at step 300",
         "node1:1234:5678 [0] NCCL INFO Channel 00/02 :    0   1   2   3",
         "Epoch 1/10",
+        "Starting epoch 1: 3 steps expected",
+        "epochs=5000 loss=mse",
         "step 1.5 of the warmup",
         "",
         "Traceback (most recent call last):",
