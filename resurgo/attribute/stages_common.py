@@ -88,10 +88,17 @@ def _event_seconds(e: Event) -> float | None:
 def _primary_candidates(a: Analysis, victims: set[str]) -> list[Event]:
     cut = a.kill_order
     out = []
+    waited = min(
+        (e.order for e in a.events if e.cascade and e.match.kind == AnomalyKind.HANG), default=None
+    )
     for e in a.events:
         if not (e.root and e.serious) or e.actor in victims:
             continue
         if cut is not None and e.order > cut:
+            continue
+        if e.match.id == "abort_signal" and waited is not None and e.order > waited:
+            # (ProcessGroupNCCL's watchdog ends a timed-out process with SIGABRT, `taking the
+            # entire process down`: the shell's `Aborted (core dumped)` after it is that abort)
             continue
         out.append(e)
     return out

@@ -345,3 +345,36 @@ def test_a_run_reporting_once_per_epoch_until_its_time_limit_was_progressing(
     tmp_path: Path,
 ) -> None:
     assert verdict(tmp_path, DEEPH_JOB, DEEPH_SACCT) == ("crash", "scheduler", [], "requeue")
+
+
+WATCHDOG_ABORT_JOB = """\
+Epoch 8: 100%|██████████| 113/113 [02:26<00:00,  0.82it/s, v_num=0, fitting_loss=0.1660, val_loss=0.1820]
+Epoch 9:  39%|███▉      | 44/113 [00:53<01:24,  0.82it/s, v_num=0, fitting_loss=0.1609, val_loss=0.1752]
+[rank1]:[E ProcessGroupNCCL.cpp:523] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=44, OpType=ALLREDUCE, NumelIn=6832129, NumelOut=6832129, Timeout(ms)=1800000) ran for 1800772 milliseconds before timing out.
+[rank1]:[E ProcessGroupNCCL.cpp:537] Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data.
+[rank1]:[E ProcessGroupNCCL.cpp:543] To avoid data inconsistency, we are taking the entire process down.
+terminate called after throwing an instance of 'c10::DistBackendError'
+/var/spool/slurmd/job1382204/slurm_script: line 14: 3318841 Aborted                 (core dumped) ddw fit-model --config /scratch/config.yaml --gpu 0,1,2,3
+"""
+WATCHDOG_ABORT_SACCT = """\
+JobID|JobName|Partition|User|State|ExitCode|Start|End|Elapsed|NNodes|NodeList
+1382204|ddw_fit|gpu|ph|FAILED|134:0|2024-12-05T06:10:44|2024-12-05T07:04:57|00:54:13|1|gpu-r41
+"""
+
+
+def test_the_shells_abort_after_a_watchdog_timeout_is_the_watchdogs_not_a_crash(
+    tmp_path: Path,
+) -> None:
+    got = verdict(
+        tmp_path,
+        WATCHDOG_ABORT_JOB,
+        WATCHDOG_ABORT_SACCT,
+        dmesg_gpu_r41="(no kernel messages in the job window)\n",
+    )
+    assert got == ("hang", "unknown", [], "requeue")
+
+
+def test_an_abort_before_any_timeout_is_the_processs_own(tmp_path: Path) -> None:
+    lines = WATCHDOG_ABORT_JOB.splitlines(keepends=True)
+    job = "".join(lines[:2] + lines[-1:] + lines[2:-1])
+    assert verdict(tmp_path, job, WATCHDOG_ABORT_SACCT)[0] == "crash"
