@@ -44,7 +44,8 @@ _IB_PRESENT = re.compile(
 _FABRIC_SOCKET = re.compile(r"\bNET/Socket : Using (?:\[\d+\])?(?:hsn|ib)\d")
 # The job's traced script turning the fabric off: `+ export NCCL_IB_DISABLE=1` or
 # `export NCCL_NET=Socket NCCL_SOCKET_IFNAME=hsn0` (one export may set several).
-_SCRIPT_EXPORT = re.compile(r"^(?:\++ ?)?export ")
+# (A traced `source` of the user's own env file, its comment quoting the export, says so too.)
+_SCRIPT_EXPORT = re.compile(r"^(?:\++ ?)?export |^\++ ?(?:source|\.) \S+\s+#.*\bexport\b")
 _SOCKETS_CHOSEN = re.compile(r"(?:^|\s)(?:NCCL_IB_DISABLE=[\"']?1\b|NCCL_NET=[\"']?Socket\b)")
 _HCA_ON_BUS = re.compile(r"\bInfiniband controller: |\bEthernet controller: Mellanox\b")
 # NCCL finding no RDMA device to use (src/transport/net_ib.cc).
@@ -109,8 +110,8 @@ def _sockets_by_choice(a: Analysis) -> Verdict | None:
     InfiniBand, on nodes that have it."""
     from resurgo.attribute.stages_common import noted_as_the_jobs
 
-    if len(a.job_nodes()) < 2:
-        return None
+    if max(len(a.job_nodes()), len(a.topo.hosts_seen)) < 2:
+        return None  # (one node: no inter-node traffic to slow)
     using = next((e for e in a.lines if "Socket" in e.text and _SOCKET_TRANSPORT.search(e.text)),
                  None)  # fmt: skip
     if using is None:

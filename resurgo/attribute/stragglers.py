@@ -13,6 +13,7 @@ import statistics
 from resurgo.attribute.analysis import Analysis, Verdict
 from resurgo.attribute.debug_modes import profiling_every_step, slow_debug_mode
 from resurgo.attribute.node_diagnostics import degraded_nodes, diagnose_slow_nodes
+from resurgo.attribute.noted_baseline import own_slowdown_cause, slower_than_noted
 from resurgo.attribute.periodic_work import periodic_own_work
 from resurgo.attribute.rank_phases import COMPUTE, HOST_WORK, node_quiet, own_work_lines
 from resurgo.attribute.rank_tables import read_rank_reports
@@ -440,12 +441,25 @@ def _one_rank_in_own_code(a: Analysis) -> Verdict | None:
 def _jobwide(a: Analysis) -> Verdict | None:
     """Throughput dropped for the whole job, with no rank singled out."""
     found = jobwide_slowdown(a)
+    noted = slower_than_noted(a) if found is None and a.running else None
+    found = found or noted
     if found is None:
         return None
-    return Verdict(
-        Category.UNKNOWN, f"straggler|jobwide|{found.metric}",
+    summary = (
         f"job-wide slowdown: {found.metric} {found.baseline:.4g} -> {found.recent:.4g} "
-        f"({found.ratio:.2f}x slower), no rank or node singled out", 0.5,
+        f"({found.ratio:.2f}x slower), no rank or node singled out"
+    )
+    if noted is not None and (mode := slow_debug_mode(a)) is not None:
+        return mode  # (a debugging mode the job switched on: its own slowness)
+    # (A setting of the job's slows it from its first step: a change of rhythm mid-run is not it)
+    if noted is not None and (cause := own_slowdown_cause(a)) is not None:
+        why, lines = cause
+        return Verdict(
+            Category.APPLICATION, f"straggler|application|{found.metric}",
+            f"{summary}: {why}", 0.65, evidence=[*lines, *found.lines], kind=AnomalyKind.STRAGGLER,
+        )  # fmt: skip
+    return Verdict(
+        Category.UNKNOWN, f"straggler|jobwide|{found.metric}", summary, 0.5,
         evidence=found.lines, kind=AnomalyKind.STRAGGLER,
     )  # fmt: skip
 

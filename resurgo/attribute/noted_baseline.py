@@ -1,0 +1,107 @@
+"""A running job slower than the same job ran before, by an operator's note, and the job's own
+reasons for a job-wide slowdown.
+
+A job slow from its first step shows no change of rhythm in its own output; what shows it is a
+note beside the logs giving the rate of the same model or configuration elsewhere (`# same
+model/config with num_workers=8 (job 60812, same nodes, last week) ran at 3.9-4.1 it/s`, `# the
+same example on one node reports step_time = 0.012315`). attribution-labels.md: a job-wide
+slowdown is a straggler; with no culprit and no cause it is left running.
+
+Causes the job owns (an application straggler, left running):
+- its DataLoader starved of workers: Lightning warns `The 'train_dataloader' does not have many
+  workers which may be a bottleneck` (lightning/pytorch/trainer/connectors/data_connector.py);
+- NCCL over TCP sockets because the container the job launches cannot load the RDMA userspace
+  (`misc/ibvwrap.cc ... NCCL WARN Failed to open libibverbs.so[.1]`, then `Using network
+  Socket`) on nodes whose InfiniBand ports are up: the job's image lacks rdma-core.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+
+from resurgo.attribute.analysis import Analysis
+from resurgo.attribute.series import RECENT_SAMPLES, Sample, Slowdown, read_series
+from resurgo.contracts import LogLine
+
+NOTED_SLOWDOWN = 1.5  # the recent rate's slowness against the noted one that makes a straggler
+
+_SAME = re.compile(
+    r"(?i)\b(?:same (?:model|config\w*|script|job|example|run|code|setup)|reference run|"
+    r"baseline|previous run|earlier run|last week)\b"
+)
+# A rate in a note: `3.9-4.1 it/s`, `1.47 s/it`, `9800 samples/s`, `step_time = 0.012315`.
+_RATE = re.compile(
+    r"(?i)(?<![\w.])(?P<lo>\d+(?:\.\d+)?)(?:\s*-\s*(?P<hi>\d+(?:\.\d+)?))?\s*"
+    r"(?P<unit>it/s|s/it|samples?/s|tok(?:en)?s/s|im(?:g|ages)/s)\b"
+    r"|\bstep_time\s*[=:]\s*(?P<step>\d+(?:\.\d+)?)\s*(?P<step_unit>ms|s)?\b"
+)
+_METRIC = {
+    "it/s": ("it_per_s", 1.0), "s/it": ("iteration_ms", 1000.0),
+    "samples/s": ("samples_per_s", 1.0), "sample/s": ("samples_per_s", 1.0),
+    "tokens/s": ("tokens_per_s", 1.0), "toks/s": ("tokens_per_s", 1.0),
+    "img/s": ("images_per_s", 1.0), "images/s": ("images_per_s", 1.0),
+}  # fmt: skip
+
+
+def slower_than_noted(a: Analysis) -> Slowdown | None:
+    """The job's recent rate against the rate a note gives for the same job elsewhere."""
+    series = read_series(a)
+    for note in _notes(a):
+        m = _RATE.search(note.text)
+        if m is None or not _SAME.search(note.text):
+            continue
+        if m["step"] is not None:
+            factor = 1.0 if m["step_unit"] == "ms" else 1000.0
+            candidates = ["iteration_ms", "field:step_time"]
+            noted = float(m["step"]) * factor
+        else:
+            metric, factor = _METRIC.get(m["unit"].lower(), ("", 1.0))
+            candidates = [metric]
+            lo, hi = float(m["lo"]), float(m["hi"] or m["lo"])
+            noted = (lo + hi) / 2 * factor
+        for metric in candidates:
+            samples = series.get(metric, [])
+            if len(samples) < RECENT_SAMPLES or noted <= 0:
+                continue
+            recent = statistics.median(s.value for s in samples[-RECENT_SAMPLES:])
+            lower = samples[-1].lower_is_better
+            ratio = recent / noted if lower else (noted / recent if recent > 0 else 0.0)
+            if ratio >= NOTED_SLOWDOWN:
+                last: Sample = samples[-1]
+                return Slowdown(metric, noted, recent, ratio, samples[0].order,
+                                [note, a.lines[last.order]])  # fmt: skip
+    return None
+
+
+def _notes(a: Analysis) -> list[LogLine]:
+    return [e for e in [*a.lines, *a.facts.lines] if e.text.lstrip().startswith("#")][:200]
+
+
+_FEW_WORKERS = re.compile(r"The '(?:train|training)_dataloader' does not have many workers")
+_NO_VERBS = re.compile(r"\bNCCL WARN Failed to open libibverbs\.so")
+_SOCKETS = re.compile(r"\bNCCL INFO Using network Socket\b")
+_CONTAINER = re.compile(
+    r"--container-image[= ]|\b(?:singularity|apptainer) (?:exec|run|shell)\b|"
+    r"\b(?:docker|podman) run\b|\benroot start\b"
+)
+_IB_UP = re.compile(r"^\s*State:\s*Active\s*$|\bHDR|\bNDR|\bEDR|\bInfiniBand\b", re.I)
+
+
+def own_slowdown_cause(a: Analysis) -> tuple[str, list[LogLine]] | None:
+    """What in the job's own configuration slows every step, where its output shows it."""
+    head = a.lines[:2000]
+    if few := [e for e in head if "dataloader" in e.text and _FEW_WORKERS.search(e.text)]:
+        return "its DataLoader has too few workers (Lightning warns it is a bottleneck)", few[:1]
+    no_verbs = next((e for e in head if "libibverbs" in e.text and _NO_VERBS.search(e.text)), None)
+    sockets = next((e for e in head if "Socket" in e.text and _SOCKETS.search(e.text)), None)
+    launch = next((e for e in [*a.header, *head[:200]] if _CONTAINER.search(e.text)), None)
+    if no_verbs and sockets and launch:
+        files = [*a.node_logs.values(), a.header]
+        if any(_IB_UP.search(e.text) for lines in files for e in lines):
+            return (
+                "NCCL in the container the job launches cannot load libibverbs and runs over "
+                "TCP sockets on nodes with InfiniBand (the job's image lacks the RDMA userspace)",
+                [launch, no_verbs, sockets],
+            )
+    return None

@@ -1,0 +1,150 @@
+"""A running job slow from its first step, known only from an operator's note giving the rate of
+the same model or configuration elsewhere, and the job's own settings that explain it.
+
+Line shapes: Lightning's DataLoader warning (lightning/pytorch/trainer/connectors/
+data_connector.py), NCCL failing to load the RDMA userspace in a container
+(`misc/ibvwrap.cc:63 NCCL WARN Failed to open libibverbs.so[.1]`, then `Using network Socket`),
+a traced `source` of the user's env file, ibstat's port block, tqdm progress bars and Tutel's
+`[Summary] step = N, step_time = ...` lines.
+
+Knowledge (attribution-labels.md): a job-wide slowdown is a straggler; a setting the job owns
+that slows every step makes it an application straggler, left running (action none); with no
+cause found it stays unknown.
+"""
+# ruff: noqa: E501  (real log lines are long)
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from resurgo.attribute.offline import analyse_bundle
+
+NOTE_SAME = "# job 61377 still running at collection (2024-09-23 15:10); same model/config with num_workers=8 (job 60812, same nodes, last week) ran at 3.9-4.1 it/s\n"
+NOTE_RUNNING = "# job 61377 still running at collection (2024-09-23 15:10)\n"
+FEW_WORKERS = "0: /opt/conda/lib/python3.11/site-packages/lightning/pytorch/trainer/connectors/data_connector.py:424: The 'train_dataloader' does not have many workers which may be a bottleneck. Consider increasing the value of the `num_workers` argument` to `num_workers=27` in the `DataLoader` to improve performance.\n"
+SQUEUE = "$ squeue -j 61377\n JOBID PARTITION NAME USER ST TIME NODES NODELIST(REASON)\n 61377 gpu fit carol R 1:02:10 4 g4n[01-04]\n"
+IBSTAT = "CA 'mlx5_0'\n\tCA type: MT4123\n\tNumber of ports: 1\n\tPort 1:\n\t\tState: Active\n\t\tPhysical state: LinkUp\n\t\tRate: 100\n\t\tLink layer: InfiniBand\n"
+
+
+def verdict(
+    tmp_path: Path, job_log: str, scheduler: str = SQUEUE, **files: str
+) -> tuple[str, str, list[str], str]:
+    (tmp_path / "job.log").write_text(job_log)
+    (tmp_path / "scheduler.txt").write_text(scheduler)
+    for name, text in files.items():
+        (tmp_path / f"{name}.txt").write_text(text)
+    v = analyse_bundle(tmp_path).as_json()
+    return v["kind"], v["category"], v["culprit_nodes"], v["action"]
+
+
+def _bars(rate: float = 1.01) -> list[str]:
+    return [
+        f"0: Epoch 0:  {k:2d}%|          | {k * 100}/8800 [{k:02d}:39<02:23:53, {rate + (k % 3) * 0.01:.2f}it/s, v_num=5, train_loss=0.{900 - k}]\n"
+        for k in range(1, 30)
+    ]
+
+
+def _lightning(note: str, *, warn: bool) -> str:
+    head = [note, "+ srun python fit.py --config cfg/vit_l.yaml\n"]
+    return "".join(head + ([FEW_WORKERS] if warn else []) + _bars())
+
+
+def test_a_noted_faster_rate_of_the_same_config_and_lightnings_worker_warning_make_an_application_straggler(
+    tmp_path: Path,
+) -> None:
+    assert verdict(tmp_path, _lightning(NOTE_SAME, warn=True)) == (
+        "straggler",
+        "application",
+        [],
+        "none",
+    )
+
+
+def test_without_the_jobs_own_cause_the_noted_slowdown_is_a_straggler_of_unknown_cause(
+    tmp_path: Path,
+) -> None:
+    kind, category, culprits, _ = verdict(tmp_path, _lightning(NOTE_SAME, warn=False))
+    assert (kind, category, culprits) == ("straggler", "unknown", [])
+
+
+def test_without_a_noted_rate_a_steady_running_job_is_healthy_even_with_the_warning(
+    tmp_path: Path,
+) -> None:
+    kind, category, _, action = verdict(tmp_path, _lightning(NOTE_RUNNING, warn=True))
+    assert (kind, category, action) == ("none", "none", "none")
+
+
+def test_a_rate_in_a_note_about_another_model_is_no_baseline(tmp_path: Path) -> None:
+    other = "# job 61377 still running at collection; the ResNet-50 benchmark on these nodes ran at 3.9-4.1 it/s\n"
+    kind, _, _, _ = verdict(tmp_path, _lightning(other, warn=True))
+    assert kind == "none"
+
+
+TUTEL_NOTE = "# job still running; the same example on one node (a100-31, 8 GPUs) reports step_time = 0.012315\n"
+TUTEL = [
+    "# job runs in the user's image tutel-cu113-torch111.sqsh (pyxis); 4 nodes x 8 A100\n",
+    "+ srun --ntasks-per-node=1 --container-image=/home/a157/images/tutel-cu113-torch111.sqsh torchrun --nnodes 4 --nproc_per_node 8 --rdzv_backend c10d --rdzv_endpoint a100-31:29500 -m tutel.examples.helloworld_ddp --batch_size=16\n",
+    *[
+        line
+        for t, host in enumerate(["a100-31", "a100-32", "a100-33", "a100-34"])
+        for line in (
+            f"{t}: {host}:21{t}:21{t} [0] misc/ibvwrap.cc:63 NCCL WARN Failed to open libibverbs.so[.1]\n",
+            f"{t}: {host}:21{t}:21{t} [0] NCCL INFO NET/Socket : Using [0]ib0:10.0.0.{31 + t}<0>\n",
+            f"{t}: {host}:21{t}:21{t} [0] NCCL INFO Using network Socket\n",
+        )
+    ],
+    *[
+        f"0: [Summary] step = {s}, step_time = 1.0{s % 7}7011, loss = 4.{5609 - s}\n"
+        for s in range(1, 40)
+    ],
+]
+TUTEL_SQUEUE = "$ squeue -u a157 -o '%i %j %T %M %D %R'\nJOBID NAME STATE TIME NODES NODELIST(REASON)\n150332 tutel-ddp RUNNING 2:04 4 a100-[31-34]\n"
+
+
+def test_nccl_over_sockets_because_the_jobs_container_lacks_libibverbs_on_ib_nodes_is_the_jobs(
+    tmp_path: Path,
+) -> None:
+    got = verdict(
+        tmp_path, "".join([*TUTEL, TUTEL_NOTE]), TUTEL_SQUEUE, **{"ibstat_a100-31": IBSTAT}
+    )
+    assert got == ("straggler", "application", [], "none")
+
+
+def test_with_no_infiniband_in_evidence_sockets_are_no_cause_of_the_jobs(tmp_path: Path) -> None:
+    kind, category, _, _ = verdict(tmp_path, "".join([*TUTEL, TUTEL_NOTE]), TUTEL_SQUEUE)
+    assert (kind, category) == ("straggler", "unknown")
+
+
+SOURCED = [
+    "# operator: job still running (squeue R 3:02:44). Same model/config ran last week as job 880412 on gpu[101-104] at ~410 samples/s.\n",
+    "+ source ~/jobs/env_debug.sh   # user's file: export NCCL_DEBUG=INFO NCCL_IB_DISABLE=1 NCCL_P2P_LEVEL=NVL (written for a single-node debug run)\n",
+    "+ srun deepspeed train.py --deepspeed ds_config.json\n",
+    *[
+        f"{host}: {host}:3100{k}:3100{k} [0] NCCL INFO NET/Socket : Using [0]ib0:10.61.9.9{k}<0> [1]enp170s0f0np0:10.70.9.9{k}<0>\n"
+        for k, host in enumerate(["gpu291", "gpu292"], start=1)
+    ],
+    *[
+        f"{host}: {host}:3100{k}:3100{k} [0] NCCL INFO Using network Socket\n"
+        for k, host in enumerate(["gpu291", "gpu292"], start=1)
+    ],
+    *[
+        f"gpu291: [2026-11-23 {14 + (10 + s * 4) // 60}:{(10 + s * 4) % 60:02d}:13,297] [INFO] [timer.py:264:stop] epoch=0/micro_step={s * 10}/global_step={s * 10}, RunningAvgSamplesPerSec=120.61, CurrSamplesPerSec=12{s % 4}.63, MemAllocated=21.3GB, MaxMemAllocated=38.9GB\n"
+        for s in range(1, 40)
+    ],
+]
+SOURCED_SQUEUE = "$ squeue -j 881907\n JOBID PARTITION NAME USER ST TIME NODES NODELIST(REASON)\n 881907 gpu sft dave R 2:48:02 2 gpu[291-292]\n"
+
+
+def test_a_traced_source_of_the_users_env_file_that_disables_ib_is_the_jobs_own_slowdown(
+    tmp_path: Path,
+) -> None:
+    got = verdict(
+        tmp_path,
+        "".join(SOURCED),
+        SOURCED_SQUEUE,
+        **{
+            "node_gpu291": "Infiniband controller: Mellanox Technologies MT28908 Family [ConnectX-6]\n"
+        },
+    )
+    assert got[:2] == ("straggler", "application")
+    assert got[3] == "none"
