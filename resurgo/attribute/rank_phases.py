@@ -8,6 +8,9 @@ Formats read:
 - a CSV table with a `rank` column (and optionally a host column), one row per rank, one
   column per phase: `rank,host,forward_backward,generate_samples_rank0,allreduce_wait` (what a
   job's own Timer callback or `torch.distributed.gather_object` of its timers writes);
+- one line per rank per report, the rank by its label or prefix: `name=value` timer fields
+  (`batch_cost: 1.88 data_cost: 1.47`) or `|`-separated cells with a unit (`rank 2 | step 10 |
+  data 0.198s | fwd 0.041s | step 0.361s`);
 - Horovod's stall inspector (horovod/common/stall_inspector.cc) naming the same missing ranks
   report after report while training goes on: those ranks arrive late at every collective.
 
@@ -174,9 +177,15 @@ def _csv_tables(
 # log file an operator tailed (`[workerlog.13] batch_cost: 1.8838 data_cost: 1.4702`:
 # PaddlePaddle's launcher writes rank N's output to log/workerlog.N; PaddleDetection and
 # mmengine print `batch_cost`/`data_cost`, `time`/`data_time` in seconds).
-_RANK_FILE = re.compile(r"^\[?(?:workerlog|worker|rank)[._-]?(\d{1,7})\]?:? ")
+# Or a rank's line (by its label or its prefix) of `|`-separated cells, each a phase and its
+# time with a unit (`rank 2 | step  10 | data 0.198s | fwd 0.041s | bwd 0.289s | step 0.361s`:
+# a job's own per-rank timer).
+_RANK_FILE = re.compile(r"^\[?(?:workerlog|worker|rank)(?:[._-]| (?=\d+ \|))?(\d{1,7})\]?:? ")
 _RANK_FIELD = re.compile(
     r"(?<![\w.])(?P<name>[A-Za-z][A-Za-z_]{0,30}_(?:cost|time|ms))[:=]\s*(?P<value>\d+(?:\.\d+)?)\b"
+)
+_RANK_CELL = re.compile(
+    r"(?:^|\|)\s*(?P<name>[A-Za-z][\w+/-]{0,30})\s*[:=]?\s*(?P<value>\d+(?:\.\d+)?)\s*(?P<unit>ms|s)\s*(?=\||$)"
 )
 
 
@@ -188,7 +197,7 @@ def _rank_line_table(
     columns: dict[str, dict[int, float]] = {}
     last = -1
     for order, body in bodies:
-        if "_" not in body:
+        if "_" not in body and "|" not in body:
             continue
         rank = strip_prefixes(lines[order].text).rank
         if (label := _RANK_FILE.match(body)) is not None:
@@ -197,6 +206,10 @@ def _rank_line_table(
             continue
         for m in _RANK_FIELD.finditer(body):
             scale = 1.0 if m["name"].endswith("_ms") else 1000.0
+            columns.setdefault(m["name"], {})[rank] = float(m["value"]) * scale
+            last = order
+        for m in _RANK_CELL.finditer(body) if "|" in body else ():
+            scale = 1.0 if m["unit"] == "ms" else 1000.0
             columns.setdefault(m["name"], {})[rank] = float(m["value"]) * scale
             last = order
     columns = {n: v for n, v in columns.items() if len(v) >= MIN_TABLE_RANKS}

@@ -228,10 +228,14 @@ def _stragglers(a: Analysis, *, timings_only: bool = False) -> Verdict | None:
     if (
         category == Category.UNKNOWN
         and HOST_WORK.search(phase)
-        and node_quiet(a, culprits, checked=True)
+        and (
+            node_quiet(a, culprits, checked=True) or _fast_beside(a, slow, culprits, reports.world)
+        )
     ):
         # The slow ranks lose their time in host-side work of the job's own code (input
-        # pipeline, callbacks, logging) and their nodes' own logs, checked, show nothing.
+        # pipeline, callbacks, logging) and their nodes' own logs, checked, show nothing (or
+        # the same nodes' other ranks do that work at the usual speed: the node's CPUs,
+        # storage and network serve them well; what the slow ranks are given is the cause).
         return Verdict(
             Category.APPLICATION, "straggler|application",
             f"straggler in the application ({phase} is where rank"
@@ -470,6 +474,12 @@ def _one_node(a: Analysis, ranks: list[int], world: int) -> str | None:
         return None
     hosts = {a.topo.node_of(r, r) or _node_major(a, r, world) for r in ranks}
     return hosts.pop() if len(hosts) == 1 and None not in hosts else None
+
+
+def _fast_beside(a: Analysis, slow: list[int], nodes: list[str], world: int) -> bool:
+    """Every one of these nodes also runs ranks of the job that are not slow."""
+    fast = {a.topo.node_of(r, r) or _node_major(a, r, world) for r in range(world) if r not in slow}
+    return bool(nodes) and set(nodes) <= fast
 
 
 def _node_major(a: Analysis, rank: int, world: int) -> str | None:

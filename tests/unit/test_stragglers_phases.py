@@ -215,3 +215,31 @@ def test_an_aligned_timer_table_names_the_slow_rank_on_its_mpirun_host(tmp_path:
 def test_the_same_tables_on_the_first_host_name_the_first_host(tmp_path: Path) -> None:
     kind, _category, culprits, _ = verdict(tmp_path, _aligned_tables(3))
     assert (kind, culprits) == ("straggler", ["gpu-m01"])
+
+
+def _cells(nodes: str, world: int, slow: dict[int, str]) -> str:
+    """A job's own per-rank timer, one `|`-separated line per rank per report (a traceml-style
+    `rank 2 | step  10 | data 0.198s | fwd 0.041s | ...`), slow ranks slow in one phase."""
+    out = [f"# SLURM_JOB_NODELIST={nodes}\n", "+ srun -l python train_resnet18.py --workers 6\n"]
+    for step in range(10, 110, 10):
+        for r in range(world):
+            cells = {"data": "0.011s", "fwd": "0.041s", "bwd": "0.292s", "opt": "0.006s"}
+            if r in slow:
+                cells[slow[r]] = "0.198s"
+            body = " | ".join(f"{k} {v}" for k, v in cells.items())
+            out.append(f"0: rank {r} | step {step:3d} | {body} | step 0.361s\n")
+    return "".join(out) + RUNNING
+
+
+def test_one_rank_slow_in_its_data_phase_beside_fast_ranks_on_the_same_node_is_the_jobs_input(
+    tmp_path: Path,
+) -> None:
+    got = verdict(tmp_path, _cells("t4-node02", 4, {2: "data"}))
+    assert got == ("straggler", "application", [], "none")
+
+
+def test_ranks_slow_in_data_alone_on_their_unchecked_node_leave_the_node_named(
+    tmp_path: Path,
+) -> None:
+    kind, category, culprits, _ = verdict(tmp_path, _cells("n[1-3]", 6, {4: "data", 5: "data"}))
+    assert (kind, category, culprits) == ("straggler", "unknown", ["n3"])
