@@ -8,7 +8,8 @@ the rendezvous or the coordination service's barrier until it times out
 (`RendezvousTimeoutError`, `DEADLINE_EXCEEDED: Barrier timed out`), on every attempt: the job's
 own arguments, application, stop (attribution-labels.md tie-breaker 6; pytorch/examples#1279,
 karpathy/nanoGPT#222 for torchrun; ayaka14732/llama-2-jax#20, AI-Hypercomputer/gpu-recipes#2
-for JAX). No node is to blame: every node did what it was told.
+for JAX). No node is to blame: every node did what it was told. Its kind is a hang: no step
+ever started and the processes idled until a timeout ended them (attribution-labels.md, kind).
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ def launch_exceeds_allocation(a: Analysis) -> Verdict | None:
                 Category.APPLICATION, "launch|world_larger_than_launched",
                 f"the launch waits for {stated[0]} nodes (torchrun --nnodes) but the allocation "
                 f"has {nodes}: the rendezvous timed out for nodes never requested", 0.85,
-                evidence=[stated[1], *(e.line for e in waiting[:2])], kind=AnomalyKind.CRASH,
+                evidence=[stated[1], *(e.line for e in waiting[:2])], kind=AnomalyKind.HANG,
             )  # fmt: skip
         return None
     jax = [e for e in a.lines if "DEADLINE_EXCEEDED" in e.text or "JAX controller" in e.text]
@@ -104,5 +105,5 @@ def launch_exceeds_allocation(a: Analysis) -> Verdict | None:
         Category.APPLICATION, "launch|world_larger_than_launched",
         f"jax.distributed.initialize(num_processes={stated[0]}) but Slurm started {tasks} "
         "tasks: the coordination service's barrier timed out on processes that never existed",
-        0.85, evidence=[stated[1], *jax[:2]], kind=AnomalyKind.CRASH,
+        0.85, evidence=[stated[1], *jax[:2]], kind=AnomalyKind.HANG,
     )  # fmt: skip

@@ -47,7 +47,7 @@ JobId=912004 JobName=titan JobState=FAILED Reason=NonZeroExitCode ExitCode=1:0
 
 def test_torchrun_waiting_for_more_nodes_than_the_allocation_has_is_the_launch() -> None:
     a = _run(TORCHRUN.format(n=4), ONE_NODE)
-    assert (a.kind, a.category, a.culprit_nodes) == (AnomalyKind.CRASH, Category.APPLICATION, [])
+    assert (a.kind, a.category, a.culprit_nodes) == (AnomalyKind.HANG, Category.APPLICATION, [])
     assert _stops(a)
     # --nnodes matching the allocation: the rendezvous timing out is not the arguments'
     b = _run(TORCHRUN.format(n=1), ONE_NODE)
@@ -71,7 +71,7 @@ TWO_TASKS = "JobId=4410772 JobState=FAILED\n   NodeList=jx-h[001-002] NumNodes=2
 
 def test_jax_num_processes_other_than_the_tasks_slurm_started_is_the_launch() -> None:
     a = _run(JAX.format(n=4), TWO_TASKS)
-    assert (a.category, a.culprit_nodes) == (Category.APPLICATION, [])
+    assert (a.kind, a.category, a.culprit_nodes) == (AnomalyKind.HANG, Category.APPLICATION, [])
     assert _stops(a)
     assert _run(JAX.format(n=2), TWO_TASKS).category != Category.APPLICATION
 
