@@ -123,17 +123,20 @@ class Analysis:
         last advance when Slurm says the job still runs; otherwise those followed by at least
         SURVIVED_ADVANCES new iterations (one more progress line can be output buffered
         before a peer's fatal error). Hardware errors stay (a degraded GPU or link can still
-        be why it stalls or dies later)."""
+        be why it stalls or dies later), and so do straggler reports: a detector's report is
+        printed while training goes on, not an error it survived."""
         advances = self.scan.advances
         if not advances:
             return
         if self.state in RUNNING_STATES:
-            self.events = [e for e in self.events if e.hardware or e.order > advances[-1]]
+            self.events = [
+                e for e in self.events if e.hardware or _slow(e) or e.order > advances[-1]
+            ]
             return
         if len(advances) < SURVIVED_ADVANCES:
             return
         cut = advances[-SURVIVED_ADVANCES]
-        self.events = [e for e in self.events if e.hardware or e.order > cut]
+        self.events = [e for e in self.events if e.hardware or _slow(e) or e.order > cut]
 
     def once(self, key: str, compute: Callable[[], _T]) -> _T:
         """`compute()` the first time `key` is asked for in this analysis, then its result:
@@ -261,3 +264,8 @@ def actor_node(a: Analysis, actor: str | None) -> str | None:
 def event_node(a: Analysis, e: Event) -> str | None:
     """Where an event happened: its own host, else its rank's or task's node."""
     return e.node or actor_node(a, e.actor)
+
+
+def _slow(e: Event) -> bool:
+    """A straggler detector's report (not an error a job could survive)."""
+    return e.match.kind == AnomalyKind.STRAGGLER and e.match.role == "root"

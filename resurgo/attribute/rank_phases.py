@@ -55,8 +55,9 @@ COMPUTE = re.compile(
 OWN_WORK = re.compile(
     r"(?i)\brunning (?:validation|evaluation|eval)\b|\bevaluating on\b"
     r"|\blog(?:ging|ged)? \d+ (?:samples|images|predictions)\b"
-    r"|\bupload\w* .{0,40}\b(?:wandb|tensorboard|samples|images)\b|\bto wandb\b"
-    r"|\bgenerat(?:ing|ed?) (?:\d+ )?samples\b"
+    r"|\bupload\w* .{0,40}\b(?:wandb|tensorboard|samples|images)\b|\b(?:to|for) (?:the )?wandb\b"
+    r"|\bgenerat(?:ing|ed?) (?:\d+ )?(?:samples|completions"
+    r"|sample (?:completions|outputs|images))\b"
 )
 
 _COLUMNS = re.compile(r"\(([^()]{1,200}\|[^()]{1,200})\)\s*:")

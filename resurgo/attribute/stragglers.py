@@ -12,6 +12,7 @@ import statistics
 
 from resurgo.attribute.analysis import Analysis, Verdict
 from resurgo.attribute.debug_modes import profiling_every_step, slow_debug_mode
+from resurgo.attribute.detector_reports import detected_stragglers
 from resurgo.attribute.node_diagnostics import degraded_nodes, diagnose_slow_nodes
 from resurgo.attribute.noted_baseline import own_slowdown_cause, slower_than_noted
 from resurgo.attribute.periodic_work import periodic_own_work
@@ -149,6 +150,12 @@ def _stragglers(a: Analysis, *, timings_only: bool = False) -> Verdict | None:
     if timings_only and not slow and not summary_nodes:
         return None
     summary_ranks |= {int(r) for e in summary_lines for r in _SUMMARY_RANK.findall(e.text)}
+    detected = detected_stragglers(a)  # (a detector's verdicts: rank, section, node)
+    for d in detected:
+        slow.append(d.rank)
+        node_of[d.rank] = d.node
+        slow_key = slow_key or (d.section or "")
+    gpu_named = any(d.section is None for d in detected)
     phase = slow_key or reports.phase  # the job's own timer that singled the slow ranks out
     code = _application_straggler(
         a,
@@ -157,7 +164,7 @@ def _stragglers(a: Analysis, *, timings_only: bool = False) -> Verdict | None:
         reports.ranks,
         reports.known,
         extra_work=bool(_EXTRA_WORK_KEY.search(slow_key) or HOST_WORK.search(reports.phase)),
-        compute=bool(COMPUTE.search(phase) and not HOST_WORK.search(phase)),
+        compute=gpu_named or bool(COMPUTE.search(phase) and not HOST_WORK.search(phase)),
         gpus_steady=reports.gpus_steady,
     )
     if code is not None:

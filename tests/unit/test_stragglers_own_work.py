@@ -196,3 +196,46 @@ def test_every_rank_waiting_in_a_collective_is_no_such_straggler(tmp_path: Path)
     (tmp_path / "node_gpu-e01.txt").write_text(waiting)
     log = "# job still running at time of capture (2025-03-02 11:10)\n" + NEMO_STEPS
     assert verdict(tmp_path, log)[0] == "none"
+
+
+# nvidia-resiliency-ext's example trainer (`print_stragglers`): one parseable line per straggler.
+def _nvrx(detected: str, extra: str = "") -> str:
+    out = [
+        "+ srun --ntasks-per-node=1 torchrun --nnodes 4 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint h100-b-01:29500 train_sft.py\n",
+    ]
+    for k in range(1, 41):
+        out.append(
+            f"[rank0]: 11:{k // 5 + 2:02d}:{k % 5 * 12:02d} iter {k * 10}/20000 | loss 1.6{k:03d} | step_time 1.2{k % 9}s | tokens/s/gpu 27248\n"
+        )
+        if k % 5 == 0 and extra:
+            out.append(extra)
+        if k % 10 == 0:
+            out.append(f"[rank0]: {detected}\n")
+    return (
+        "".join(out)
+        + "[rank0]: 11:11:00 iter 410/20000 | loss 1.5999 | step_time 1.21s | tokens/s/gpu 27250\n"
+        + RUNNING_NOTE
+    )
+
+
+SQUEUE = "$ squeue -j 5512\n JOBID PARTITION NAME USER ST TIME NODES NODELIST(REASON)\n 5512 gpu sft eve R 10:02 4 h100-b-[01-04]\n"
+
+
+def test_an_nvrx_section_straggler_on_rank_0_with_its_extra_work_is_the_jobs(
+    tmp_path: Path,
+) -> None:
+    sample = "[rank0]: step_tail: generated 4 sample completions for the wandb table (eval_mini, max_new_tokens=256) [only on rank 0]\n"
+    (tmp_path / "scheduler.txt").write_text(SQUEUE)
+    got = verdict(
+        tmp_path,
+        _nvrx("DETECTED RELATIVE STRAGGLER SECTION=step_tail RANK=0 NODE=h100-b-01", sample),
+    )
+    assert got == ("straggler", "application", [], "none")
+
+
+def test_an_nvrx_gpu_straggler_names_its_node_while_the_job_runs(tmp_path: Path) -> None:
+    (tmp_path / "scheduler.txt").write_text(SQUEUE)
+    kind, _, culprits, _ = verdict(
+        tmp_path, _nvrx("DETECTED INDIVIDUAL STRAGGLER GPU RANK=21 NODE=h100-b-03")
+    )
+    assert (kind, culprits) == ("straggler", ["h100-b-03"])
