@@ -25,6 +25,8 @@ from resurgo.policy.decide import NO_RETRY_HELPS_KEY
 SHM_FAULTS = frozenset({"nccl_shm_extend_failed", "dataloader_shm_bus_error"})
 _OWN_CONTAINER = re.compile(r"\b(?:docker|podman) run\b|\b(?:singularity|apptainer) (?:exec|run)\b")
 _SHM_OPTIONS = re.compile(r"--shm-size\b|--ipc[= ]host\b")
+_SHM_SIZE = re.compile(r"--shm-size[= ]\S+")
+_HOST_IPC = re.compile(r"--ipc[= ]host\b")
 _SITE_SHM_NOTE = re.compile(
     r"(?i)\bsite\b.{0,160}(?:/dev/shm|\bshm\b)|(?:/dev/shm|\bshm\b).{0,160}\bsite\b"
 )
@@ -58,7 +60,15 @@ def shm_too_small(a: Analysis, v: Verdict) -> Verdict:
     # (A job of one node has no peer to tell the node's state from the job's: its own
     # container seen starting with the 64 MB default decides; its workers fail on any node.
     # Of several nodes, one alone failing is that node's state, whatever the container.)
-    default = len(job) <= 1 and any(_DEFAULT_SHM.search(x.text.strip()) for x in head)
+    launch = _own_launch(head)
+    # (The size the job's own container command gives /dev/shm, `--shm-size=64m`, is its
+    # choice as much as Docker's default is: whose setting, not how big.)
+    size = None
+    if launch is not None and not _HOST_IPC.search(launch.text):
+        size = _SHM_SIZE.search(launch.text)
+    default = len(job) <= 1 and (
+        size is not None or any(_DEFAULT_SHM.search(x.text.strip()) for x in head)
+    )
     if not faults or not ((len(job) >= 2 and job <= nodes) or default):
         return v
     site = next(
@@ -73,7 +83,13 @@ def shm_too_small(a: Analysis, v: Verdict) -> Verdict:
             culprits=culprits, ranks=v.ranks, evidence=[site, faults[0], *v.evidence],
             kind=v.kind, outcome=v.outcome,
         )  # fmt: skip
-    launch = _own_launch(head)
+    if launch is not None and size is not None:
+        return Verdict(
+            Category.APPLICATION, "job_container|shm_too_small",
+            f"{faults[0].text.strip()[:160]}: /dev/shm is too small in the container the job "
+            f"starts with {size.group(0)}, on any node", 0.85, ranks=v.ranks,
+            evidence=[launch, faults[0], *v.evidence], kind=v.kind, outcome=v.outcome,
+        )  # fmt: skip
     if launch is None or _SHM_OPTIONS.search(launch.text):
         return v
     return Verdict(

@@ -66,3 +66,27 @@ def test_one_nodes_shm_alone_is_that_nodes_state() -> None:
     one = "".join(x + "\n" for x in FAILED.splitlines() if "gpu2-ru8:3306" not in x)
     a = _run(LAUNCH.format(opts="") + one)
     assert default_advice(a).kind != AdviceKind.STOP
+
+
+def test_a_small_shm_size_the_jobs_own_container_sets_is_its_own_on_one_node() -> None:
+    """PyTorch's DataLoader bus error (torch/utils/data/_utils/signal_handling.py) in a
+    container the job starts with `--shm-size=64m`: the size is the job's choice."""
+    job = (
+        "+ srun docker run --rm --gpus all --ipc=private --shm-size=64m -v /raid/data:/data "
+        "det-train:1.10 torchrun --nproc_per_node=8 /ws/train.py --workers 8\n"
+        "[12/14 16:10:16] epoch 0 iter 200/5860 loss 2.233 lr 0.00100 data 0.021s\n"
+        "ERROR: Unexpected bus error encountered in worker. This might be caused by "
+        "insufficient shared memory (shm).\n"
+        "RuntimeError: DataLoader worker (pid 417) is killed by signal: Bus error. It is possible "
+        "that dataloader's workers are out of shared memory. Please try to raise your shared "
+        "memory limit.\n"
+    )
+    a = attribute(Registry.default(), None, _lines(job), None, [], ["dgx-b-04"], scheduler_lines=[])
+    assert (a.category, a.culprit_nodes) == (Category.APPLICATION, [])
+    assert "--shm-size=64m" in a.summary
+    assert default_advice(a).kind == AdviceKind.STOP
+    host = attribute(
+        Registry.default(), None, _lines(job.replace("--ipc=private", "--ipc=host")), None, [],
+        ["dgx-b-04"], scheduler_lines=[],
+    )  # fmt: skip
+    assert "--shm-size=64m" not in host.summary

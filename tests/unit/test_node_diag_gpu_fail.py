@@ -60,3 +60,28 @@ def test_a_diag_every_gpu_passes_leaves_the_nan_to_the_application() -> None:
     )
     a = _run({"gpu005": passing})
     assert a.category == Category.APPLICATION
+
+
+# A GPU the driver could not initialise at boot (`NVRM: RmInitAdapter failed!`, then
+# `rm_init_adapter failed for device bearing minor number 3`, as NVIDIA forum threads quote
+# them): the rank bound to it cannot create a CUDA context, which reads as the job's error.
+ORDINAL = """\
+[1,7]<stderr>:2016-01-21 09:12:22.407809: E tensorflow/core/common_runtime/direct_session.cc:171] \
+Internal: failed initializing StreamExecutor for CUDA device ordinal 3: Internal: failed call to \
+cuDevicePrimaryCtxRetain: CUDA_ERROR_INVALID_DEVICE
+[1,7]<stderr>:tensorflow.python.framework.errors_impl.InternalError: Failed to create session.
+"""
+RM_INIT = """\
+[Thu Jan 21 08:55:14 2016] NVRM: RmInitAdapter failed! (0x26:0xffff:1127)
+[Thu Jan 21 08:55:14 2016] NVRM: rm_init_adapter failed for device bearing minor number 3
+"""
+
+
+def test_a_gpu_the_driver_failed_to_initialise_is_that_nodes_gpu_not_the_jobs_error() -> None:
+    logs = {"gx-1-08": _lines(RM_INIT, "dmesg_gx-1-08.txt")}
+    a = attribute(
+        Registry.default(), None, _lines(ORDINAL, "job.log"), None, [], ["gx-1-07", "gx-1-08"],
+        node_logs=logs,
+    )  # fmt: skip
+    assert (a.category, a.culprit_nodes) == (Category.HARDWARE_GPU, ["gx-1-08"])
+    assert default_advice(a).kind == AdviceKind.REQUEUE_EXCLUDING
