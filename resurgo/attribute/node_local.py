@@ -175,6 +175,8 @@ def _common_peer(a: Analysis, v: Verdict) -> tuple[list[str], str, list[LogLine]
         named.setdefault(remote, set()).add(reporter)
     for remote, reporters in sorted(named.items(), key=lambda kv: -len(kv[1])):
         owner = _owner(a, remote, own) or a.topo.hosts.canonical(remote)
+        if owner is None and _IPV4.fullmatch(ip := remote.removeprefix("::ffff:")):
+            owner = ip  # (an address no node name maps: whose files hold it, below)
         if owner is not None and _IPV4.fullmatch(owner):
             owner = _address_holder(a, owner)  # an address is never a node to exclude
         if owner is None:

@@ -290,6 +290,12 @@ def _finish(a: Analysis, v: Verdict, anomaly: Anomaly | None, outcome: str | Non
         for e in a.events
     )
     culprits = sorted({c for c in v.culprits if c})
+    # A node outside the job's allocation (a file system's server, the store's login node) is
+    # nothing the next attempt can exclude: the job met it as a shared service.
+    outside = [c for c in culprits if not a.in_job(c)]
+    if outside and len(outside) == len(culprits):
+        v.summary += f" ({', '.join(outside)}: not one of the job's nodes, a shared service)"
+    culprits = [c for c in culprits if a.in_job(c)]
     return Attribution(
         kind=kind,
         category=category,

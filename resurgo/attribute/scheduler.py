@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from resurgo.attribute.sacct_rows import job_from_sacct, sacct_row
 from resurgo.contracts import JobObservation, LogLine, NodeObservation
 from resurgo.slurm.errors import ParseError
 from resurgo.slurm.parsers import (
@@ -165,47 +166,6 @@ def _records(lines: list[LogLine]) -> list[tuple[str, LogLine]]:
     return out
 
 
-# A hostlist at the end of a row: names, bracket ranges with a suffix (`g530[5-8]cc`), joined.
-_HOSTS = r"[A-Za-z][\w.-]*(?:\[[\d,-]+\][\w.-]*)*"
-_LAST_HOSTLIST = re.compile(rf"\b({_HOSTS}(?:,{_HOSTS})*)\s*$")
-
-
-def _sacct(text: str, header: list[str] | None) -> dict[str, str] | None:
-    if header is None:
-        return None
-    cells = text.split("|") if "|" in text else text.split()
-    if len(cells) < 2:
-        return None
-    row: dict[str, str] = {}
-    if "|" in text:
-        row = {h: c.strip() for h, c in zip(header, cells, strict=False)}
-    else:
-        # Fixed width: match by position only for the columns we need (JobID first).
-        row["JobID"] = cells[0]
-        # Columns left of State line up with the header (State may read "CANCELLED by 0").
-        if "User" in header and "State" in header and header.index("User") < header.index("State"):
-            at = header.index("User")
-            row["User"] = cells[at] if at < len(cells) else ""
-        joined = " ".join(cells)
-        m = re.search(
-            r"\b(COMPLETED|FAILED|CANCELLED(?: by \w+)?|TIMEOUT|NODE_FAIL|PREEMPTED|"
-            r"OUT_OF_ME\w*|BOOT_FAIL|DEADLINE|RUNNING|PENDING|REQUEUED|SUSPENDED)\+?",
-            joined,
-        )
-        if m:
-            row["State"] = m.group(0).rstrip("+")
-        # `code:signal`, never part of a time (Elapsed `01:34:12` holds `01:34` too).
-        ec = re.findall(r"(?<![\d:-])(\d+:\d+)(?![\d:])", joined)
-        codes = [h for h in header if h in ("ExitCode", "DerivedExitCode")]
-        at = codes.index("ExitCode") if "ExitCode" in codes else 0
-        if len(ec) > at:
-            row["ExitCode"] = ec[at]
-        nodes = _LAST_HOSTLIST.search(joined)
-        if nodes and "NodeList" in header and nodes.group(1) not in ("None", "assigned"):
-            row["NodeList"] = nodes.group(1)
-    return row
-
-
 def _squeue_row(facts: SchedulerFacts, row: dict[str, str]) -> None:
     """squeue's default table: the job's state and how long it has run."""
     if row.get("TIME"):
@@ -280,7 +240,7 @@ def parse_scheduler(
             _squeue_row(facts, dict(zip(squeue_header, stripped.split(), strict=False)))
             continue
         if sacct_header is not None and re.match(r"^\d+(?:[._+]\w+)?(?:\s|\|)", stripped):
-            row = _sacct(stripped, sacct_header)
+            row = sacct_row(stripped, sacct_header)
             if row and own is not None and _job_of(row.get("JobID", "")) != own:
                 continue  # another job's row (an earlier run, a namesake)
             if row and array_task is not None and _other_task(row.get("JobID", ""), array_task):
@@ -318,7 +278,7 @@ def parse_scheduler(
             for name in names:
                 facts.failed_nodes.setdefault(name, entry)
     if facts.job is None and sacct_rows:
-        facts.job, facts.job_fields, facts.earlier_nodes = _job_from_sacct(sacct_rows)
+        facts.job, facts.job_fields, facts.earlier_nodes = job_from_sacct(sacct_rows)
     if facts.job is None:
         facts.job, facts.job_fields = _job_from_fragments(lines, job_id)
     if facts.job is None and (preempted := _ctld_preempted(lines, job_id)) is not None:
@@ -421,59 +381,6 @@ def _add_reasons(facts: SchedulerFacts, nodes: str, state: str, reason: str) -> 
         names = [nodes]
     for name in names:
         facts.reasons.append(SinfoReason(name, state.strip(), reason.strip()))
-
-
-def _job_from_sacct(
-    rows: list[dict[str, str]],
-) -> tuple[JobObservation | None, dict[str, str], list[str]]:
-    first = next((r for r in rows if r.get("JobID", "").isdigit()), rows[0])
-    # `sacct -D` lists every run of a requeued job under its one id, earliest first: the last
-    # is the run this output ends with. (Not a restart count: a requeue by the job's own
-    # wrapper leaves no mark in the output to split it at.)
-    # (A run is a row with a state; the same run listed by two sacct commands counts once.)
-    seen: dict[tuple[str, ...], dict[str, str]] = {}
-    for r in rows:
-        if r.get("JobID") == first.get("JobID") and r.get("State"):
-            key = tuple(r.get(k, "") for k in ("Start", "End", "NodeList", "State", "ExitCode"))
-            seen.setdefault(key, r)
-    runs = list(seen.values()) or [first]
-    # (the requeued job waiting again, `PENDING ... None assigned`, has no run in the output)
-    started = [
-        r for r in runs
-        if r.get("Start", "x") not in ("", "Unknown", "None") and r.get("State") != "PENDING"
-    ]  # fmt: skip
-    main = (started or runs)[-1]
-    state_text = main.get("State", "")
-    state = state_text.split()[0].rstrip("+") if state_text else "UNKNOWN"
-    if state.startswith("OUT_OF_ME"):
-        state = "OUT_OF_MEMORY"
-    code, _, sig = main.get("ExitCode", "0:0").partition(":")
-    try:
-        nodes = expand_hostlist(main.get("NodeList", ""))
-    except ParseError:
-        nodes = []
-    job_id = re.match(r"\d+", main.get("JobID", "0"))
-    try:
-        obs = JobObservation(
-            job_id=int(job_id.group()) if job_id else 0,
-            state=state,
-            exit_code=int(code) if code.isdigit() else 0,
-            exit_signal=int(sig) if sig.isdigit() else 0,
-            node_list=nodes,
-            user=main.get("User", ""),
-        )
-    except ValueError:
-        return None, {}, []
-    fields = {"JobId": str(obs.job_id), "JobState": state}
-    # (its owner, and how long it ran: sacct's Elapsed is scontrol's RunTime)
-    fields |= {k: main[s] for s, k in (("User", "UserId"), ("Elapsed", "RunTime")) if main.get(s)}
-    earlier: list[str] = []
-    for run in runs[: runs.index(main)]:
-        try:
-            earlier += [n for n in expand_hostlist(run.get("NodeList", "")) if n not in nodes]
-        except ParseError:
-            continue
-    return obs, fields, list(dict.fromkeys(earlier))
 
 
 def node_failed(node: NodeObservation) -> bool:
