@@ -198,7 +198,7 @@ _ENTRIES: list[dict[str, Any]] = [
         # path under it is missing on this node until someone fixes the client. systemd's
         # mount unit (src/core/mount.c), mount.lustre / mount.nfs, Lustre's LNet (api-ni.c).
         "regex": (
-            r"\bFailed to mount /\S{1,200}\.\s*$"
+            r"\bFailed to mount (?:\S{1,200}\.mount - )?/\S{1,200}\.\s*$"
             r"|\bmount\.(?:lustre|nfs4?|beegfs|gpfs)\S{0,10}: mount \S{1,200} at /\S{1,200} "
             r"failed\b"
             r"|\bLNetError: .{0,120}\bCan't load LND\b"
@@ -211,6 +211,8 @@ _ENTRIES: list[dict[str, Any]] = [
         "configuration): paths under it are missing on that node only",
         "examples": [
             "Mar  3 06:13:22 gpu-a-23 systemd[1]: Failed to mount /lustre/work.",
+            # (systemd 249 and later name the unit, then its description: the mount point)
+            "Aug 27 11:34:02 n1032 systemd[1]: Failed to mount checkpoint.mount - /checkpoint.",
             "mount.lustre: mount 10.12.0.10@o2ib:/work at /lustre/work failed: No such device",
             "LNetError: 3318:0:(api-ni.c:3012:lnet_startup_lndnet()) Can't load LND o2ib, "
             "module ko2iblnd, rc=256",

@@ -80,6 +80,21 @@ def test_a_path_missing_on_the_node_that_failed_to_mount_its_file_system_is_that
     assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["gpu-a-23"])
 
 
+def test_systemds_newer_mount_failure_line_names_the_node_too() -> None:
+    """systemd 249 and later: `Failed to mount <unit>.mount - <mount point>.` after the NFS
+    client's own timeout; the job's ranks there are refused the path (a bare local directory)."""
+    denied = (
+        "2: [rank20]: PermissionError: [Errno 13] Permission denied: '/checkpoint/genai'\n"
+        "srun: error: gpu-a-23: task 2: Exited with exit code 1\n"
+    )
+    journal = (
+        "Aug 27 11:34:02 gpu-a-23 mount[2417]: mount.nfs4: Connection timed out\n"
+        "Aug 27 11:34:02 gpu-a-23 systemd[1]: Failed to mount checkpoint.mount - /checkpoint.\n"
+    )
+    a = attribute_text(denied, A_NODES, {"journal_gpu-a-23": journal}, SACCT_A)
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["gpu-a-23"])
+
+
 def test_the_same_missing_path_with_every_mount_fine_is_the_jobs_path() -> None:
     a = attribute_text(
         MISSING,
