@@ -283,7 +283,7 @@ def dumps_in_different_collectives(a: Analysis, outcome: str | None) -> Verdict 
 # the rank's own work.
 _LAUNCHER = re.compile(
     r"torch\.distributed|torchrun|elastic|signal|srun|slurmstepd|Traceback|Error|error|NCCL|"
-    r"Exception|frame #|terminate"
+    r"Exception|frame #|terminate|\(exitcode: -?\d+\) local_rank:"
     # The lines of torchrun's ChildFailedError summary (its rules, `<script> FAILED`,
     # `Failures:`, `Root Cause (first observed failure):`, `[1]:` and each failure's fields:
     # torch/distributed/elastic/multiprocessing/errors/__init__.py, `format_msg`).

@@ -32,7 +32,11 @@ from resurgo.detect.lines import strip_prefixes
 
 MIN_TRACES = 3  # (fewer traces are a measurement, however close together)
 
-_SOCKET_TRANSPORT = re.compile(r"\bNCCL INFO Using network Socket\b")
+# (NCCL before 2.5 says it as `NET/Socket : 1 interfaces found` and `NET : Using interface
+# ib0:192.168.30.7<0>`.)
+_SOCKET_TRANSPORT = re.compile(
+    r"\bNCCL INFO Using network Socket\b|\bNCCL INFO NET/Socket : \d+ interfaces? found\b"
+)
 # The nodes' InfiniBand adapters, where the bundle shows them: node_exporter's infiniband
 # collector, NCCL's own IB transport in use, ibstat's port state, lspci's controllers.
 _IB_PRESENT = re.compile(
@@ -41,7 +45,9 @@ _IB_PRESENT = re.compile(
 )
 # The HCAs themselves, on the PCI bus (lspci), whatever their driver state.
 # NCCL's sockets on a high-speed network's own interface (HPE Slingshot's hsnN, IPoIB's ibN).
-_FABRIC_SOCKET = re.compile(r"\bNET/Socket : Using (?:\[\d+\])?(?:hsn|ib)\d")
+_FABRIC_SOCKET = re.compile(
+    r"\bNET/Socket : Using (?:\[\d+\])?(?:hsn|ib)\d|\bNET : Using interface (?:hsn|ib)\d"
+)
 # The job's traced script turning the fabric off: `+ export NCCL_IB_DISABLE=1` or
 # `export NCCL_NET=Socket NCCL_SOCKET_IFNAME=hsn0` (one export may set several).
 # (A traced `source` of the user's own env file, its comment quoting the export, says so too.)
@@ -126,7 +132,7 @@ def _sockets_by_choice(a: Analysis) -> Verdict | None:
         return _no_rdma_stack(a, using)
     files = [a.metric_lines, *a.node_logs.values()]
     fabric = any(_IB_PRESENT.search(e.text) for lines in files for e in lines) or any(
-        "NET/Socket" in e.text and _FABRIC_SOCKET.search(e.text) for e in a.lines[:2000]
+        "NET" in e.text and _FABRIC_SOCKET.search(e.text) for e in a.lines[:2000]
     )
     if not fabric:
         return None

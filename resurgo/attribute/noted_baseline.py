@@ -24,6 +24,7 @@ from resurgo.attribute.analysis import Analysis
 from resurgo.attribute.series import RECENT_SAMPLES, Sample, Slowdown, read_series
 from resurgo.contracts import LogLine
 
+_STEP_FIELDS = ["field:step_time", "field:time", "field:batch_time", "field:iter_time"]
 NOTED_SLOWDOWN = 1.5  # the recent rate's slowness against the noted one that makes a straggler
 
 _SAME = re.compile(
@@ -33,11 +34,12 @@ _SAME = re.compile(
 # A rate in a note: `3.9-4.1 it/s`, `1.47 s/it`, `9800 samples/s`, `step_time = 0.012315`.
 _RATE = re.compile(
     r"(?i)(?<![\w.])(?P<lo>\d+(?:\.\d+)?)(?:\s*-\s*(?P<hi>\d+(?:\.\d+)?))?\s*"
-    r"(?P<unit>it/s|s/it|samples?/s|tok(?:en)?s/s|im(?:g|ages)/s)\b"
+    r"(?P<unit>it/s|s/it(?:er)?|s/step|samples?/s|tok(?:en)?s/s|im(?:g|ages)/s)\b"
     r"|\bstep_time\s*[=:]\s*(?P<step>\d+(?:\.\d+)?)\s*(?P<step_unit>ms|s)?\b"
 )
 _METRIC = {
     "it/s": ("it_per_s", 1.0), "s/it": ("iteration_ms", 1000.0),
+    "s/iter": ("iteration_ms", 1000.0), "s/step": ("iteration_ms", 1000.0),
     "samples/s": ("samples_per_s", 1.0), "sample/s": ("samples_per_s", 1.0),
     "tokens/s": ("tokens_per_s", 1.0), "toks/s": ("tokens_per_s", 1.0),
     "img/s": ("images_per_s", 1.0), "images/s": ("images_per_s", 1.0),
@@ -53,11 +55,12 @@ def slower_than_noted(a: Analysis) -> Slowdown | None:
             continue
         if m["step"] is not None:
             factor = 1.0 if m["step_unit"] == "ms" else 1000.0
-            candidates = ["iteration_ms", "field:step_time"]
+            candidates = ["iteration_ms", *_STEP_FIELDS]
             noted = float(m["step"]) * factor
         else:
             metric, factor = _METRIC.get(m["unit"].lower(), ("", 1.0))
-            candidates = [metric]
+            # (a time per iteration is also what a trainer's own `time:` field prints)
+            candidates = [metric, *(_STEP_FIELDS if metric == "iteration_ms" else [])]
             lo, hi = float(m["lo"]), float(m["hi"] or m["lo"])
             noted = (lo + hi) / 2 * factor
         for metric in candidates:

@@ -42,7 +42,7 @@ Flagged = set[tuple[int, str | None]]
 # Phases that are host-side work of the job's own code, not the GPU's compute.
 HOST_WORK = re.compile(
     r"(?i)(?:^|[_+/ -])(?:data\w*|dataload\w*|loader|input|decode|preprocess\w*|augment\w*"
-    r"|callbacks?|hooks?|log(?:ging)?|upload|wandb|tensorboard|tb|samples?|generat\w*|eval\w*"
+    r"|summar\w*|callbacks?|hooks?|log(?:ging)?|upload|wandb|tensorboard|tb|samples?|generat\w*|eval\w*"
     r"|valid\w*|metrics?|profil\w*|traces?|dump|print|checkpoint\w*|ckpt|save|io)(?:$|[_+/ -])"
 )
 COMPUTE = re.compile(
@@ -181,13 +181,17 @@ def _csv_tables(
 # Or a rank's line (by its label or its prefix) of `|`-separated cells, each a phase and its
 # time with a unit (`rank 2 | step  10 | data 0.198s | fwd 0.041s | bwd 0.289s | step 0.361s`:
 # a job's own per-rank timer).
-_RANK_FILE = re.compile(r"^\[?(?:workerlog|worker|rank)(?:[._-]| (?=\d+ \|))?(\d{1,7})\]?:? ")
+_RANK_FILE = re.compile(r"^\[?(?:workerlog|worker|rank)(?:[._-]| (?=\d+ ?[|:]))?(\d{1,7})\]?:? ")
 _RANK_FIELD = re.compile(
     r"(?<![\w.])(?P<name>[A-Za-z][A-Za-z_]{0,30}_(?:cost|time|ms))[:=]\s*(?P<value>\d+(?:\.\d+)?)\b"
 )
 _RANK_CELL = re.compile(
-    r"(?:^|\|)\s*(?P<name>[A-Za-z][\w+/-]{0,30})\s*[:=]?\s*(?P<value>\d+(?:\.\d+)?)\s*(?P<unit>ms|s)\s*(?=\||$)"
+    r"(?:^|[|,(])\s*(?P<name>[A-Za-z][\w+/-]{0,30})\s*[:=]?\s*(?P<value>\d+(?:\.\d+)?)"
+    r"\s*(?P<unit>ms|s)?\s*(?=[|,)]|$)"
 )
+# The heading a block of such lines stands under gives the unit of bare numbers
+# (`per-rank iteration breakdown (s):`, then `rank 0: step 1.94 (compute 1.19, summary 0.71)`).
+_MS_NOTE = re.compile(r"(?i)\(ms\b|\bin ms\b|\bmsec")
 
 
 def _rank_line_table(
@@ -197,22 +201,27 @@ def _rank_line_table(
     such line), when enough ranks give them."""
     columns: dict[str, dict[int, float]] = {}
     last = -1
+    bare = 0.0  # ms per unit of a bare number, from the heading above (0: none said)
     for order, body in bodies:
-        if "_" not in body and "|" not in body:
+        if "_" not in body and "|" not in body and "," not in body and ":" not in body:
             continue
         rank = strip_prefixes(lines[order].text).rank
         if (label := _RANK_FILE.match(body)) is not None:
             rank = int(label.group(1))
+        elif _TIMED.search(body):
+            bare = 1.0 if _MS_NOTE.search(body) else 1000.0 if _SECONDS_NOTE.search(body) else 0.0
         if rank is None:
             continue
         for m in _RANK_FIELD.finditer(body):
             scale = 1.0 if m["name"].endswith("_ms") else 1000.0
             columns.setdefault(m["name"], {})[rank] = float(m["value"]) * scale
             last = order
-        for m in _RANK_CELL.finditer(body) if "|" in body else ():
-            scale = 1.0 if m["unit"] == "ms" else 1000.0
-            columns.setdefault(m["name"], {})[rank] = float(m["value"]) * scale
-            last = order
+        for m in _RANK_CELL.finditer(body) if ("|" in body or "," in body) else ():
+            # (bare numbers only on a rank's own labelled line under its heading)
+            scale = {"ms": 1.0, "s": 1000.0}.get(m["unit"] or "", bare if label else 0.0)
+            if scale:
+                columns.setdefault(m["name"], {})[rank] = float(m["value"]) * scale
+                last = order
     columns = {n: v for n, v in columns.items() if len(v) >= MIN_TABLE_RANKS}
     return [(last, columns)] if columns else []
 

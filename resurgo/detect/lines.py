@@ -75,6 +75,14 @@ _TIME_PREFIX = re.compile(
     r"\d\d:\d\d:\d\d(?:[.,]\d{1,9})?)\]?(?: ?[-|] ?|: | )",
     re.ASCII,
 )
+# glog/absl's own line prefix (`I1216 09:16:24.842427 88121 trainer.py:606] `: severity, date,
+# time, thread id, file:line), bare as absl and glog print it or in brackets as PyTorch's c10d
+# does (`[W724 13:10:15.447000 20811 torch/distributed/run.py:793] `).
+_GLOG_PREFIX = re.compile(
+    r"\[?[IWEF](?P<time>\d{3,4} \d\d:\d\d:\d\d(?:\.\d{1,9})?) {1,8}\d{1,10} "
+    r"[\w./-]{1,200}:\d{1,7}\] *",
+    re.ASCII,
+)
 _NCCL_PREFIX = re.compile(
     r"(?=[\w.-]{0,253}[A-Za-z])(?P<host>[A-Za-z0-9][A-Za-z0-9._-]{0,252})"
     r":(?P<pid>\d{1,10}):(?P<tid>\d{1,10}) "
@@ -282,6 +290,12 @@ def _strip_prefixes(line: str) -> LinePrefix:
                 when = when or t.group("time")
                 offset = t.end()
                 continue
+            if line[offset + 1 : offset + 2] in ("I", "W", "E", "F") and (
+                g := _GLOG_PREFIX.match(line, offset)
+            ):
+                when = when or g.group("time")
+                offset = g.end()
+                continue
             if (h := _BRACKET_HOST.match(line, offset)) is not None and _host_like(h["host"]):
                 host = host or h.group("host")
                 offset = h.end()
@@ -304,6 +318,10 @@ def _strip_prefixes(line: str) -> LinePrefix:
                 continue
             break
         if c.isalpha():
+            if c in "IWEF" and (g := _GLOG_PREFIX.match(line, offset)) is not None:
+                when = when or g.group("time")
+                offset = g.end()
+                continue
             if line[offset : offset + 3] in _MONTHS and (t := _TIME_PREFIX.match(line, offset)):
                 when = when or t.group("time")
                 offset = t.end()
@@ -383,7 +401,11 @@ def _json_time(value: object) -> str | None:
 
 def _maybe_more(line: str, offset: int) -> bool:
     """Whether a line going on with a letter may still carry a host or time prefix."""
-    return line[offset : offset + 3] in _MONTHS or ": " in line[offset : offset + 66]
+    return (
+        line[offset : offset + 3] in _MONTHS
+        or ": " in line[offset : offset + 66]
+        or (line[offset] in "IWEF" and line[offset + 1 : offset + 5].isdigit())  # (glog)
+    )
 
 
 def _host_like(name: str) -> bool:

@@ -119,10 +119,10 @@ _TIME_FIELD = re.compile(
 # `=`/`:` and a number, then whether the token is a duration key.
 _TOKEN_FIELD = re.compile(
     r"(?i)(?<![\w])\"?(?P<key>[A-Za-z_][A-Za-z0-9_]*+)\"?"
-    r"\s*[=:]\s*(?P<value>\d{1,9}(?:\.\d{1,9})?)(?:\s*(?P<unit>ms|s)\b)?(?![\d:.])"
+    r"\s*[=:]\s*(?P<value>\d{1,9}(?:\.\d{1,9})?)(?:\s*(?P<unit>ms|s)\b)?(?![\d:./_-])"
 )
 _TIME_KEY = re.compile(
-    r"(?i)dt|t_[a-z][a-z0-9_]*|[a-z][a-z0-9_]*_?time(?:_(?:s|ms|sec))?|time_[a-z0-9_]+"
+    r"(?i)dt|time|t_[a-z][a-z0-9_]*|[a-z][a-z0-9_]*_?time(?:_(?:s|ms|sec))?|time_[a-z0-9_]+"
     r"|[a-z][a-z0-9]*_ms"
 )
 # A field of a `|`-, `,`- or tab-separated step line whose value carries its unit:

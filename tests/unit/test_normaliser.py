@@ -75,3 +75,22 @@ def test_traceback_under_host_and_rank_prefix_is_read() -> None:
     a = attribute(Registry.default(), None, lines, None, [], ["node003", "node004"])
     assert a.category.value == "application"
     assert any("KeyError" in e.text for e in a.evidence)
+
+
+def test_glog_and_absl_prefixes_are_peeled_bare_or_in_brackets() -> None:
+    """glog/absl (`I1216 09:16:24.842427 88121 trainer.py:606] `) and PyTorch c10d's
+    bracketed form (`[W724 13:10:15.447000 20811 torch/distributed/run.py:793] `)."""
+    pre = strip_prefixes(
+        "I1216 09:16:24.842427 88121 trainer.py:606]   rank 0: step 1.94 (compute 1.19)"
+    )
+    assert (pre.time, pre.body) == ("1216 09:16:24.842427", "rank 0: step 1.94 (compute 1.19)")
+    pre = strip_prefixes("0: [W724 13:10:15.447000 20811 torch/distributed/run.py:793] *****")
+    assert (pre.task, pre.body) == (0, "*****")
+    pre = strip_prefixes(
+        "1: E0422 17:56:14.377000 33120 torch/distributed/elastic/multiprocessing/api.py:869] "
+        "failed (exitcode: 1) local_rank: 1 (pid: 33144) of binary: /usr/bin/python3"
+    )
+    assert (pre.task, pre.body[:20]) == (1, "failed (exitcode: 1)")
+    # (an exception's name or a word that starts like one is no prefix)
+    assert strip_prefixes("Internal: failed call").body == "Internal: failed call"
+    assert strip_prefixes("E1201 not a glog line").body == "E1201 not a glog line"

@@ -148,3 +148,35 @@ def test_a_traced_source_of_the_users_env_file_that_disables_ib_is_the_jobs_own_
     )
     assert got[:2] == ("straggler", "application")
     assert got[3] == "none"
+
+
+# NCCL before 2.5 (`NET/Socket : 1 interfaces found`, `NET : Using interface ib0:...`) under a
+# job script that exports NCCL_IB_DISABLE=1; maskrcnn-benchmark's `time:` per iteration.
+OLD_NCCL = [
+    "# job still running at collection time\n",
+    "# same config on one node (4 GPUs, NVLink): time 0.61 s/iter; with 2 nodes expected <= 0.65\n",
+    "+ export NCCL_SOCKET_IFNAME=ib0 NCCL_IB_DISABLE=1 NCCL_DEBUG=INFO\n",
+    "+ srun python -m torch.distributed.launch --nnodes 2 --nproc_per_node 4 tools/train_net.py\n",
+    "NCCL version 2.4.2+cuda10.0\n",
+    *[
+        line
+        for host in ("v100-a07", "v100-a08")
+        for line in (
+            f"{host}:21500:21500 [0] NCCL INFO NET : Using interface ib0:192.168.30.7<0>\n",
+            f"{host}:21500:21500 [0] NCCL INFO NCCL_IB_DISABLE set by environment to 1.\n",
+            f"{host}:21500:21500 [0] NCCL INFO NET/Socket : 1 interfaces found\n",
+        )
+    ],
+    *[
+        f"2019-04-19 09:{43 + k // 3:02d}:{k % 3 * 20:02d},517 maskrcnn_benchmark.trainer INFO: eta: 3 days, 12:30:22  iter: {20 * k}  loss: 1.8920  time: 1.03{k % 9} (1.020)  data: 0.020  lr: 0.020000  max mem: 4981\n"
+        for k in range(1, 30)
+    ],
+]
+OLD_SQUEUE = "$ squeue -j 10422\n JOBID PARTITION NAME USER ST TIME NODES NODELIST(REASON)\n 10422 v100 maskrcnn lau R 9:52 2 v100-a[07-08]\n"
+
+
+def test_old_nccls_sockets_under_the_jobs_ib_disable_and_a_noted_s_per_iter_are_the_jobs(
+    tmp_path: Path,
+) -> None:
+    got = verdict(tmp_path, "".join(OLD_NCCL), OLD_SQUEUE)
+    assert got == ("straggler", "application", [], "none")

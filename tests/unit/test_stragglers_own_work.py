@@ -35,6 +35,16 @@ def test_imagenet_progress_meter_is_progress_with_step_and_data_times() -> None:
     assert timing_fields(line) == {"time": 781.0, "data": 372.0}
 
 
+def test_a_bare_time_field_is_a_step_time_and_a_date_is_not() -> None:
+    """maskrcnn-benchmark's and detectron2's MetricLogger (`time: 1.0310 (1.020)`, `time:
+    0.4140  data_time: 0.0150`); torchrun's error summary prints `time : 2024-02-27_06:02:13`."""
+    mrcnn = "2019-04-19 09:43:11,517 maskrcnn_benchmark.trainer INFO: eta: 3 days, 12:30:22  iter: 20  loss: 1.8920  time: 1.0310 (1.020)  data: 0.020  lr: 0.020000"
+    assert timing_fields(mrcnn) == {"time": 1031.0}
+    d2 = "[10/14 12:55:01 d2.utils.events]:  eta: 5:12:33  iter: 1019  total_loss: 0.8212  time: 0.4140  data_time: 0.0150  lr: 0.02"
+    assert timing_fields(d2) == {"time": 414.0, "data_time": 15.0}
+    assert timing_fields("  time      : 2024-02-27_06:02:13") == {}
+
+
 def test_separated_phase_fields_with_units() -> None:
     line = "rank 0 step 1000 | step 1.63s | data 0.011s | fwd+bwd 0.98s | allreduce 0.19s | log_samples 0.44s | loss 1.4267"
     assert timing_fields(line) == {

@@ -243,3 +243,36 @@ def test_ranks_slow_in_data_alone_on_their_unchecked_node_leave_the_node_named(
 ) -> None:
     kind, category, culprits, _ = verdict(tmp_path, _cells("n[1-3]", 6, {4: "data", 5: "data"}))
     assert (kind, category, culprits) == ("straggler", "unknown", ["n3"])
+
+
+def _breakdown(summary_rank0: str) -> str:
+    """A trainer's per-rank breakdown under a heading that gives its unit, each line in
+    absl's prefix: `trainer.py:602] per-rank iteration breakdown (s):`, then
+    `rank 0: step 1.94 (compute 1.19, summary 0.71, allreduce_wait 0.04)`."""
+    out = ["# job 600412 on hz-a800-06, 8 GPUs (DDP)\n"]
+    for k in range(10):
+        out.append(
+            f"I1216 09:{16 + k:02d}:24.377010 88121 policy_trainer.py:431] ppo -> 600412: {1000 + 20 * k} time=1.948 throughput=2117\n"
+        )
+        out.append(
+            f"I1216 09:{16 + k:02d}:24.949709 88121 trainer.py:602] per-rank iteration breakdown (s):\n"
+        )
+        for r in range(8):
+            summary = summary_rank0 if r == 0 else "0.00"
+            wait = "0.04" if r == 0 else "0.74"
+            out.append(
+                f"I1216 09:{16 + k:02d}:24.842427 88121 trainer.py:606]   rank {r}: step 1.94 (compute 1.19, summary {summary}, allreduce_wait {wait})\n"
+            )
+    return "".join(out) + RUNNING
+
+
+def test_rank_0_writing_summaries_while_the_others_wait_is_the_jobs_own_work(
+    tmp_path: Path,
+) -> None:
+    got = verdict(tmp_path, _breakdown("0.71"))
+    assert got == ("straggler", "application", [], "none")
+
+
+def test_the_same_breakdown_with_every_rank_even_is_a_healthy_run(tmp_path: Path) -> None:
+    kind, category, _, _ = verdict(tmp_path, _breakdown("0.00"))
+    assert (kind, category) == ("none", "none")
