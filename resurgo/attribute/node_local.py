@@ -277,10 +277,17 @@ def _node_files(a: Analysis, v: Verdict) -> tuple[list[str], str, list[LogLine]]
     """Nodes whose own files show a node-scoped software fault the job's output does not."""
     # A node's copy of the failure the job's output shows (slurmstepd's pyxis error in the
     # node's journal) says nothing about which node differs.
-    in_job_log = {e.match.id for e in a.events if e.origin == "job"}
+    in_job_log: dict[str, set[str | None]] = {}
+    for e in a.events:
+        if e.origin == "job":
+            in_job_log.setdefault(e.match.id, set()).add(event_node(a, e))
     hit: dict[str, LogLine] = {}
     for e in a.node_events:
-        if e.match.id in in_job_log:
+        # (A node-scoped fault the job's output shows without a node, or on this node only,
+        # is placed by the one node whose own logs carry it.)
+        placed = in_job_log.get(e.match.id)
+        scope = a.registry.get(e.match.id).scope if e.match.id in a.registry else ""
+        if placed is not None and (scope != "node" or bool(placed - {None, e.node})):
             continue
         if not (e.root and e.serious and e.category == Category.SYSTEM_SOFTWARE):
             continue
