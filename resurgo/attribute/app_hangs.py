@@ -38,6 +38,7 @@ import re
 
 from resurgo.attribute.analysis import Analysis, Verdict
 from resurgo.attribute.cascade_roots import mismatch_report
+from resurgo.attribute.noted_stacks import noted_stacks_diverge
 from resurgo.attribute.save_timeouts import save_outlasts_timeout
 from resurgo.attribute.stack_dumps import DumpedThread, dumped_main_threads, own_code
 from resurgo.attribute.stages_common import _rank
@@ -358,6 +359,7 @@ def application_hang(a: Analysis, outcome: str | None) -> Verdict | None:
         or save_outlasts_timeout(a)
         or autotuning_until_the_limit(a, outcome)
         or collective_after_training(a)
+        or noted_stacks_diverge(a)
     )
 
 

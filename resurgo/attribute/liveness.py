@@ -168,12 +168,34 @@ def _clock_times(a: Analysis, orders: list[int]) -> list[datetime]:
     return out
 
 
+# An operator's note of when the job last advanced (`# last progress line at
+# 2023-03-07T03:54:44`, `# progress stopped at 2025-06-16 23:43`): the output itself may carry
+# no time at all.
+_LAST_PROGRESS_NOTE = re.compile(
+    r"(?i)\b(?:last (?:progress|training step|step|iteration)(?: line| output| printed)?"
+    r"|progress (?:stopped|stalled|froze))\b[^#]{0,30}?\bat\b"
+)
+
+
+def noted_last_progress(a: Analysis) -> datetime | None:
+    for entry in [*a.header, *a.lines[:50], *a.lines[-50:], *a.facts.lines]:
+        text = entry.text
+        m = _LAST_PROGRESS_NOTE.search(text) if text.startswith("#") and "at" in text else None
+        if m is not None and (t := stamp_in(text[m.end() :])) is not None:
+            return t
+    return None
+
+
 def progress_silence(a: Analysis) -> tuple[float, float] | None:
     """(seconds from the last progress line to when the job was last seen, the silence that
     would be a hang), where both are known."""
     times = progress_times(a)
     if len(times) < 2:
-        return None
+        noted = noted_last_progress(a)  # (an operator's word where the lines carry no clock)
+        observed = observed_at(a) if noted is not None else None
+        if noted is None or observed is None:
+            return None
+        return (observed - noted).total_seconds(), HANG_SILENCE_FLOOR_SECONDS
     observed = observed_at(a)
     if observed is None:
         return None

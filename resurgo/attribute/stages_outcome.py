@@ -24,6 +24,7 @@ from resurgo.attribute.liveness import (
     STARTUP_ALLOWANCE_SECONDS,
     bar_silence,
     last_progress,
+    noted_last_progress,
     progress_times,
     running_fine,
     still_starting,
@@ -308,12 +309,12 @@ def _hung_until_time_limit(a: Analysis, kill: list[LogLine]) -> Verdict | None:
     killed = next((m.group(1) for e in kill if (m := _KILLED_AT.search(e.text))), None)
     if len(times) < 2 and last is not None and killed is not None:
         # Progress lines without clock times (tqdm bars): `stat` of the job's output file
-        # says when it was last written.
-        written = _output_written(a)
+        # says when it was last written, or an operator's note when it last advanced.
+        written = _output_written(a) or noted_last_progress(a)
         silence = (datetime.fromisoformat(killed) - written).total_seconds() if written else 0
         if written is not None and silence > OUTPUT_SILENCE_SECONDS:
             return Verdict(
-                Category.UNKNOWN, "hang|time_limit", f"the job's output was last written at "
+                Category.UNKNOWN, "hang|time_limit", f"the job's output last advanced at "
                 f"{written} and it stayed silent {silence / 3600:.1f} h until its time limit",
                 0.6, evidence=[a.lines[last], *kill[:2]], kind=AnomalyKind.HANG,
                 outcome="timeout",
