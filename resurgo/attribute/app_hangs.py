@@ -71,6 +71,7 @@ def watchdog_mismatch(a: Analysis) -> Verdict | None:
     collectives (the job's code)."""
     at: dict[str, dict[tuple[str, str], list[LogLine]]] = {}
     ranks: dict[tuple[str, str, str], set[int]] = {}
+    seqs: dict[tuple[str, str, str], dict[int, tuple[int, LogLine]]] = {}
     for e in a.events:
         if not (e.cascade and e.match.kind == AnomalyKind.HANG) or "WorkNCCL(" not in e.message:
             continue
@@ -85,6 +86,9 @@ def watchdog_mismatch(a: Analysis) -> Verdict | None:
         at.setdefault(where, {}).setdefault(what, []).append(e.line)
         if (r := _rank(e)) is not None:
             ranks.setdefault((where, *what), set()).add(r)
+            seqs.setdefault((pg.group(1) if pg else "?", *what), {})[r] = (int(m["seq"]), e.line)
+    if (ahead := _ranks_ahead(a, seqs)) is not None:
+        return ahead
     for where, kinds in at.items():
         ops = {op for op, _ in kinds}
         sizes = {n for op, n in kinds if op in _SAME_COUNT and n}
@@ -101,6 +105,36 @@ def watchdog_mismatch(a: Analysis) -> Verdict | None:
             f"{where.split('/')[-1]} ({described}): the job's code issued different collectives "
             "on some ranks", 0.85, ranks=odd,
             evidence=[line for _, ls in groups for line in ls[:2]], kind=AnomalyKind.HANG,
+        )  # fmt: skip
+    return None
+
+
+AHEAD_SHARE = 0.25  # at most this share of the reporting ranks one collective ahead
+
+
+def _ranks_ahead(
+    a: Analysis, seqs: dict[tuple[str, str, str], dict[int, tuple[int, LogLine]]]
+) -> Verdict | None:
+    """A few ranks timed out one collective ahead of all the others in the same collective
+    (`SeqNum=41221` where the rest wait at `SeqNum=41220`, same op and size): an all-reduce
+    cannot complete on one rank before the others join it, so those ranks issued one
+    collective the others never did (a rank-local skip or branch in the job's code). Only
+    where no node shows a fault (a lost rank leaves its peers at one number, not ahead)."""
+    for (_pg, op, _numel), by_rank in seqs.items():
+        numbers = sorted({seq for seq, _ in by_rank.values()})
+        if len(numbers) != 2 or numbers[1] - numbers[0] != 1 or op not in _SAME_COUNT:
+            continue
+        ahead = sorted(r for r, (seq, _) in by_rank.items() if seq == numbers[1])
+        if len(ahead) > AHEAD_SHARE * len(by_rank) or len(by_rank) < 4 or _faults(a):
+            continue
+        behind = next(line for seq, line in by_rank.values() if seq == numbers[0])
+        return Verdict(
+            Category.APPLICATION, "hang|collective_mismatch|ahead",
+            f"rank{'s' if len(ahead) > 1 else ''} {', '.join(map(str, ahead))} timed out in "
+            f"{op} number {numbers[1]} while the other ranks wait in number {numbers[0]}: "
+            f"{'they' if len(ahead) > 1 else 'it'} issued a collective the others never did "
+            "(a rank-local branch or skip in the job's code)", 0.8,
+            ranks=ahead, evidence=[by_rank[ahead[0]][1], behind], kind=AnomalyKind.HANG,
         )  # fmt: skip
     return None
 

@@ -111,9 +111,9 @@ _PER_IT = re.compile(
     r"(?P<key_unit>)"
 )
 _TIME_FIELD = re.compile(
-    r"(?i)(?<![\w])\"?(?P<key>dt|t_[a-z][a-z0-9_]*|[a-z][a-z0-9_]*_?time(?:_(?:s|ms|sec))?|"
+    r"(?i)(?<![\w])\"?(?P<key>dt|time|t_[a-z][a-z0-9_]*|[a-z][a-z0-9_]*_?time(?:_(?:s|ms|sec))?|"
     r"time_[a-z0-9_]+|[a-z][a-z0-9]*_ms)\"?"
-    r"\s*[=:]\s*(?P<value>\d{1,9}(?:\.\d{1,9})?)(?:\s*(?P<unit>ms|s)\b)?(?![\d:.])"
+    r"\s*[=:]\s*(?P<value>\d{1,9}(?:\.\d{1,9})?)(?:\s*(?P<unit>ms|s)\b)?(?![\d:./_-])"
 )
 # `_TIME_FIELD` in two steps (the same matches, see `keyed_fields`): any ASCII token before
 # `=`/`:` and a number, then whether the token is a duration key.

@@ -121,6 +121,23 @@ def test_pipeline_stages_waiting_in_send_and_recv_are_not_a_collective_mismatch(
     assert a.category != Category.APPLICATION
 
 
+def test_one_rank_timing_out_one_all_reduce_ahead_of_the_others_is_the_jobs_code() -> None:
+    """ProcessGroupNCCL's watchdog lines: rank 13 at SeqNum 41221 while the others wait at
+    41220 in the same all-reduce (a rank-local skip of one backward)."""
+    work = (
+        "[rank{r}]:[E609 04:49:15.102123294 ProcessGroupNCCL.cpp:632] [Rank {r}] Watchdog caught "
+        "collective operation timeout: WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, "
+        "NumelIn=26214400, NumelOut=26214400, Timeout(ms)=600000) ran for 600083 milliseconds "
+        "before timing out."
+    )
+    ahead = "\n".join(work.format(r=r, seq=41221 if r == 13 else 41220) for r in (0, 4, 9, 13, 15))
+    a = _run(ahead)
+    assert (a.category, a.culprit_ranks) == (Category.APPLICATION, [13])
+    assert default_advice(a).kind == AdviceKind.STOP
+    even = "\n".join(work.format(r=r, seq=41220) for r in (0, 4, 9, 13, 15))
+    assert _run(even).category != Category.APPLICATION
+
+
 # NCCL's misc/ibvwrap.cc warning as four nodes print it when their queue pairs to one peer's
 # RoCE address fail; the peer's NetworkManager journal shows the DHCP lease that moved it.
 _QP = (
