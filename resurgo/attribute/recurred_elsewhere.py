@@ -4,7 +4,8 @@ attribution-labels.md, tie-breaker 3: the same failure on every node, or reprodu
 hardware, is the application's. Operators say so in a note beside the logs: `# previous job
 917727 on dgx[101-104] ended the same way right after a 'Removing checkpoint' line`, `# 73304
 (same script, node[11-12]) died in DDP init with the same 'unhandled system error'`. When the
-nodes the note names share none with this run's, no node of either run explains the failure:
+nodes the note names share none with this run's (or it says each attempt ran on other nodes),
+no node of either run explains the failure:
 the job's code, configuration or environment does, and a retry fails again (stop).
 
 The note is believed only where the logs leave room for it: a verdict resting on a node's own
@@ -32,6 +33,14 @@ _FAILED = re.compile(r"(?i)\b(?:fail|died|dies|hung|hang|stopp|ended|crash|abort
 _EARLIER = re.compile(
     r"(?i)\b(?:previous|earlier|prior|first)\b.{0,30}\b(?:job|attempt|run|submission)\b|"
     r"\b(?:job|attempt|run)\s+\d{2,}\b|^#\s*\d{3,}\b|\brerun\b|\bresubmi"
+)
+# Or every attempt failing, each on other nodes (`# each attempt hangs right after step 1500
+# on a different node`): the note says the nodes differ without naming them.
+_EACH = re.compile(
+    r"(?i)\b(?:each|every|all(?: \w+)?) (?:attempts?|runs?|resubmissions?|retr(?:y|ies))\b"
+)
+_ELSEWHERE = re.compile(
+    r"(?i)\bon (?:a |\w+ )?(?:different|other|disjoint|new) (?:nodes?|hosts?|hardware|machines?)\b"
 )
 # Host names and Slurm hostlists in the note's text.
 _HOSTS = re.compile(r"\b[A-Za-z][\w-]*?(?:\[[\d,-]+\]|\d+)[\w-]*(?![\w\[])")
@@ -76,6 +85,8 @@ def _note(a: Analysis) -> LogLine | None:
         text = entry.text.lstrip()
         if not text.startswith("#") or len(text) > 600:
             continue
+        if _EACH.search(text) and _ELSEWHERE.search(text) and _FAILED.search(text):
+            return entry
         if not (_SAME.search(text) and _FAILED.search(text) and _EARLIER.search(text)):
             continue
         named = _named_nodes(text, prefixes)

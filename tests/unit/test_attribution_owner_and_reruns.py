@@ -90,6 +90,16 @@ def test_the_same_failure_in_an_earlier_run_on_other_nodes_is_the_applications(
     assert got == ("crash", "application", [], "stop")
 
 
+def test_a_note_that_each_attempt_failed_on_a_different_node_is_the_applications(
+    tmp_path: Path,
+) -> None:
+    sacct = SACCT.replace("CANCELLED by 10311", "FAILED").replace("|0:0|", "|1:0|")
+    note = "# each attempt hangs right after step 1500 on a different node\n"
+    assert verdict(tmp_path, STEPS + CRASH, sacct + note)[1:] == ("application", [], "stop")
+    same = "# each attempt ran on the same node, cn110\n"
+    assert verdict(tmp_path, STEPS + CRASH, sacct + same)[1] != "application"
+
+
 def test_a_note_naming_this_runs_node_is_no_reproduction_elsewhere(tmp_path: Path) -> None:
     sacct = SACCT.replace("CANCELLED by 10311", "FAILED").replace("|0:0|", "|1:0|")
     assert verdict(tmp_path, STEPS + CRASH, sacct + _rerun_note("cn[110-111]"))[1] != "application"
