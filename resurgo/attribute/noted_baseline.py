@@ -25,16 +25,16 @@ from resurgo.attribute.series import RECENT_SAMPLES, Sample, Slowdown, read_seri
 from resurgo.contracts import LogLine
 
 _STEP_FIELDS = ["field:step_time", "field:time", "field:batch_time", "field:iter_time"]
-NOTED_SLOWDOWN = 1.5  # the recent rate's slowness against the noted one that makes a straggler
+NOTED_SLOWDOWN = 1.05  # the recent rate's slowness against the noted one that makes a straggler
 
 _SAME = re.compile(
-    r"(?i)\b(?:same (?:model|config\w*|script|job|example|run|code|setup)|reference run|"
+    r"(?i)\b(?:same (?:model|config\w*|script|job|example|run|code|setup)|reference(?: run)?|"
     r"baseline|previous run|earlier run|last week)\b"
 )
 # A rate in a note: `3.9-4.1 it/s`, `1.47 s/it`, `9800 samples/s`, `step_time = 0.012315`.
 _RATE = re.compile(
     r"(?i)(?<![\w.])(?P<lo>\d+(?:\.\d+)?)(?:\s*-\s*(?P<hi>\d+(?:\.\d+)?))?\s*"
-    r"(?P<unit>it/s|s/it(?:er)?|s/step|samples?/s|tok(?:en)?s/s|im(?:g|ages)/s)\b"
+    r"(?P<unit>it/s|s/it(?:er)?|s/step|samples?/s|tok(?:en)?s/s|im(?:g|ages)/s|TFLOP/s)\b"
     r"|\bstep_time\s*[=:]\s*(?P<step>\d+(?:\.\d+)?)\s*(?P<step_unit>ms|s)?\b"
 )
 _METRIC = {
@@ -43,6 +43,7 @@ _METRIC = {
     "samples/s": ("samples_per_s", 1.0), "sample/s": ("samples_per_s", 1.0),
     "tokens/s": ("tokens_per_s", 1.0), "toks/s": ("tokens_per_s", 1.0),
     "img/s": ("images_per_s", 1.0), "images/s": ("images_per_s", 1.0),
+    "tflop/s": ("tflops", 1.0),
 }  # fmt: skip
 
 

@@ -180,3 +180,22 @@ def test_old_nccls_sockets_under_the_jobs_ib_disable_and_a_noted_s_per_iter_are_
 ) -> None:
     got = verdict(tmp_path, "".join(OLD_NCCL), OLD_SQUEUE)
     assert got == ("straggler", "application", [], "none")
+
+
+def test_a_few_percent_below_a_noted_reference_in_tflops_is_a_jobwide_straggler(
+    tmp_path: Path,
+) -> None:
+    """Megatron's `throughput per GPU (TFLOP/s/GPU): 127.3` against `# reference: the same
+    code/config on this partition ran at 133-135 TFLOP/s/GPU last week`."""
+    head = [
+        "# job still running at collection time\n",
+        "# reference: the same code/config on this partition ran at 133-135 TFLOP/s/GPU last week (job 3301877, 12 nodes)\n",
+    ]
+    lines = [
+        f"95: [2024-05-21 {10 + k // 2:02d}:{k % 2 * 30:02d}:18] iteration    {16680 + 20 * k}/   200000 | consumed samples:     70456320 | elapsed time per iteration (ms): 93017.9 | throughput per GPU (TFLOP/s/GPU): 127.{k % 4} | learning rate: 6.000000E-05 |\n"
+        for k in range(12)
+    ]
+    kind, category, culprits, action = verdict(tmp_path, "".join(head + lines))
+    assert (kind, category, culprits, action) == ("straggler", "unknown", [], "none")
+    same = head[1].replace("133-135", "126-128")
+    assert verdict(tmp_path, "".join([head[0], same, *lines]))[0] == "none"
