@@ -5,7 +5,9 @@ lines, as NVIDIA/nccl#258-style threads quote them)."""
 
 from __future__ import annotations
 
-from resurgo.attribute.offline import default_advice
+from pathlib import Path
+
+from resurgo.attribute.offline import analyse_bundle, default_advice
 from resurgo.attribute.rules import attribute
 from resurgo.contracts import AdviceKind, Category
 from resurgo.detect.registry import Registry
@@ -46,3 +48,31 @@ def test_the_one_node_whose_nccl_finds_no_ib_device_is_that_nodes_software() -> 
 def test_every_node_using_ib_names_no_node_for_the_same_error() -> None:
     a = attribute(Registry.default(), None, _lines(_job(""), "job.log"), None, [], NODES)
     assert a.culprit_nodes == []
+
+
+def test_a_jobwide_slowdown_after_one_nodes_roce_gid_table_changed_is_that_node(
+    tmp_path: Path,
+) -> None:
+    """NCCL 2.23's async-event warning (`Got async event : GID table change`,
+    libibverbs' name for IBV_EVENT_GID_CHANGE) on one node as the iteration time jumps."""
+    steps = [
+        f"[2025-08-26 13:{k:02d}:10] iteration {100 + 10 * k:8d}/  50000 | elapsed time per iteration (ms): {1842.0 if k < 8 else 5283.0} | throughput per GPU (TFLOP/s/GPU): 301.0 |\n"
+        for k in range(16)
+    ]
+    gid = [
+        f"rx-103:6023{d}:6031{d} [{d}] transport/net_ib.cc:101 NCCL WARN NET/IB : bnxt_re{d}:1 Got async event : GID table change\n"
+        for d in range(2)
+    ]
+    job = "# job still running at collection time\n" + "".join(steps[:8] + gid + steps[8:])
+    (tmp_path / "job.log").write_text(job)
+    (tmp_path / "scheduler.txt").write_text(
+        "$ squeue -j 517620\n JOBID PARTITION NAME USER ST TIME NODES NODELIST(REASON)\n 517620 gpu gpt ann R 16:02 4 rx-[101-104]\n"
+    )
+    v = analyse_bundle(tmp_path).as_json()
+    assert (v["kind"], v["category"], v["culprit_nodes"]) == (
+        "straggler",
+        "system_software",
+        ["rx-103"],
+    )
+    (tmp_path / "job.log").write_text(job.replace("GID table change", "port active"))
+    assert analyse_bundle(tmp_path).as_json()["culprit_nodes"] == []
