@@ -29,7 +29,11 @@ import re
 from resurgo.attribute.analysis import Analysis, Verdict, event_node
 from resurgo.attribute.name_resolution import odd_name_resolution
 from resurgo.attribute.net_plugin import odd_net_plugin
-from resurgo.attribute.odd_transport import gid_changed_under_slowdown, node_without_ib
+from resurgo.attribute.odd_transport import (
+    gid_changed_under_slowdown,
+    mtu_below_peers,
+    node_without_ib,
+)
 from resurgo.attribute.package_versions import odd_nccl_package
 from resurgo.attribute.shm_size import shm_too_small
 from resurgo.attribute.site_software import (
@@ -89,7 +93,8 @@ def node_software(a: Analysis, v: Verdict) -> Verdict:
                  shm_too_small, name_full_disk, odd_bootstrap_interface, gid_changed_by_dhcp,
                  name_pasted_gpu_fault, odd_net_plugin, odd_name_resolution,
                  gid_index_not_roce_v2_ipv4, device_broken_under_the_error,
-                 odd_nccl_package, node_without_ib, gid_changed_under_slowdown):  # fmt: skip
+                 odd_nccl_package, node_without_ib, gid_changed_under_slowdown,
+                 mtu_below_peers):  # fmt: skip
         v = join(a, v)
     return v
 

@@ -86,3 +86,48 @@ def gid_changed_under_slowdown(a: Analysis, v: Verdict) -> Verdict:
         "address moved): that node's network configuration", 0.7, culprits=[node],
         ranks=v.ranks, evidence=[line, *v.evidence[:2]], kind=v.kind, outcome=v.outcome,
     )  # fmt: skip
+
+
+# A port's MTU as the node's own diagnostics print it: `ibv_devinfo`'s `active_mtu: 1024 (3)`,
+# iproute2's `ip -o link show` (`4: ens1f0np0: <...,UP,LOWER_UP> mtu 1500 qdisc ...`).
+_ACTIVE_MTU = re.compile(r"^\s*active_mtu:\s*(\d{3,5})\b")
+_LINK_MTU = re.compile(r"^\d+: (?!lo:)\S+: <[^>]*\bUP\b[^>]*> mtu (\d{3,5}) ")
+
+
+def _mtus(lines: list[LogLine]) -> frozenset[tuple[str, int]]:
+    found = set()
+    for entry in lines:
+        if (m := _ACTIVE_MTU.match(entry.text)) is not None:
+            found.add(("ibv", int(m[1])))
+        elif (m := _LINK_MTU.match(entry.text)) is not None:
+            found.add(("link", int(m[1])))
+    return frozenset(found)
+
+
+def mtu_below_peers(a: Analysis, v: Verdict) -> Verdict:
+    """`v` (a network fault on one node) as that node's configuration when its own files show
+    its ports at a smaller MTU than every peer's files show theirs (a re-imaged node left with
+    the default 1500): its peers' larger packets are what fail (RoCE and IB need one MTU
+    across a path; attribution-labels.md: network misconfiguration is system_software)."""
+    if v.category != Category.HARDWARE_NETWORK or len(v.culprits) != 1:
+        return v
+    (node,) = v.culprits
+    by_host = {
+        host: mtus
+        for name, lines in a.node_logs.items()
+        if (host := a.topo.hosts.canonical(name)) is not None and (mtus := _mtus(lines))
+    }
+    own = by_host.pop(node, frozenset())
+    if not own or not by_host:
+        return v
+    for kind in ("ibv", "link"):
+        mine = {m for k, m in own if k == kind}
+        theirs = {m for mtus in by_host.values() for k, m in mtus if k == kind}
+        if mine and theirs and max(mine) < min(theirs):
+            return Verdict(
+                Category.SYSTEM_SOFTWARE, "network_config|mtu",
+                f"{v.summary}; {node}'s ports run at MTU {max(mine)} where its peers' run at "
+                f"{min(theirs)}: {node}'s network configuration", 0.75, culprits=[node],
+                ranks=v.ranks, evidence=v.evidence, kind=v.kind, outcome=v.outcome,
+            )  # fmt: skip
+    return v

@@ -76,3 +76,25 @@ def test_a_jobwide_slowdown_after_one_nodes_roce_gid_table_changed_is_that_node(
     )
     (tmp_path / "job.log").write_text(job.replace("GID table change", "port active"))
     assert analyse_bundle(tmp_path).as_json()["culprit_nodes"] == []
+
+
+LINKS = "$ ip -o link show | grep -E 'ens[0-9]+f[01]np'\n4: ens1f0np0: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu {mtu} qdisc mq state UP mode DEFAULT group default qlen 1000\n$ ibv_devinfo -d mlx5_0 | egrep 'state|mtu'\n\t\t\tstate:\t\t\tPORT_ACTIVE (4)\n\t\t\tmax_mtu:\t\t4096 (5)\n\t\t\tactive_mtu:\t\t{active} ({code})\n"
+ASYNC = "rc-gpu15:30300:30374 [0] transport/net_ib.cc:101 NCCL WARN NET/IB : mlx5_0:1 Got async event : local access violation work queue error\nsrun: error: rc-gpu15: task 1: Exited with exit code 1\n"
+
+
+def test_a_node_whose_ports_run_a_smaller_mtu_than_its_peers_is_its_configuration() -> None:
+    """iproute2's `ip -o link show` and ibv_devinfo's `active_mtu` in the nodes' own files."""
+    logs = {
+        "rc-gpu14": _lines(LINKS.format(mtu=4200, active=4096, code=5), "node_rc-gpu14.txt"),
+        "rc-gpu15": _lines(LINKS.format(mtu=1500, active=1024, code=3), "node_rc-gpu15.txt"),
+    }
+    nodes = ["rc-gpu14", "rc-gpu15"]
+    a = attribute(
+        Registry.default(), None, _lines(ASYNC, "job.log"), None, [], nodes, node_logs=logs
+    )
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["rc-gpu15"])
+    logs["rc-gpu15"] = _lines(LINKS.format(mtu=4200, active=4096, code=5), "node_rc-gpu15.txt")
+    a = attribute(
+        Registry.default(), None, _lines(ASYNC, "job.log"), None, [], nodes, node_logs=logs
+    )
+    assert (a.category, a.culprit_nodes) == (Category.HARDWARE_NETWORK, ["rc-gpu15"])
