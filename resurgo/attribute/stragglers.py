@@ -13,6 +13,7 @@ import statistics
 from resurgo.attribute.analysis import Analysis, Verdict
 from resurgo.attribute.debug_modes import profiling_every_step, slow_debug_mode
 from resurgo.attribute.detector_reports import detected_stragglers
+from resurgo.attribute.gc_pauses import gc_pause_slowdown
 from resurgo.attribute.node_diagnostics import degraded_nodes, diagnose_slow_nodes
 from resurgo.attribute.noted_baseline import own_slowdown_cause, slower_than_noted
 from resurgo.attribute.periodic_work import periodic_own_work
@@ -455,7 +456,7 @@ def _jobwide(a: Analysis) -> Verdict | None:
     noted = slower_than_noted(a) if found is None and a.running else None
     found = found or noted
     if found is None:
-        return None
+        return gc_pause_slowdown(a)  # (a decline too gentle to read alone, with its cause)
     summary = (
         f"job-wide slowdown: {found.metric} {found.baseline:.4g} -> {found.recent:.4g} "
         f"({found.ratio:.2f}x slower), no rank or node singled out"

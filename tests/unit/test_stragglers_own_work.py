@@ -249,3 +249,31 @@ def test_an_nvrx_gpu_straggler_names_its_node_while_the_job_runs(tmp_path: Path)
         tmp_path, _nvrx("DETECTED INDIVIDUAL STRAGGLER GPU RANK=21 NODE=h100-b-03")
     )
     assert (kind, culprits) == ("straggler", ["h100-b-03"])
+
+
+def _gc_run(pause: str, decline: bool) -> str:
+    out = ["# job still running at collection time\n"]
+    for k in range(12):
+        ms = 1882.4 + (15.0 * k if decline else 0.0)
+        out.append(
+            f" 95: [2024-11-11 02:{10 + 3 * k:02d}:29] iteration {96050 + 50 * k:8d}/   300000 | elapsed time per iteration (ms): {ms:.1f} | throughput per GPU (TFLOP/s/GPU): 401.9 |\n"
+        )
+        rank = (7 * k + 3) % 96
+        out.append(
+            f" {rank}: [rank{rank}] WARNING train.py:77 python gc gen2 collection took {pause}s (collected 1479k objects, tracked 4.8M)\n"
+        )
+    return "".join(out)
+
+
+def test_a_gentle_decline_with_long_gc_pauses_on_many_ranks_is_the_jobs_straggler(
+    tmp_path: Path,
+) -> None:
+    """MegaScale (arXiv:2402.15627): Python GC pauses on random ranks slow the whole job."""
+    assert verdict(tmp_path, _gc_run("0.88", decline=True)) == (
+        "straggler",
+        "application",
+        [],
+        "none",
+    )
+    assert verdict(tmp_path, _gc_run("0.88", decline=False))[0] == "none"
+    assert verdict(tmp_path, _gc_run("0.05", decline=True))[0] == "none"
