@@ -170,8 +170,12 @@ FLOORS = {
     "s56-": (0.7, 0.73, 0.72, 0),
     # Sets 57 (real logs from public issue threads, a third batch) and 58 (a balanced set across
     # the whole spec), session 16: scored on arrival (README), then the classes they exposed fixed.
-    "s57-": (0.9, 0.97, 0.87, 0),
+    "s57-": (0.92, 0.97, 0.9, 0),
     "s58-": (1.0, 1.0, 1.0, 0),
+    # Sets 59 (real logs from a fourth batch of issue threads) and 60 (incidents from public
+    # large-run accounts), session 16, a second round: scored on arrival, then classes fixed.
+    "s59-": (0.87, 0.96, 0.95, 0),
+    "s60-": (0.97, 1.0, 0.97, 0),
     "hardware": (1.0, 1.0, 1.0, 0),
     "software": (1.0, 1.0, 1.0, 0),
     "lifecycle": (1.0, 1.0, 1.0, 0),
@@ -181,7 +185,7 @@ FLOORS = {
 def _sets() -> list[tuple[str, list[Path]]]:
     sets = [
         (prefix, [b for b in corpus_dirs(NEXT) if b.name.startswith(prefix)])
-        for prefix in [f"s{n}-" for n in range(6, 59)]
+        for prefix in [f"s{n}-" for n in range(6, 61)]
     ]
     for name in ("hardware", "software", "lifecycle"):
         if (SHARED / name / "cases").is_dir():
