@@ -3,7 +3,9 @@ and a bundle's worth of such text through `attribute`."""
 
 from __future__ import annotations
 
-from resurgo.attribute.offline import ACTION_NAMES, default_advice
+from pathlib import Path
+
+from resurgo.attribute.offline import ACTION_NAMES, analyse_bundle, default_advice
 from resurgo.attribute.rules import attribute
 from resurgo.contracts import Attribution, LogLine
 from resurgo.detect.registry import Registry
@@ -31,3 +33,17 @@ def attribute_text(
 def first_action(a: Attribution) -> str:
     """What the default policy does with this verdict on the first failure (the label's name)."""
     return ACTION_NAMES[default_advice(a).kind]
+
+
+def bundle_verdict(
+    tmp_path: Path, job_log: str, scheduler: str | None = None, **files: str
+) -> tuple[str, str, list[str], str]:
+    """(kind, category, culprit nodes, action) of a bundle written to `tmp_path`: its job.log,
+    scheduler.txt when given, and node files (`dmesg_gpu01` → `dmesg_gpu01.txt`)."""
+    (tmp_path / "job.log").write_text(job_log)
+    if scheduler is not None:
+        (tmp_path / "scheduler.txt").write_text(scheduler)
+    for name, text in files.items():
+        (tmp_path / f"{name}.txt").write_text(text)
+    v = analyse_bundle(tmp_path).as_json()
+    return v["kind"], v["category"], v["culprit_nodes"], v["action"]

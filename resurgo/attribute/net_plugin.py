@@ -15,8 +15,8 @@ from __future__ import annotations
 import re
 
 from resurgo.attribute.analysis import Analysis, Verdict
-from resurgo.contracts import Category, LogLine
-from resurgo.detect.lines import parse_nccl_prefix
+from resurgo.attribute.odd_transport import hosts_saying
+from resurgo.contracts import Category
 
 _INTERNAL = re.compile(
     r"\bNET/Plugin ?: (?:Could not find:[^.]{0,80}\.so\. )?Using internal network plugin"
@@ -34,19 +34,8 @@ def odd_net_plugin(a: Analysis, v: Verdict) -> Verdict:
     nodes loaded one."""
     if v.category not in _OURS or v.culprits or v.kind == "straggler":
         return v
-    internal: dict[str, LogLine] = {}
-    external: set[str] = set()
-    for entry in a.lines:
-        if "NCCL INFO" not in entry.text:
-            continue
-        nccl = parse_nccl_prefix(entry.text)
-        node = a.topo.hosts.canonical(nccl.host) if nccl is not None else None
-        if node is None:
-            continue
-        if _INTERNAL.search(entry.text):
-            internal.setdefault(node, entry)
-        elif _EXTERNAL.search(entry.text):
-            external.add(node)
+    first, external = hosts_saying(a, "NCCL INFO", _INTERNAL, _EXTERNAL)
+    internal = {node: a.lines[order] for node, order in first.items()}
     odd = sorted(set(internal) - external)
     if not odd or not external or len(odd) >= len(external | set(odd)) / 2:
         return v

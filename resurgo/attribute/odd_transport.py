@@ -25,25 +25,38 @@ _USES_IB = re.compile(r"\bNCCL INFO NET/IB : Using\b")
 MAX_SCANNED = 5000
 
 
+def hosts_saying(
+    a: Analysis,
+    gate: str,
+    first: re.Pattern[str],
+    second: re.Pattern[str],
+    limit: int | None = None,
+) -> tuple[dict[str, int], set[str]]:
+    """Per host (from NCCL's `host:pid:tid [dev]` prefix): where it first printed `first`, and
+    the hosts that printed `second` (lines holding `gate` only; the first `limit` lines)."""
+    said: dict[str, int] = {}
+    other: set[str] = set()
+    for order, entry in enumerate(a.lines[:limit]):
+        if gate not in entry.text:
+            continue
+        nccl = parse_nccl_prefix(entry.text)
+        host = a.topo.hosts.canonical(nccl.host) if nccl is not None else None
+        if host is None:
+            continue
+        if first.search(entry.text):
+            said.setdefault(host, order)
+        elif second.search(entry.text):
+            other.add(host)
+    return said, other
+
+
 def node_without_ib(a: Analysis, v: Verdict) -> Verdict:
     """`v` (a network or unknown failure naming no node) as the one node without IB."""
     if v.culprits or v.category not in (Category.HARDWARE_NETWORK, Category.UNKNOWN):
         return v
     if any(e.hardware and e.root and e.serious for e in a.node_events):
         return v  # (a node's own link or HCA failed: the hardware stages decide)
-    without: dict[str, int] = {}
-    with_ib: set[str] = set()
-    for order, entry in enumerate(a.lines[:MAX_SCANNED]):
-        if "NET/IB" not in entry.text:
-            continue
-        nccl = parse_nccl_prefix(entry.text)
-        host = a.topo.hosts.canonical(nccl.host) if nccl is not None else None
-        if host is None:
-            continue
-        if _NO_IB.search(entry.text):
-            without.setdefault(host, order)
-        elif _USES_IB.search(entry.text):
-            with_ib.add(host)
+    without, with_ib = hosts_saying(a, "NET/IB", _NO_IB, _USES_IB, MAX_SCANNED)
     odd = sorted(set(without) - with_ib)
     if len(odd) != 1 or len(with_ib) < 2 or not a.in_job(odd[0]):
         return v

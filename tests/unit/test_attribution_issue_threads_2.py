@@ -15,18 +15,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from resurgo.attribute.offline import analyse_bundle
+from tests.log_lines import bundle_verdict
 
 
 def verdict(
     tmp_path: Path, job_log: str, scheduler: str, **files: str
 ) -> tuple[str, str, list[str], str]:
-    (tmp_path / "job.log").write_text(job_log)
-    (tmp_path / "scheduler.txt").write_text(scheduler)
-    for name, text in files.items():
-        (tmp_path / f"{name}.txt").write_text(text)
-    v = analyse_bundle(tmp_path).as_json()
-    return v["kind"], v["category"], v["culprit_nodes"], v["action"]
+    return bundle_verdict(tmp_path, job_log, scheduler, **files)
 
 
 GB200_SACCT = """\

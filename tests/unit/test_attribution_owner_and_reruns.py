@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from resurgo.attribute.offline import analyse_bundle
+from tests.log_lines import bundle_verdict
 
 SACCT = """\
 JobID|JobName|Partition|User|State|ExitCode|Start|End|Elapsed|NNodes|NodeList
@@ -40,12 +40,7 @@ XID = "[Fri Oct 16 09:40:11 2020] NVRM: Xid (PCI:0000:86:00): 79, pid=41877, GPU
 def verdict(
     tmp_path: Path, job_log: str, scheduler: str = SACCT, **files: str
 ) -> tuple[str, str, list[str], str]:
-    (tmp_path / "job.log").write_text(job_log)
-    (tmp_path / "scheduler.txt").write_text(scheduler)
-    for name, text in files.items():
-        (tmp_path / f"{name}.txt").write_text(text)
-    v = analyse_bundle(tmp_path).as_json()
-    return v["kind"], v["category"], v["culprit_nodes"], v["action"]
+    return bundle_verdict(tmp_path, job_log, scheduler, **files)
 
 
 def test_an_owners_cancel_of_a_healthy_run_needs_nothing(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from resurgo.attribute.offline import analyse_bundle
+from tests.log_lines import bundle_verdict
 
 NOTE_SAME = "# job 61377 still running at collection (2024-09-23 15:10); same model/config with num_workers=8 (job 60812, same nodes, last week) ran at 3.9-4.1 it/s\n"
 NOTE_RUNNING = "# job 61377 still running at collection (2024-09-23 15:10)\n"
@@ -29,12 +29,7 @@ IBSTAT = "CA 'mlx5_0'\n\tCA type: MT4123\n\tNumber of ports: 1\n\tPort 1:\n\t\tS
 def verdict(
     tmp_path: Path, job_log: str, scheduler: str = SQUEUE, **files: str
 ) -> tuple[str, str, list[str], str]:
-    (tmp_path / "job.log").write_text(job_log)
-    (tmp_path / "scheduler.txt").write_text(scheduler)
-    for name, text in files.items():
-        (tmp_path / f"{name}.txt").write_text(text)
-    v = analyse_bundle(tmp_path).as_json()
-    return v["kind"], v["category"], v["culprit_nodes"], v["action"]
+    return bundle_verdict(tmp_path, job_log, scheduler, **files)
 
 
 def _bars(rate: float = 1.01) -> list[str]:
