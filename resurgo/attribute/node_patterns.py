@@ -18,24 +18,35 @@ _ENTRIES: list[dict[str, Any]] = [
             r"System Event|Add-in Card|Drive Slot[^|]*)(?:\s+#0x[0-9a-f]+)?\s*\|\s*"
             r"(?:Uncorrectable ECC|Uncorrectable machine check exception|IERR|Thermal Trip|"
             r"Bus (?:Fatal|Uncorrectable) Error|PCI SERR|Failure detected|Power Supply AC lost|"
+            r"AC lost or out-of-range|Power Unit failure detected|"
             r"Drive Fault)[^|]*"
             r"(?:\|\s*Asserted)"
+            # (a current or voltage sensor past its critical threshold: the supply under load)
+            r"|\|\s*(?:Current|Voltage)[^|]*\|\s*(?:Upper|Lower) Critical going (?:high|low)"
+            r"\s*\|\s*Asserted"
         ),
         "kind": "crash",
         "category": "hardware_host",
         "role": "root",
         "severity": "fatal",
-        "description": "IPMI SEL: an uncorrectable hardware event was asserted by the BMC",
+        "description": "IPMI SEL: an uncorrectable hardware event was asserted by the BMC (a "
+        "memory or CPU error, a bus error, the power unit or supply failing or powering off)",
         "examples": [
             "   1 | 11/20/2026 | 08:12:01 | Memory #0x87 | Uncorrectable ECC | Asserted",
             "  2c | 11/20/2026 | 08:12:03 | Critical Interrupt #0x19 | Bus Fatal Error | Asserted",
             "  31 | 11/20/2026 | 09:01:44 | Processor #0x04 | IERR | Asserted",
             "  2a1 | 04/23/2025 | 09:41:07 | Power Supply PS1 Status | Power Supply AC lost | "
             "Asserted",
+            # (a threshold sensor of IPMI 2.0 sensor type 03h, Current)
+            "  1f0 | 03/06/2018 | 13:58:02 | Current #0x94 | Upper Critical going high | Asserted",
         ],
         "near_misses": [
             "   1 | 11/20/2026 | 08:12:01 | Memory #0x87 | Correctable ECC | Asserted",
             "   2 | 11/20/2026 | 08:12:09 | Memory #0x87 | Uncorrectable ECC | Deasserted",
+            "  1f5 | 03/06/2018 | 13:58:40 | Current #0x94 | Upper Critical going high | "
+            "Deasserted",
+            # (an operator's `ipmitool power off` asserts it too: no fault by itself)
+            "  12 | 02/11/2025 | 10:02:14 | Power Unit Pwr Unit Status | Power off/down | Asserted",
         ],
     },
     {

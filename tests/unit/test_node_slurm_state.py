@@ -31,3 +31,34 @@ def test_the_batch_script_missing_from_the_spool_is_the_nodes_slurm_state() -> N
 def test_without_the_nodes_own_log_the_node_is_not_named() -> None:
     a = attribute(Registry.default(), None, _lines(JOB, "job.log"), None, [], ["gq004"])
     assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, [])
+
+
+NODE_FAIL_JOB = (
+    "[1,0]<stdout>:step 20 loss 2.31\n"
+    "srun: error: Node failure on srv-4g-11\n"
+    "slurmstepd: error: *** JOB 7712 ON srv-4g-11 CANCELLED AT 2018-03-06T13:58:40 DUE TO NODE "
+    "FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***\n"
+)
+SEL = (
+    "$ ipmitool sel elist | tail -3\n"
+    "  1f0 | 03/06/2018 | 13:58:02 | Current #0x94 | Upper Critical going high | Asserted\n"
+    "  1f1 | 03/06/2018 | 13:58:02 | Power Supply #0x51 | Power Supply over-current (OCP) fault "
+    "| Asserted\n"
+)
+
+
+def test_a_node_failure_with_its_bmc_logging_a_current_past_critical_is_the_host() -> None:
+    """ipmitool's `sel elist`: a threshold sensor (IPMI 2.0 type 03h, Current) asserting its
+    upper critical as the node dropped out: the chassis power, hardware_host."""
+    logs = {"srv-4g-11": _lines(SEL, "sel_srv-4g-11.txt")}
+    a = attribute(
+        Registry.default(), None, _lines(NODE_FAIL_JOB, "job.log"), None, [], ["srv-4g-11"],
+        node_logs=logs,
+    )  # fmt: skip
+    assert (a.category, a.culprit_nodes) == (Category.HARDWARE_HOST, ["srv-4g-11"])
+    cleared = {"srv-4g-11": _lines(SEL.replace("Asserted", "Deasserted"), "sel_srv-4g-11.txt")}
+    b = attribute(
+        Registry.default(), None, _lines(NODE_FAIL_JOB, "job.log"), None, [], ["srv-4g-11"],
+        node_logs=cleared,
+    )  # fmt: skip
+    assert b.category == Category.SCHEDULER
