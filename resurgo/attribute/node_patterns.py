@@ -50,6 +50,36 @@ _ENTRIES: list[dict[str, Any]] = [
         ],
     },
     {
+        # A memory test an admin ran on the node finding errors: stressapptest's verdict
+        # (`Status: FAIL - test discovered HW problems`, `Stats: Found 12 hardware incidents`,
+        # `Hardware Error: miscompare ...`; google/stressapptest sat.cc), memtester's
+        # `FAILURE`, or a summary naming memtest86+/stressapptest with its errors.
+        "id": "host_memory_test_failed",
+        "regex": (
+            r"\bStatus: FAIL - test discovered HW problems\b|\bStats: Found [1-9]\d* hardware "
+            r"incidents\b|\bHardware Error: miscompare\b"
+            r"|\b(?:memtest86\+?|memtester|stressapptest)\b.{0,80}?(?:\b[1-9]\d* (?:errors|"
+            r"miscompares)\b|\bFAIL(?:URE)?\b)"
+        ),
+        "kind": "crash",
+        "category": "hardware_host",
+        "role": "root",
+        "severity": "fatal",
+        "description": "a memory test on the node found errors: its RAM (or memory controller) "
+        "corrupts data, whatever crashes on it",
+        "examples": [
+            "2026/01/15-10:20:45(KST) Status: FAIL - test discovered HW problems",
+            "2026/01/15-10:20:45(KST) Stats: Found 1 hardware incidents",
+            "memtest86+ v7.20 (4 passes)    17 errors (bit 23)     0 errors",
+            "stressapptest -s 3600 -M 48000 FAIL: 9 miscompares   PASS",
+        ],
+        "near_misses": [
+            "Status: PASS - please verify no corrected errors",
+            "Stats: Found 0 hardware incidents",
+            "memtest86+ v7.20 (4 passes)    0 errors",
+        ],
+    },
+    {
         # ipmitool sel elist: a fan's tachometer below its lower critical threshold (a fan
         # stopped): the chassis cooling every component of the node (IPMI 2.0 sensor type 04h,
         # threshold events; ipmitool(1)).

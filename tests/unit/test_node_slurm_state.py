@@ -62,3 +62,27 @@ def test_a_node_failure_with_its_bmc_logging_a_current_past_critical_is_the_host
         node_logs=cleared,
     )  # fmt: skip
     assert b.category == Category.SCHEDULER
+
+
+def test_a_segfault_on_a_node_whose_memory_test_fails_is_the_hosts_ram() -> None:
+    """stressapptest's verdict lines (google/stressapptest) in the node's own file."""
+    job = (
+        "1: Fatal Python error: Segmentation fault\n"
+        "srun: error: ws-02: task 1: Segmentation fault (core dumped)\n"
+    )
+    sat = (
+        "2026/01/15-10:20:45(KST) Stats: Found 1 hardware incidents\n"
+        "2026/01/15-10:20:45(KST) Status: FAIL - test discovered HW problems\n"
+    )
+    nodes = ["ws-01", "ws-02"]
+    a = attribute(
+        Registry.default(), None, _lines(job, "job.log"), None, [], nodes,
+        node_logs={"ws-02": _lines(sat, "node_ws-02.txt")},
+    )  # fmt: skip
+    assert (a.category, a.culprit_nodes) == (Category.HARDWARE_HOST, ["ws-02"])
+    passed = "2026/01/15-10:20:45(KST) Status: PASS - please verify no corrected errors\n"
+    b = attribute(
+        Registry.default(), None, _lines(job, "job.log"), None, [], nodes,
+        node_logs={"ws-02": _lines(passed, "node_ws-02.txt")},
+    )  # fmt: skip
+    assert b.category != Category.HARDWARE_HOST
