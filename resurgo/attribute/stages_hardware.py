@@ -446,6 +446,26 @@ def _noted_before(a: Analysis, node: str, bus: str) -> bool:
     return False
 
 
+_XID_PID = re.compile(
+    r"\bNVRM: Xid \(PCI:(?P<pci>[0-9a-fA-F:.]+)\): (?P<xid>\d+), pid=(?P<pid>\d+)"
+)
+
+
+def _earlier_pids(a: Analysis, node: str, bus: str, xid: str) -> set[str]:
+    """The processes the same Xid hit on the same GPU anywhere in the node's own files, earlier
+    runs' included (a `journalctl -k --since` the operator pasted): the event scan keeps only
+    the job's window, the repeat is in the history."""
+    pids: set[str] = set()
+    for host, lines in a.node_logs.items():
+        if a.topo.hosts.canonical(host) != node:
+            continue
+        for entry in lines:
+            m = _XID_PID.search(entry.text) if "Xid" in entry.text else None
+            if m is not None and m["xid"] == xid and _bus_id(m["pci"]) == bus:
+                pids.add(m["pid"])
+    return pids
+
+
 def _repeating_gpu_exception(a: Analysis) -> Verdict | None:
     """Xid 13/31/43 on one GPU only, in two or more separate bursts (the job's restarts)."""
     gpus: dict[tuple[str, str], list[Event]] = {}
@@ -462,8 +482,9 @@ def _repeating_gpu_exception(a: Analysis) -> Verdict | None:
     for before, after in itertools.pairwise(times):
         if (after - before).total_seconds() > XID_BURST_SECONDS:
             bursts += 1
-    pids = {p for e in events if (p := re.search(r"\bpid=(\d+)", e.line.text))}
-    if bursts < 2 and len({p.group(1) for p in pids}) < 2 and not _noted_before(a, node, bus):
+    pids = {p.group(1) for e in events if (p := re.search(r"\bpid=(\d+)", e.line.text))}
+    pids |= _earlier_pids(a, node, bus, events[0].match.groups.get("xid", ""))
+    if bursts < 2 and len(pids) < 2 and not _noted_before(a, node, bus):
         return None
     return Verdict(
         Category.HARDWARE_GPU, f"xid_repeat|{events[0].match.groups.get('xid', '')}",

@@ -10,6 +10,8 @@ is the same physical GPU failing across restarts (tie-breaker 3).
 # ruff: noqa: E501  (real lines are long)
 from __future__ import annotations
 
+from pathlib import Path
+
 from resurgo.attribute.analysis import Analysis
 from resurgo.attribute.job_log import split_attempt
 from resurgo.attribute.rules import attribute
@@ -17,6 +19,7 @@ from resurgo.attribute.scheduler import parse_scheduler
 from resurgo.attribute.stages_application import _accounting
 from resurgo.contracts import Attribution, Category, LogLine
 from resurgo.detect.registry import Registry
+from tests.log_lines import bundle_verdict
 from tests.log_lines import log_lines as _lines
 
 NODES = ["gpu-c01", "gpu-c02"]
@@ -83,6 +86,36 @@ def test_an_xid_noted_on_the_same_gpu_in_an_earlier_attempt_is_the_gpu() -> None
     # A note about another GPU (or another node) is no history of this one.
     other = note.replace("ca:00", "3b:00")
     assert _run(other + IMA, logs).category != Category.HARDWARE_GPU
+
+
+def test_the_same_xid_on_the_same_gpu_in_an_earlier_runs_kernel_log_is_the_gpu(
+    tmp_path: Path,
+) -> None:
+    """A `journalctl -k --since ...` the operator pasted: the same Xid 13 on the same GPU hit
+    an earlier run's process (another pid) hours before this job's own Xid."""
+    now = "[Mon Aug 11 20:59:23 2025] NVRM: Xid (PCI:0008:01:00): 13, pid=2847731, name=python3, Graphics SM Warp Exception on (GPC 5, TPC 3, SM 1): Illegal Instruction Encoding\n"
+    earlier = (
+        "$ journalctl -k --since '2025-08-10 00:00' | grep -E 'Xid'\n"
+        "Aug 11 02:31:44 gpu-c01 kernel: NVRM: Xid (PCI:0008:01:00): 13, pid=2614409, name=python3, Graphics SM Warp Exception on (GPC 5, TPC 3, SM 1): Illegal Instr\n"
+        "Aug 11 20:59:23 gpu-c01 kernel: NVRM: Xid (PCI:0008:01:00): 13, pid=2847731, name=python3, Graphics SM Warp Exception on (GPC 5, TPC 3, SM 1): Illegal Instr\n"
+    )
+    job = (
+        "13: jax.errors.JaxRuntimeError: INTERNAL: CUDA error: Could not synchronize CUDA stream: CUDA_ERROR_ILLEGAL_INSTRUCTION: an illegal instruction was encountered\n"
+        "srun: error: gpu-c01: task 13: Exited with exit code 1\n"
+    )
+
+    scontrol = (
+        "JobId=884213 JobName=grug JobState=FAILED Reason=NonZeroExitCode ExitCode=134:0 "
+        "StartTime=2025-08-11T19:58:07 EndTime=2025-08-11T21:04:34 NodeList=gpu-c[01-02]\n"
+    )
+
+    def run(history: str) -> tuple[str, str, list[str], str]:
+        return bundle_verdict(
+            tmp_path, job, scontrol, **{"dmesg_gpu-c01": now, "node_gpu-c01": history}
+        )
+
+    assert run(earlier)[1:3] == ("hardware_gpu", ["gpu-c01"])
+    assert run(earlier.replace("pid=2614409", "pid=2847731"))[1] != "hardware_gpu"
 
 
 # pdsh's report of a remote command's non-zero exit (as in Cray's CSM docs: `pdsh@ncn-m001:
