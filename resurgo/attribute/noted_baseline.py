@@ -8,6 +8,7 @@ same example on one node reports step_time = 0.012315`). attribution-labels.md: 
 slowdown is a straggler; with no culprit and no cause it is left running.
 
 Causes the job owns (an application straggler, left running):
+- CUDA_LAUNCH_BLOCKING=1 in the job's environment (a debugging switch: every launch waits);
 - its DataLoader starved of workers: Lightning warns `The 'train_dataloader' does not have many
   workers which may be a bottleneck` (lightning/pytorch/trainer/connectors/data_connector.py);
 - NCCL over TCP sockets because the container the job launches cannot load the RDMA userspace
@@ -28,7 +29,8 @@ _STEP_FIELDS = ["field:step_time", "field:time", "field:batch_time", "field:iter
 NOTED_SLOWDOWN = 1.05  # the recent rate's slowness against the noted one that makes a straggler
 
 _SAME = re.compile(
-    r"(?i)\b(?:same (?:model|config\w*|script|job|example|run|code|setup)|reference(?: run)?|"
+    r"(?i)\b(?:same (?:model|config\w*|script|job|example|run|code|setup|toml|yaml|recipe)|"
+    r"reference(?: run)?|"
     r"baseline|previous run|earlier run|last week)\b"
 )
 # A rate in a note: `3.9-4.1 it/s`, `1.47 s/it`, `9800 samples/s`, `step_time = 0.012315`.
@@ -36,6 +38,8 @@ _RATE = re.compile(
     r"(?i)(?<![\w.])(?P<lo>\d+(?:\.\d+)?)(?:\s*-\s*(?P<hi>\d+(?:\.\d+)?))?\s*"
     r"(?P<unit>it/s|s/it(?:er)?|s/step|samples?/s|tok(?:en)?s/s|im(?:g|ages)/s|TFLOP/s)\b"
     r"|\bstep_time\s*[=:]\s*(?P<step>\d+(?:\.\d+)?)\s*(?P<step_unit>ms|s)?\b"
+    # torchtitan's `tps` (tokens per second per GPU) as a note quotes it: `tps ~3,300`
+    r"|\btps\s*[=:~]?\s*~?(?P<tps>\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?)\b"
 )
 _METRIC = {
     "it/s": ("it_per_s", 1.0), "s/it": ("iteration_ms", 1000.0),
@@ -54,7 +58,10 @@ def slower_than_noted(a: Analysis) -> Slowdown | None:
         m = _RATE.search(note.text)
         if m is None or not _SAME.search(note.text):
             continue
-        if m["step"] is not None:
+        if m["tps"] is not None:
+            candidates = ["tokens_per_s"]
+            noted = float(m["tps"].replace(",", ""))
+        elif m["step"] is not None:
             factor = 1.0 if m["step_unit"] == "ms" else 1000.0
             candidates = ["iteration_ms", *_STEP_FIELDS]
             noted = float(m["step"]) * factor
@@ -82,6 +89,10 @@ def _notes(a: Analysis) -> list[LogLine]:
     return [e for e in [*a.lines, *a.facts.lines] if e.text.lstrip().startswith("#")][:200]
 
 
+# CUDA_LAUNCH_BLOCKING=1 makes every kernel launch synchronous, for debugging only (CUDA
+# Programming Guide, 'Asynchronous Concurrent Execution'; PyTorch's CUDA semantics notes), set
+# by the job: its environment printout, its script's trace, or a note quoting the script.
+_LAUNCH_BLOCKING = re.compile(r"(?:^|[\s+:'\"])(?:export )?CUDA_LAUNCH_BLOCKING=['\"]?1\b")
 _FEW_WORKERS = re.compile(r"The '(?:train|training)_dataloader' does not have many workers")
 _NO_VERBS = re.compile(r"\bNCCL WARN Failed to open libibverbs\.so")
 _SOCKETS = re.compile(r"\bNCCL INFO Using network Socket\b")
@@ -95,6 +106,14 @@ _IB_UP = re.compile(r"^\s*State:\s*Active\s*$|\bHDR|\bNDR|\bEDR|\bInfiniBand\b",
 def own_slowdown_cause(a: Analysis) -> tuple[str, list[LogLine]] | None:
     """What in the job's own configuration slows every step, where its output shows it."""
     head = a.lines[:2000]
+    notes = [
+        e for e in [*a.header, *head[:200], *a.facts.lines] if "CUDA_LAUNCH_BLOCKING" in e.text
+    ]
+    if blocking := [e for e in notes if _LAUNCH_BLOCKING.search(e.text)]:
+        return (
+            "the job runs with CUDA_LAUNCH_BLOCKING=1 (every kernel launch synchronous)",
+            blocking[:1],
+        )
     if few := [e for e in head if "dataloader" in e.text and _FEW_WORKERS.search(e.text)]:
         return "its DataLoader has too few workers (Lightning warns it is a bottleneck)", few[:1]
     no_verbs = next((e for e in head if "libibverbs" in e.text and _NO_VERBS.search(e.text)), None)

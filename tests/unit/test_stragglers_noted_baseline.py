@@ -194,3 +194,24 @@ def test_a_few_percent_below_a_noted_reference_in_tflops_is_a_jobwide_straggler(
     assert (kind, category, culprits, action) == ("straggler", "unknown", [], "none")
     same = head[1].replace("133-135", "126-128")
     assert verdict(tmp_path, "".join([head[0], same, *lines]))[0] == "none"
+
+
+def test_cuda_launch_blocking_in_the_jobs_environment_is_its_own_slowdown(tmp_path: Path) -> None:
+    """torchtitan's step line (`tps: 1047`) against an operator's note of the same toml's
+    `tps ~3,300`; the job's `env` printout shows CUDA_LAUNCH_BLOCKING=1 (CUDA docs: for
+    debugging only, every launch synchronous)."""
+    head = [
+        "# NOTE (operator): job RUNNING at 12:05; user asked why throughput is ~3x lower than last week\n",
+        "# operator: 6633102 (same toml, same data, same image) logged tps ~3,300 / mfu ~17.5% throughout\n",
+        "+ env | grep -E '^(CUDA|NCCL)_' | sort\n",
+        "CUDA_DEVICE_MAX_CONNECTIONS=1\n",
+        "CUDA_LAUNCH_BLOCKING=1\n",
+    ]
+    steps = [
+        f"0: [rank0]:[titan] 2026-03-03 {10 + k // 6:02d}:{k % 6 * 10:02d}:47,367 - root - INFO - step: {100 * k:5d}  loss: 3.{k:04d}  memory: 42.18GiB(44.40%)  tps: 10{40 + k % 9}  tflops: 54.8  mfu: 5.6%\n"
+        for k in range(1, 13)
+    ]
+    got = verdict(tmp_path, "".join(head + steps), SQUEUE)
+    assert got == ("straggler", "application", [], "none")
+    unset = "".join(h.replace("CUDA_LAUNCH_BLOCKING=1", "CUDA_MODULE_LOADING=LAZY") for h in head)
+    assert verdict(tmp_path, unset + "".join(steps), SQUEUE)[:2] == ("straggler", "unknown")
