@@ -50,6 +50,30 @@ _ENTRIES: list[dict[str, Any]] = [
         ],
     },
     {
+        # cuda_memtest (cudagpumemtest, the fork PIConGPU keeps) finding bad GPU memory:
+        # `ERROR: (%s) %d errors found in block %d`, `ERROR: the last %d error addresses are:`,
+        # `ERROR: error_count=%d`. A test an admin ran on one GPU of the node.
+        "id": "gpu_memory_test_failed",
+        "regex": (
+            r"\bERROR: (?:\([^)]{0,80}\) )?[1-9]\d* errors found in (?:the )?block\b"
+            r"|\bERROR: the last [1-9]\d* error addresses are:|\bERROR: error_count=[1-9]"
+        ),
+        "kind": "crash",
+        "category": "hardware_gpu",
+        "role": "root",
+        "severity": "fatal",
+        "description": "a GPU memory test (cuda_memtest) on the node found errors: that GPU's "
+        "memory",
+        "examples": [
+            "[02/14/2021 21:25:15][lab-gpu07][3]:ERROR: 4096 errors found in the block",
+            "ERROR: (Test0 [Walking 1 bit]) 12 errors found in block 7",
+            "[02/14/2021 21:25:15][n7][3]:ERROR: the last 12 error addresses are:\t0x7f4c9ba31f20",
+        ],
+        "near_misses": [
+            "[02/14/2021 21:31:58][lab-gpu07][2]:Test10 finished in 17.9 seconds  (0 errors)",
+        ],
+    },
+    {
         # A memory test an admin ran on the node finding errors: stressapptest's verdict
         # (`Status: FAIL - test discovered HW problems`, `Stats: Found 12 hardware incidents`,
         # `Hardware Error: miscompare ...`; google/stressapptest sat.cc), memtester's

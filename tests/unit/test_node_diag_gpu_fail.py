@@ -85,3 +85,32 @@ def test_a_gpu_the_driver_failed_to_initialise_is_that_nodes_gpu_not_the_jobs_er
     )  # fmt: skip
     assert (a.category, a.culprit_nodes) == (Category.HARDWARE_GPU, ["gx-1-08"])
     assert default_advice(a).kind == AdviceKind.REQUEUE_EXCLUDING
+
+
+def test_a_hang_on_a_node_whose_gpu_fails_cuda_memtest_is_that_gpu() -> None:
+    """cuda_memtest's error lines (`ERROR: %d errors found in block`, the fork PIConGPU keeps)
+    in the node's own file, after a rank timed out waiting for its peer."""
+    job = (
+        "[rank0]:[E0214 21:12:38.696118312 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught "
+        "collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=1, "
+        "NumelOut=1, Timeout(ms)=1800000) ran for 1800074 milliseconds before timing out.\n"
+    )
+    memtest = (
+        "[02/14/2021 21:25:15][lab-gpu07][3]:ERROR: 4096 errors found in the block\n"
+        "[02/14/2021 21:25:17][lab-gpu07][3]:ERROR: 8192 errors found in the block\n"
+    )
+    logs = {"lab-gpu07": _lines(memtest, "node_lab-gpu07.txt")}
+    a = attribute(
+        Registry.default(), None, _lines(job, "job.log"), None, [], ["lab-gpu07"], node_logs=logs
+    )
+    assert (a.category, a.culprit_nodes) == (Category.HARDWARE_GPU, ["lab-gpu07"])
+    clean = {
+        "lab-gpu07": _lines(
+            "[02/14/2021 21:31:58][lab-gpu07][2]:Test10 finished in 17.9 seconds  (0 errors)\n",
+            "node_lab-gpu07.txt",
+        )
+    }
+    b = attribute(
+        Registry.default(), None, _lines(job, "job.log"), None, [], ["lab-gpu07"], node_logs=clean
+    )
+    assert b.category != Category.HARDWARE_GPU
