@@ -144,3 +144,30 @@ def mtu_below_peers(a: Analysis, v: Verdict) -> Verdict:
                 ranks=v.ranks, evidence=v.evidence, kind=v.kind, outcome=v.outcome,
             )  # fmt: skip
     return v
+
+
+# NCCL's bootstrap on a host-local virtual bridge (libvirt's virbr0 192.168.122.1, docker0,
+# LXC's lxcbr0, a CNI bridge): every host has the same private address there, so peers dial
+# their own host and the rendezvous never completes (NCCL's docs: NCCL_SOCKET_IFNAME; NCCL
+# skips `docker` and `lo` by default, not these).
+_VIRTUAL = r"(?:virbr|docker|lxcbr|cni|br-|vnet)"
+_BRIDGE_BOOTSTRAP = re.compile(rf"\bNCCL INFO Bootstrap : Using {_VIRTUAL}\w*")
+_REAL_BOOTSTRAP = re.compile(rf"\bNCCL INFO Bootstrap : Using (?!{_VIRTUAL})\w+")
+
+
+def bootstrap_on_a_bridge(a: Analysis, v: Verdict) -> Verdict:
+    """`v` (a hang or failure naming no node) as the node(s) whose NCCL bootstrap chose a
+    virtual bridge while the others chose a real interface: their interfaces' configuration."""
+    if v.culprits or v.category not in (Category.UNKNOWN, Category.HARDWARE_NETWORK):
+        return v
+    bridged, real = hosts_saying(a, "Bootstrap", _BRIDGE_BOOTSTRAP, _REAL_BOOTSTRAP, MAX_SCANNED)
+    odd = sorted(set(bridged) - real)
+    if not odd or not real or not all(a.in_job(n) for n in odd):
+        return v
+    return Verdict(
+        Category.SYSTEM_SOFTWARE, "nccl_bootstrap_bridge",
+        f"{v.summary}; NCCL on {', '.join(odd)} bootstraps over a host-local virtual bridge "
+        "while the other nodes use a real interface: the node's network configuration", 0.75,
+        culprits=odd, ranks=v.ranks, evidence=[a.lines[bridged[odd[0]]], *v.evidence[:2]],
+        kind=v.kind, outcome=v.outcome,
+    )  # fmt: skip

@@ -98,3 +98,23 @@ def test_a_node_whose_ports_run_a_smaller_mtu_than_its_peers_is_its_configuratio
         Registry.default(), None, _lines(ASYNC, "job.log"), None, [], nodes, node_logs=logs
     )
     assert (a.category, a.culprit_nodes) == (Category.HARDWARE_NETWORK, ["rc-gpu15"])
+
+
+def test_the_node_whose_nccl_bootstraps_over_libvirts_bridge_is_its_configuration() -> None:
+    """NCCL's `Bootstrap : Using virbr0:192.168.122.1<0>` (libvirt's default bridge, the same
+    private address on every host) on one node, a real NIC on the other; the job hangs."""
+    job = (
+        "face-gpu1:2231:2231 [0] NCCL INFO Bootstrap : Using enp4s0:10.60.1.31<0>\n"
+        "face-gpu2:51100:51100 [0] NCCL INFO Bootstrap : Using virbr0:192.168.122.1<0>\n"
+        "[rank0]:[E ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective operation "
+        "timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) "
+        "ran for 600042 milliseconds before timing out.\n"
+    )
+    nodes = ["face-gpu1", "face-gpu2"]
+    a = attribute(Registry.default(), None, _lines(job, "job.log"), None, [], nodes)
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["face-gpu2"])
+    both = job.replace("virbr0:192.168.122.1", "enp4s0:10.60.1.32")
+    assert (
+        attribute(Registry.default(), None, _lines(both, "job.log"), None, [], nodes).culprit_nodes
+        == []
+    )
