@@ -176,6 +176,10 @@ FLOORS = {
     # large-run accounts), session 16, a second round: scored on arrival, then classes fixed.
     "s59-": (0.87, 0.96, 0.95, 0),
     "s60-": (0.97, 1.0, 0.97, 0),
+    # Sets 61 (real logs from a fifth batch of issue threads) and 62 (bundles as an on-call
+    # operator collects them), session 16, a third round: scored on arrival, then classes fixed.
+    "s61-": (0.7, 0.74, 0.82, 0),
+    "s62-": (1.0, 1.0, 1.0, 0),
     "hardware": (1.0, 1.0, 1.0, 0),
     "software": (1.0, 1.0, 1.0, 0),
     "lifecycle": (1.0, 1.0, 1.0, 0),
@@ -185,7 +189,7 @@ FLOORS = {
 def _sets() -> list[tuple[str, list[Path]]]:
     sets = [
         (prefix, [b for b in corpus_dirs(NEXT) if b.name.startswith(prefix)])
-        for prefix in [f"s{n}-" for n in range(6, 61)]
+        for prefix in [f"s{n}-" for n in range(6, 63)]
     ]
     for name in ("hardware", "software", "lifecycle"):
         if (SHARED / name / "cases").is_dir():
