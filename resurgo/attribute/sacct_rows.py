@@ -57,9 +57,12 @@ def sacct_row(text: str, header: list[str] | None) -> dict[str, str] | None:
         # up with the header like the columns before it.)
         at = header.index("NodeList") if "NodeList" in header else -1
         state_at = header.index("State") if "State" in header else -1
-        if 0 <= at < state_at:
-            cell = cells[at] if at < len(cells) else ""
-            if _ONE_HOSTLIST.fullmatch(cell) and cell not in ("None", "assigned"):
+        # (A job name with a blank in it shifts the cells: a node list names a numbered host
+        # or a bracket range, a partition or a job name rarely does; and the row's cells must
+        # count as many as the header's, State's `CANCELLED by 0` aside.)
+        if 0 <= at < state_at and len(cells) - len(header) in (0, 2):
+            cell = cells[at]
+            if _ONE_HOSTLIST.fullmatch(cell) and any(ch.isdigit() for ch in cell):
                 row["NodeList"] = cell
     return row
 

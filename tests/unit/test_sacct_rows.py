@@ -56,3 +56,11 @@ def test_a_fault_on_a_node_outside_the_allocation_excludes_no_node(tmp_path: Pat
     v = analyse_bundle(tmp_path).as_json()
     assert v["culprit_nodes"] == []
     assert v["action"] != "requeue_excluding_nodes"
+
+
+def test_a_job_name_with_a_blank_shifts_no_word_into_the_node_list() -> None:
+    shifted = MID_ROW.replace("ctseg-hvd          ", "ct seg hvd         ")
+    facts = parse_scheduler(_lines(shifted, "scheduler.txt"), 4419021, None)
+    # (the row's last hostlist still names the job's nodes; never a word the blank shifted in)
+    assert facts.job is not None
+    assert all(any(ch.isdigit() for ch in node) for node in facts.job.node_list)
