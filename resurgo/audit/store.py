@@ -396,7 +396,7 @@ def _translate_errors(safe_url: str) -> Iterator[None]:
         ) from exc
 
 
-def _lock_conflict(exc: Exception) -> bool:
+def _lock_conflict(exc: BaseException) -> bool:
     return isinstance(exc, AuditStoreUnavailable) and _is_lock_conflict(exc.__cause__)
 
 

@@ -292,7 +292,7 @@ class SshRunner:
                     )
                 await asyncio.sleep(wait)
 
-            def again(exc: Exception) -> bool | float:
+            def again(exc: BaseException) -> bool | float:
                 # stamina runs the attempts; the wait between them is the backoff every caller
                 # shares (`_failed`: exponential, jittered), not a count of this caller's own,
                 # so callers queued on the lock do not each start over at the initial delay.
