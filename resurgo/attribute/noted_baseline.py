@@ -18,6 +18,7 @@ Causes the job owns (an application straggler, left running):
 
 from __future__ import annotations
 
+import itertools
 import re
 import statistics
 
@@ -86,7 +87,9 @@ def slower_than_noted(a: Analysis) -> Slowdown | None:
 
 
 def _notes(a: Analysis) -> list[LogLine]:
-    return [e for e in [*a.lines, *a.facts.lines] if e.text.lstrip().startswith("#")][:200]
+    """The first 200 operator notes (`#` lines) of the output, then the scheduler text."""
+    found = (e for e in itertools.chain(a.lines, a.facts.lines) if e.text.lstrip().startswith("#"))
+    return list(itertools.islice(found, 200))
 
 
 # CUDA_LAUNCH_BLOCKING=1 makes every kernel launch synchronous, for debugging only (CUDA

@@ -292,10 +292,10 @@ def _finish(a: Analysis, v: Verdict, anomaly: Anomaly | None, outcome: str | Non
     culprits = sorted({c for c in v.culprits if c})
     # A node outside the job's allocation (a file system's server, the store's login node) is
     # nothing the next attempt can exclude: the job met it as a shared service.
-    outside = [c for c in culprits if not a.in_job(c)]
-    if outside and len(outside) == len(culprits):
-        v.summary += f" ({', '.join(outside)}: not one of the job's nodes, a shared service)"
-    culprits = [c for c in culprits if a.in_job(c)]
+    inside = [c for c in culprits if a.in_job(c)]
+    if culprits and not inside:
+        v.summary += f" ({', '.join(culprits)}: not one of the job's nodes, a shared service)"
+    culprits = inside
     return Attribution(
         kind=kind,
         category=category,
