@@ -1,4 +1,4 @@
-"""The readers added for sessions 14-15's classes, on text a cluster user controls: the job's own
+"""The readers added for sessions 14-16's classes, on text a cluster user controls: the job's own
 output and anything it can get into a node's journal (`logger`). Each reader's fragment repeated
 into 8 KiB lines, and random mixes of them, must attribute without an exception (the engine's
 fallback verdict would hide one as `attribution failed`). Their cost per MiB is measured by
@@ -29,6 +29,24 @@ FRAGMENTS = [
     "1a:00.0 Infiniband controller: NCCL INFO NET/IB : No device found ",
     "loss 1.98 samples/s ",
     " | Fan FAN3_TACH | Lower Critical going low | ",
+    # session 16's readers: operators' notes, per-rank lines, node-side checks
+    "# job still running; same model/config ran at 3.9-4.1 it/s, tps ~3,300, step_time = 0.0",
+    "# last progress line at 2023-03-07T03:54:44 progress stopped at ",
+    "# rank 11 py-spy: shardlists.py:__iter__; ranks 0-10 in all_gather; rank 2: ",
+    "# each attempt hangs right after step 1500 on a different node ",
+    "I1216 09:16:24.842427 88121 trainer.py:606]   rank 0: step 1.94 (compute 1.19, summary ",
+    "[W724 13:10:15.447000 20811 torch/distributed/run.py:793] ",
+    "rank 2 | step 10 | data 0.198s | fwd ",
+    "DETECTED RELATIVE STRAGGLER SECTION=step_tail RANK=0 NODE=",
+    "[rank60] WARNING python gc gen2 collection took 0.88s ",
+    "gpu-c02:1:2 [0] NCCL WARN NET/IB : mlx5_0:1 Got async event : GID table change ",
+    "4: ens1f0np0: <BROADCAST,UP,LOWER_UP> mtu 1500 qdisc \tactive_mtu:\t1024 (3) ",
+    "gpu-c02:1:1 [0] NCCL INFO Bootstrap : Using virbr0:192.168.122.1<0> ",
+    "[Rank 13] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=41221, OpType=",
+    "ERROR: (Test0) 12 errors found in block Status: FAIL - test discovered HW problems ",
+    "slurmstepd: error: execve(): /tmp/slurmd/job00089/slurm_script: No such file or directory",
+    "+ export CUDA_LAUNCH_BLOCKING=1 --shm-size=64m time: 1.0310 (1.020) ",
+    "NVRM: rm_init_adapter failed for device bearing minor number ",
 ]
 NODES = ["gpu-c01", "gpu-c02"]
 
@@ -44,11 +62,13 @@ ENDING = (
     "srun: error: gpu-c02: task 1: Exited with exit code 1\n"
 )
 FAILED = "JobId=41 JobName=t\n   JobState=FAILED Reason=NonZeroExitCode\n   NodeList=gpu-c[01-02]\n"
+# A running job (the straggler readers and the operators' notes of rates run only on one).
+RUNNING = "JobId=41 JobName=t\n   JobState=RUNNING Reason=None\n   NodeList=gpu-c[01-02]\n"
 
 
 def _no_failure(job: str, node_text: str) -> None:
     files = {"dmesg_gpu-c02": node_text, "node_gpu-c02": node_text}
-    for ending, scheduler in (("", ""), (ENDING, FAILED)):
+    for ending, scheduler in (("", ""), (ENDING, FAILED), ("", RUNNING)):
         a = attribute_text(job + ending, NODES, files, scheduler=scheduler)
         assert "attribution failed" not in a.summary, a.summary
 
