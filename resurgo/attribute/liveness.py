@@ -23,6 +23,7 @@ from resurgo.attribute.bundle import stamp_in
 from resurgo.attribute.retried import retried_ok
 from resurgo.attribute.series import last_sample_order, read_series
 from resurgo.attribute.stragglers import stragglers
+from resurgo.attribute.yearless_stamps import yearless_time
 from resurgo.contracts import Category
 from resurgo.detect.lines import strip_prefixes
 
@@ -141,7 +142,8 @@ _ISO_DATE = re.compile(r"\b(\d{4})-(\d\d)-(\d\d)[T ]\d\d:\d\d:\d\d\b")
 def _clock_times(a: Analysis, orders: list[int]) -> list[datetime]:
     """Progress lines stamped with the time of day only (`[g0033] 10:37:26 rank0: it 23225`):
     dated from the job's start (Slurm's record, else the first dated line of the output, a
-    kill line), a day later each time the clock goes back past midnight."""
+    kill line), a day later each time the clock goes back past midnight; or with a month and
+    day but no year (glog's `I0519 10:54:30.600`), in the start's year."""
     start = a.job.start_time if a.job is not None else None
     if start is None:
         dated = next((m for e in a.lines if (m := _ISO_DATE.search(e.text[:200]))), None)
@@ -156,6 +158,9 @@ def _clock_times(a: Analysis, orders: list[int]) -> list[datetime]:
         clock = strip_prefixes(a.lines[o].text).time
         m = _CLOCK.match(clock) if clock else None
         if m is None:
+            # (a month and day without a year, glog's or vLLM's: dated from the start's year)
+            if (stamped := yearless_time(a.lines[o].text, start)) is not None:
+                out.append(stamped)
             continue
         h, mi, sec = int(m[1]), int(m[2]), int(m[3])
         if h > 23 or mi > 59 or sec > 59:
@@ -257,7 +262,12 @@ def _bar_silence(a: Analysis) -> float | str | None:
             return "eval"  # Lightning's per-epoch bar: its clock started with this epoch
         if m is not None:
             h, mi, sec = int(m["h"] or 0), int(m["m"]), int(m["s"])
-            return run.total_seconds() - (h * 3600 + mi * 60 + sec) - STARTUP_ALLOWANCE_SECONDS
+            clock = h * 3600 + mi * 60 + sec
+            # The bar prints when an iteration ends: the next print is due one iteration (its
+            # mean, off its own clock) after the last, and a slow loop (RL episodes of 40
+            # minutes) is silent that long while it works.
+            per_iteration = clock / int(m["n"]) if int(m["n"]) > 0 else 0.0
+            return run.total_seconds() - clock - per_iteration - STARTUP_ALLOWANCE_SECONDS
     return None
 
 

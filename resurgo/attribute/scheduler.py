@@ -363,15 +363,33 @@ def _sacct_facts(
         return
     if re.fullmatch(r"\d+(?:_\d+)?", job_id):
         facts.job_states.append(state)
+        # How long the run lasted (the last run's, `sacct -D` lists them in order): what tells
+        # a job that idled until its time limit from one cut short, where the log has no clock.
+        elapsed = _all_cells(text, header, row).get("Elapsed", "")
+        if parse_duration(elapsed) is not None:
+            facts.elapsed = elapsed
     elif re.fullmatch(r"\d+(?:_\d+)?\.\d+", job_id):
-        if "|" not in text and len(cells := text.split()) == len(header):  # (all its columns)
-            row = {**dict(zip(header, cells, strict=True)), **row}
+        row = _all_cells(text, header, row)
         facts.step_states[job_id], facts.step_rows[job_id] = state, (row, entry)
     if "Suspended" in header and facts.suspended is None:
         cells = [c.strip() for c in text.split("|")] if "|" in text else text.split()
         at = header.index("Suspended")
         if len(cells) == len(header) and (spent := parse_duration(cells[at])) and spent.seconds:
             facts.suspended = entry
+
+
+def _all_cells(text: str, header: list[str], row: dict[str, str]) -> dict[str, str]:
+    """A fixed-width row's every column, where its cells line up with the header (no blank
+    cell, `CANCELLED by 0` one cell); else the columns `sacct_row` could place."""
+    if "|" in text:
+        return row
+    cells = _CANCELLED_BY_CELL.sub("CANCELLED", text).split()
+    if len(cells) != len(header):
+        return row
+    return {**dict(zip(header, cells, strict=True)), **row}
+
+
+_CANCELLED_BY_CELL = re.compile(r"\bCANCELLED by \S+")
 
 
 def _add_reasons(facts: SchedulerFacts, nodes: str, state: str, reason: str) -> None:

@@ -280,7 +280,16 @@ def actor_fields(a: Analysis) -> dict[str, dict[object, list[Sample]]]:
 
 
 def last_sample_order(a: Analysis) -> int | None:
-    orders = [s[-1].order for s in read_series(a).values() if len(s) >= 2]
+    """The last line whose sample shows the job working: a throughput of zero (an idle
+    inference engine's `generation throughput: 0.0 tokens/s`, every 10 s while the trainer
+    waits on it) is no progress."""
+    orders = [
+        order
+        for s in read_series(a).values()
+        if len(s) >= 2
+        and (order := next((x.order for x in reversed(s) if x.lower_is_better or x.value > 0),
+                           None)) is not None
+    ]  # fmt: skip
     return max(orders) if orders else None
 
 

@@ -34,6 +34,7 @@ from resurgo.attribute.series import read_series
 from resurgo.attribute.stack_dumps import deadlocked_in_job_code, diverged_collective
 from resurgo.attribute.step_usage import idle_step_nodes
 from resurgo.attribute.stragglers import stragglers
+from resurgo.attribute.yearless_stamps import yearless_time
 from resurgo.contracts import AnomalyKind, Category, LogLine
 from resurgo.policy.decide import AGENT_NEVER_STARTED_KEY
 
@@ -170,7 +171,11 @@ def _scheduler(a: Analysis, outcome: str | None) -> Verdict | None:
             return None  # stuck first: the collectives' timeouts decide (cascades)
         if (idle := _finished_then_idle(a) or _never_progressed(a, lines)) is not None:
             return idle
-    if outcome == "timeout" and (hung := _hung_until_time_limit(a, lines)) is not None:
+    if (
+        outcome == "timeout"
+        and (hung := _hung_until_time_limit(a, lines) or _silent_until_time_limit(a, lines))
+        is not None
+    ):
         if (place := deadlocked_in_job_code(a.node_logs, a.lines)) is not None:
             # Stack dumps of the stuck ranks show every one blocked at the same place in the
             # job's own code, none in a collective: the job deadlocked itself.
@@ -345,6 +350,31 @@ def _hung_until_time_limit(a: Analysis, kill: list[LogLine]) -> Verdict | None:
         Category.UNKNOWN, "hang|time_limit", f"progress stopped at {times[-1]} and the job "
         f"stayed silent {silence / 3600:.1f} h until its time limit", 0.6,
         evidence=[a.lines[last], *kill[:2]], kind=AnomalyKind.HANG, outcome="timeout",
+    )  # fmt: skip
+
+
+def _silent_until_time_limit(a: Analysis, kill: list[LogLine]) -> Verdict | None:
+    """The job's last line of output before a time-limit kill came after its last progress
+    line and carries a time more than OUTPUT_SILENCE_SECONDS before the kill: whatever it
+    started then (a save, a weight sync, draining requests) never finished, and it printed
+    nothing more. Progress lines without a clock leave only that line to date the silence."""
+    last = last_progress(a)
+    killed = next((m.group(1) for e in kill if (m := _KILLED_AT.search(e.text))), None)
+    cut = a.kill_order if a.kill_order is not None else len(a.lines)
+    if last is None or killed is None or last >= cut:
+        return None
+    final = next((e for e in reversed(a.lines[last + 1 : cut]) if e.text.strip()), None)
+    if final is None or final.text.startswith("#"):
+        return None
+    end = datetime.fromisoformat(killed)
+    at = stamp_in(final.text) or yearless_time(final.text, end)
+    if at is None or at > end or (end - at).total_seconds() <= OUTPUT_SILENCE_SECONDS:
+        return None
+    return Verdict(
+        Category.UNKNOWN, "hang|time_limit", f"after its last progress line the job printed "
+        f"its last output at {at} and stayed silent {(end - at).total_seconds() / 3600:.1f} h "
+        "until its time limit", 0.6, evidence=[a.lines[last], final, *kill[:1]],
+        kind=AnomalyKind.HANG, outcome="timeout",
     )  # fmt: skip
 
 
