@@ -106,8 +106,9 @@ def _denying_by_default(a: Analysis) -> dict[str, list[LogLine]]:
 # (its answer on the next line), `systemctl status firewalld` (`Active: active (running)`), `ufw
 # status` (`Status: active`) (systemctl(1), ufw(8)).
 _FIREWALLS = r"(?:firewalld|ufw|nftables|iptables)"
-_IS_ACTIVE = re.compile(rf"\bsystemctl is-active {_FIREWALLS}\b")
-_ANSWER = re.compile(r"^\s*(active|inactive|failed|unknown)\s*$")
+_IS_ACTIVE = re.compile(rf"\bsystemctl is-active {_FIREWALLS}\b|\bfirewall-cmd --state\b")
+# (`firewall-cmd --state` answers `running` or `not running`, firewall-cmd(1))
+_ANSWER = re.compile(r"^\s*(active|inactive|failed|unknown|running|not running)\s*$")
 _UNIT = re.compile(rf"\b{_FIREWALLS}(?:\.service)? - ")
 _UNIT_ACTIVE = re.compile(r"^\s*Active: (active|inactive|failed)\b")
 _UFW_STATUS = re.compile(r"^\s*Status: (active|inactive)\s*$")
@@ -118,9 +119,9 @@ def _firewall_state(lines: list[LogLine]) -> tuple[bool, LogLine] | None:
     asked: re.Pattern[str] | None = None  # (the answer awaited after a status header)
     for i, entry in enumerate(lines):
         text = entry.text
-        if "is-active" in text and _IS_ACTIVE.search(text) and i + 1 < len(lines):
-            if (m := _ANSWER.match(lines[i + 1].text)) is not None:
-                return m[1] == "active", lines[i + 1]
+        if ("is-active" in text or "--state" in text) and _IS_ACTIVE.search(text):
+            if i + 1 < len(lines) and (m := _ANSWER.match(lines[i + 1].text)) is not None:
+                return m[1] in ("active", "running"), lines[i + 1]
         elif " - " in text and _UNIT.search(text):
             asked = _UNIT_ACTIVE
         elif "ufw status" in text:
@@ -130,18 +131,25 @@ def _firewall_state(lines: list[LogLine]) -> tuple[bool, LogLine] | None:
     return None
 
 
-def _only_firewall_running(a: Analysis) -> dict[str, list[LogLine]]:
-    """The one node of the job whose firewall service runs, where the others' files shown say
-    theirs does not: that node alone turns peers away (a package update that started it, a
-    re-image from another role's profile)."""
-    running: dict[str, list[LogLine]] = {}
+def firewalls_running(a: Analysis) -> tuple[dict[str, LogLine], int]:
+    """The job's nodes whose own files show their firewall service running (with the line),
+    and how many show it stopped."""
+    running: dict[str, LogLine] = {}
     stopped = 0
     for host, lines in a.node_logs.items():
         node = a.topo.hosts.canonical(host)
         if node is None or not a.in_job(node) or (state := _firewall_state(lines)) is None:
             continue
         if state[0]:
-            running.setdefault(node, []).append(state[1])
+            running.setdefault(node, state[1])
         else:
             stopped += 1
-    return running if len(running) == 1 and stopped else {}
+    return running, stopped
+
+
+def _only_firewall_running(a: Analysis) -> dict[str, list[LogLine]]:
+    """The one node of the job whose firewall service runs, where the others' files shown say
+    theirs does not: that node alone turns peers away (a package update that started it, a
+    re-image from another role's profile)."""
+    running, stopped = firewalls_running(a)
+    return {n: [e] for n, e in running.items()} if len(running) == 1 and stopped else {}

@@ -43,6 +43,7 @@ from resurgo.attribute.site_software import (
     site_software_everywhere,
 )
 from resurgo.attribute.stages_common import NETWORKISH
+from resurgo.attribute.unroutable_address import unroutable_advertised
 from resurgo.contracts import Category, LogLine
 from resurgo.detect.lines import parse_nccl_prefix
 
@@ -95,7 +96,7 @@ def node_software(a: Analysis, v: Verdict) -> Verdict:
                  name_pasted_gpu_fault, odd_net_plugin, odd_name_resolution,
                  gid_index_not_roce_v2_ipv4, device_broken_under_the_error,
                  odd_nccl_package, node_without_ib, gid_changed_under_slowdown,
-                 mtu_below_peers, bootstrap_on_a_bridge):  # fmt: skip
+                 mtu_below_peers, bootstrap_on_a_bridge, unroutable_advertised):  # fmt: skip
         v = join(a, v)
     return v
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 import re
 
 from resurgo.attribute.analysis import Analysis, Verdict
+from resurgo.attribute.firewall import firewalls_running
 from resurgo.attribute.liveness import last_progress
 from resurgo.attribute.log_header import STORE_HOST
 from resurgo.contracts import AnomalyKind, Category
 from resurgo.detect.lines import parse_nccl_prefix, strip_prefixes
-from resurgo.policy.decide import AGENT_NEVER_STARTED_KEY
+from resurgo.policy.decide import AGENT_NEVER_STARTED_KEY, NO_RETRY_HELPS_KEY
 
 # The catalogue's entries for waiting on peers that never came (patterns.json).
 _WAITING = frozenset({"rendezvous_error", "dist_store_timeout"})
@@ -96,7 +97,8 @@ def agent_never_started(a: Analysis) -> Verdict | None:
 # reach. A host whose own firewall rejects (firewalld's default `icmp-host-prohibited`) or
 # whose route is gone answers every peer this way, while the fabric still carries the rest.
 _NO_ROUTE = re.compile(
-    r"(?:Connect to (?P<ip>\d{1,3}(?:\.\d{1,3}){3})<\d+> returned 113\(No route to host\)"
+    r"(?:Connect to (?P<ip>\d{1,3}(?:\.\d{1,3}){3})<\d+> "
+    r"(?:returned 113\(No route to host\)|failed : No route to host)"
     r"|failed to connect to \[?(?P<host>[\w.-]+?)\]?:\d+ \(errno: 113 - No route to host\)"
     r"|\[Errno 113\] No route to host.{0,80}?\(['\"]?(?P<addr>[\w.-]+)['\"]?, \d+\))"
 )
@@ -133,6 +135,19 @@ def unreachable_node(a: Analysis) -> Verdict | None:
         return None
     if any(e.node == target and e.root and e.hardware for e in a.node_events):
         return None  # its own logs show a link or NIC fault: the hardware stages decide
+    running, stopped = firewalls_running(a)
+    job = a.job_nodes()
+    if target in running and not stopped and len(job) >= 2 and set(job) <= set(running):
+        # Every node runs the same firewall (the site's compute profile): each would turn its
+        # peers away, so there is no node to exclude and a retry meets the same rules.
+        return Verdict(
+            Category.SYSTEM_SOFTWARE, NO_RETRY_HELPS_KEY,
+            f"{target} refuses its peers (No route to host from {', '.join(sorted(reporters))}) "
+            f"and a firewall runs on every node of the job ({', '.join(sorted(job))}): the "
+            "site's firewall rules", 0.8,
+            culprits=sorted(job), evidence=[*lines[:2], *list(running.values())[:2]],
+            kind=AnomalyKind.CRASH,
+        )  # fmt: skip
     return Verdict(
         Category.SYSTEM_SOFTWARE, "unreachable|no_route_to_host",
         f"{target} refuses its peers (No route to host from {', '.join(sorted(reporters))}): "
