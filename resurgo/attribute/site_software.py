@@ -48,6 +48,7 @@ GPU_SOFTWARE_FAULTS = frozenset(
         "neuron_driver_missing",
         "rocblas_arch_library_missing",
         "memlock_limit_too_low",
+        "ucx_devx_not_supported",
     }
 )
 # The CUDA runtime the process loaded is newer than the node's driver.

@@ -290,7 +290,19 @@ def said_everywhere(
     if not actors and world >= 2:
         # No labels or rank prefixes: the same error printed once per process, by every one.
         unlabeled = [e for e in same if e.actor is None and e.origin == "job"]
-        everywhere = len({e.line.line_no for e in unlabeled}) >= world and not others
+        printed = len({e.line.line_no for e in unlabeled})
+        everywhere = printed >= world and not others
+        if not everywhere and printed >= 2 and not others and not victims:
+            # Printed fewer times than there are processes (launchers keep one rank's
+            # output per node, an excerpt), but srun says every task of the job exited with
+            # an error code of its own, none of them terminated after another's failure.
+            exits = a.scan.exit_order
+            tasks = {x.task for x in exits if x.status == "exit" and x.code}
+            everywhere = (
+                bool(exits)
+                and all(x.status == "exit" and x.code for x in exits)
+                and (len(tasks) >= world)
+            )
     return everywhere or _every_node_said(a, first, same, primaries, victims)
 
 

@@ -453,11 +453,13 @@ _LOOPBACK_LAUNCH = re.compile(
 )
 # ... and what the processes then print: a refused or timed-out connection to the loopback, or
 # the coordinator's start-up barrier timing out for want of them.
+# (All of 127.0.0.0/8 is the loopback: Debian's /etc/hosts maps the host's own name to
+# 127.0.1.1, so `hostname --ip-address` in a job script hands the peers that.)
 _LOOPBACK_FAILED = re.compile(
-    r"(?:localhost|127\.0\.0\.1|\[::1\])(?:[,:] ?\d+)?\)?[^\n]{0,80}"
+    r"(?:localhost|127\.\d{1,3}\.\d{1,3}\.\d{1,3}|\[::1\])(?:[,:] ?\d+)?\)?[^\n]{0,80}"
     r"(?:Connection refused|Failed to connect|timed out)|"
     r"(?:Connection refused|failed to connect|timed out)[^\n]{0,120}"
-    r"(?:\(localhost|127\.0\.0\.1|\[::1\])|"
+    r"(?:\(localhost|127\.\d{1,3}\.\d{1,3}\.\d{1,3}|\[::1\])|"
     r"\bDEADLINE_EXCEEDED: Barrier timed out\b",
     re.IGNORECASE,
 )

@@ -37,6 +37,12 @@ _LOCAL_PREFIX = re.compile(r"\[default(\d{1,5})\]:? ?", re.ASCII)
 # task's output with $SLURM_PROCID, the way `srun --label` prints `3: `).
 _TASK_PREFIX = re.compile(r"\[(?:task|proc|procid) ?(\d{1,7})\]:? ?", re.ASCII)
 _MPI_PREFIX = re.compile(r"\[\d{1,7},(\d{1,7})\]<std(?:out|err)>: ?", re.ASCII)
+# UCX's log prefix (openucx/ucx src/ucs/debug/log.c: `[%lu.%06lu] [%s:%-5d:%d]`, epoch seconds,
+# then host:pid:thread) and Open MPI's opal_output prefix (`[host:pid] `): a time and a host.
+_EPOCH_PREFIX = re.compile(r"\[(?P<epoch>\d{10}\.\d{1,9})\]\s+", re.ASCII)
+_HOST_PID_PREFIX = re.compile(
+    r"\[(?P<host>[A-Za-z][A-Za-z0-9.-]{0,62}):\d{1,9}(?::\d{1,9})?\]\s+", re.ASCII
+)
 # Host names: letters, digits, dots and hyphens (never an underscore), at most 63 per label.
 # (Directly followed by a rank label too: `[node-773][rank13]: ` from a wrapper that puts the
 # host before PyTorch's own rank prefix.)
@@ -299,6 +305,14 @@ def _strip_prefixes(line: str) -> LinePrefix:
             if (h := _BRACKET_HOST.match(line, offset)) is not None and _host_like(h["host"]):
                 host = host or h.group("host")
                 offset = h.end()
+                continue
+            if (e := _EPOCH_PREFIX.match(line, offset)) is not None:
+                when = when or _json_time(e.group("epoch"))
+                offset = e.end()
+                continue
+            if (hp := _HOST_PID_PREFIX.match(line, offset)) is not None and _host_like(hp["host"]):
+                host = host or hp.group("host")
+                offset = hp.end()
                 continue
             break
         if c == "(":
