@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 
 from resurgo.attribute.analysis import Analysis, Verdict, event_node
+from resurgo.attribute.leftover_gpu_processes import leftover_gpu_processes
 from resurgo.attribute.name_resolution import odd_name_resolution
 from resurgo.attribute.net_plugin import odd_net_plugin
 from resurgo.attribute.odd_transport import (
@@ -96,7 +97,8 @@ def node_software(a: Analysis, v: Verdict) -> Verdict:
                  name_pasted_gpu_fault, odd_net_plugin, odd_name_resolution,
                  gid_index_not_roce_v2_ipv4, device_broken_under_the_error,
                  odd_nccl_package, node_without_ib, gid_changed_under_slowdown,
-                 mtu_below_peers, bootstrap_on_a_bridge, unroutable_advertised):  # fmt: skip
+                 mtu_below_peers, bootstrap_on_a_bridge, unroutable_advertised,
+                 leftover_gpu_processes):  # fmt: skip
         v = join(a, v)
     return v
 
