@@ -47,7 +47,9 @@ PATTERN_MAX_MEM = 2 << 20
 _FLAGS = re.ASCII
 
 # Cheap gate: a line without any of these cannot be a built-in progress line.
-_GATE = gated(re.compile(r"(?i)iter|step|%\||it \[|epoch|\bit[ =:]|train: |num_updates|\[batch="))
+_GATE = gated(
+    re.compile(r"(?i)iter|step|%\||it \[|epoch|\bit[ =:]|\bitr\b|train: |num_updates|\[batch=")
+)
 _RESUME = re.compile(
     r"(?i)\b(?:resum\w*|restor\w*|load(?:ed|ing)?\s+(?:the\s+)?(?:\w+\s+)?checkpoint"
     r"|checkpoint\s+loaded)\b"
@@ -80,11 +82,14 @@ _EPOCH_ONLY = re.compile(
 _COMPOSER_BATCH = re.compile(r"^\s*\[batch=(\d{1,15})/\d{1,15}\]", _FLAGS)
 _TQDM = re.compile(r"(?:^|\s)\d{1,3}%\|[^|]{0,200}\|\s*(\d{1,15})/(?:\d{1,15}|\?)\s*\[", _FLAGS)
 _TQDM_UNKNOWN_TOTAL = re.compile(r"(?:^|\s)(\d{1,15})it \[\d", _FLAGS)
+# (ms-swift logs `'global_step/max_steps': '295/4491'`; Hand4Whole-style timers `itr
+# 245/3861`; fairchem/OCP print every field in `%.4e`, the step too: `step: 1.4000e+03`.)
 _KEYED = re.compile(
-    r"(?i)(?<![\w.])(?:global[_ ]step|num_updates|step|iter(?:ation)?)\b['\"]?\s*[=:]?\s*['\"]?"
-    r"(\d{1,15})\b(?![.]\d)",
+    r"(?i)(?<![\w.])(?:global[_ ]step(?:/max_steps)?|num_updates|step|iter(?:ation)?|itr)\b['\"]?"
+    r"\s*[=:]?\s*['\"]?(?:(\d{1,15})\b(?![.]\d)|(\d\.\d{1,12}e\+\d{1,2})\b)",
     _FLAGS,
 )
+_SCIENTIFIC = re.compile(r"\d\.\d{1,12}[eE]\+\d{1,2}", _FLAGS)
 
 # `it 7425 | loss 2.22`, `it: 120, loss ...`: the short key, only where a field separator follows
 # (prose such as "did it 3 times" stays out); `it=100 loss=2.18`: key=value fields. A space,
@@ -159,6 +164,10 @@ def _to_iteration(text: str | None) -> int | None:
     if len(text) < 16 and text.isdigit() and text.isascii():
         return int(text)  # the common case: plain digits, below MAX_ITERATION
     cleaned = text.strip().replace(",", "").replace("_", "")
+    if _SCIENTIFIC.fullmatch(cleaned) is not None:
+        number = float(cleaned)  # (a whole number written `1.4000e+03`; not `1.4567e+03`)
+        whole = int(number)
+        return whole if whole == number and whole <= MAX_ITERATION else None
     if not cleaned or len(cleaned) > 16 or not (cleaned.isascii() and cleaned.isdigit()):
         return None
     value = int(cleaned)
@@ -321,7 +330,7 @@ def _parse_builtin(line: str, body: str | None = None) -> int | None:
     # Both are ASCII-only case-insensitive, so `str.lower` keeps their literals in any text.
     folded = text.lower() if low is None else low
     m = None
-    if "step" in folded or "iter" in folded or "num_updates" in folded:
+    if "step" in folded or "iter" in folded or "itr" in folded or "num_updates" in folded:
         m = _KEYED.search(text)
     if m is None and "it" in folded:
         m = _SHORT_IT.search(text)

@@ -58,6 +58,12 @@ MEGATRON = (
         # hand-written loop): the epoch is the clock.
         ("Epoch #2057  | Time: 23h 56m 41s | LR: 4.00e-04 | Epoch time:  41.26 | Train loss: 0.00034544 | Val loss: 0.00037308", 2057),
         ("epoch: 12, loss 0.31, val_loss 0.35", 12),
+        # fairchem/OCP's trainer logs every field in `%.4e`, the step too.
+        ("2022-11-16 10:26:20 (INFO): energy_mae: 3.7000e-01, forcesx_mae: 4.15e-02, loss: 1.79e+01, lr: 5.00e-04, epoch: 2.1538e-02, step: 1.4000e+03", 1400),
+        # ms-swift's log dict: `'global_step/max_steps': '295/4491'`.
+        ("{'loss': 0.3863, 'train_speed(iter/s)': 0.1132, 'epoch': 0.19, 'global_step/max_steps': '295/4491', 'percentage': '6.57%'}", 295),
+        # A timer line of the Hand4Whole/common trainers: `Epoch 0/12 itr 245/3861: lr: ...`.
+        ("09-24 10:22:57 Epoch 0/12 itr 245/3861: lr: 0.0001 speed: 4.91(0.61s r4.30)s/itr 5.27h/epoch", 245),
     ],
 )  # fmt: skip
 def test_builtin_formats(line: str, iteration: int) -> None:
@@ -86,6 +92,9 @@ def test_builtin_formats(line: str, iteration: int) -> None:
         "",
         "Traceback (most recent call last):",
         "retrying it 3 times before giving up",
+        "step: 1.4567e+03",  # (not a whole number: not a step)
+        "step: 5.0e-04",
+        "speed: 4.91(0.61s r4.30)s/itr 5.27h/epoch",
     ],
 )
 def test_not_progress(line: str) -> None:
