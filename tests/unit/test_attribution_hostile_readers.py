@@ -47,6 +47,18 @@ FRAGMENTS = [
     "slurmstepd: error: execve(): /tmp/slurmd/job00089/slurm_script: No such file or directory",
     "+ export CUDA_LAUNCH_BLOCKING=1 --shm-size=64m time: 1.0310 (1.020) ",
     "NVRM: rm_init_adapter failed for device bearing minor number ",
+    # session 17's readers: year-less stamps, advertised addresses, firewall-cmd, leftover GPU
+    # processes, UCX/Open MPI prefixes, sacct's fixed-width Elapsed, progress spellings
+    "I0229 25:61:99.1 INFO 13-45 06:38:07 [loggers.py:1] Avg generation throughput: 0.0 tokens/s",
+    "NCCL INFO NET/Socket : Using [0]br-05ab:172.19.0.1<0> [1]usb0:169.254.0.1<0> "
+    "Connect to 169.254.0.1<1> failed ",
+    "$ firewall-cmd --state\nrunning\nNet : Connect to 10.1.0.21<4> failed : No route to host ",
+    "pid, used_memory [MiB]\n2203118, 21404 MiB\n$ ps -o pid,etime\n    PID ELAPSED\n"
+    "2203118 99-23:59:59 ",
+    "/proc/1/environ\nSLURM_JOB_ID=999999999999\n    PID: 1\n"
+    "[1667558352.1] [gpu-c02:1:0] [gpu-c01:2] ",
+    "JobID JobName State Elapsed\n41 t TIMEOUT 9999-23:59:59\n41 CANCELLED by 0 x 00:00:01 ",
+    "step: 9.9999e+99 'global_step/max_steps': '1/0' itr 99999999999999999999/1 ",
 ]
 NODES = ["gpu-c01", "gpu-c02"]
 
