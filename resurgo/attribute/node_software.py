@@ -44,7 +44,7 @@ from resurgo.attribute.site_software import (
     site_software_everywhere,
 )
 from resurgo.attribute.stages_common import NETWORKISH
-from resurgo.attribute.unroutable_address import unroutable_advertised
+from resurgo.attribute.unroutable_address import VIRTUAL_INTERFACE, unroutable_advertised
 from resurgo.contracts import Category, LogLine
 from resurgo.detect.lines import parse_nccl_prefix
 
@@ -64,8 +64,6 @@ _CONNECT_TO = re.compile(
     r"\b(?:socketStartConnect|socketConnect|socketPollConnect): Connect to "
     r"(?P<ip>\d{1,3}(?:\.\d{1,3}){3})<\d+> failed"
 )
-# Interfaces that are no host's fabric: hypervisor and container bridges, virtual pairs.
-_VIRTUAL_IF = re.compile(r"^(?:virbr|docker|br-|veth|vnet|cni|flannel|lxcbr|podman)")
 _XID_PID = re.compile(r"\bNVRM: Xid \([^)]*\): \d+, pid=(?P<pid>\d+)")
 _NOTE_HOST = re.compile(
     r"^#\s*(?:kernel log|dmesg|journal|syslog|console)\b.{0,20}?\bof\s+(?P<host>[\w.-]+)", re.I
@@ -219,7 +217,7 @@ def odd_bootstrap_interface(a: Analysis, v: Verdict) -> Verdict:
     owner = owners[0]
     ifname = used[owner][0]
     others = {i for n, (i, _a, _l) in used.items() if n != owner}
-    if ifname in others or not (_VIRTUAL_IF.match(ifname) or len(others) == 1):
+    if ifname in others or not (VIRTUAL_INTERFACE.match(ifname) or len(others) == 1):
         return v
     return Verdict(
         Category.SYSTEM_SOFTWARE, "nccl_bootstrap_interface|odd_one",

@@ -273,13 +273,18 @@ def _timed_out_before_the_kill(a: Analysis) -> bool:
     )
 
 
+def _killed_at(kill: list[LogLine]) -> str | None:
+    """The time Slurm's kill lines give for the kill (`CANCELLED AT <time> DUE TO ...`)."""
+    return next((m.group(1) for e in kill if (m := _KILLED_AT.search(e.text))), None)
+
+
 def _never_progressed(a: Analysis, kill: list[LogLine]) -> Verdict | None:
     """The time limit ended a job that never printed a training step, its output silent for
     far longer than a start-up takes: it idled, a hang (attribution-labels.md: a job whose
     training step never started and idled until the time limit is a hang)."""
     if a.scan.advances or last_progress(a) is not None or read_series(a):
         return None
-    killed = next((m.group(1) for e in kill if (m := _KILLED_AT.search(e.text))), None)
+    killed = _killed_at(kill)
     if killed is None:
         return None
     # The last time the output shows; without one, when Slurm started the job (the whole
@@ -311,7 +316,7 @@ def _hung_until_time_limit(a: Analysis, kill: list[LogLine]) -> Verdict | None:
     """A time-limit kill long after the last progress line: the job was hung, not cut short."""
     times = progress_times(a)
     last = last_progress(a)
-    killed = next((m.group(1) for e in kill if (m := _KILLED_AT.search(e.text))), None)
+    killed = _killed_at(kill)
     if len(times) < 2 and last is not None and killed is not None:
         # Progress lines without clock times (tqdm bars): `stat` of the job's output file
         # says when it was last written, or an operator's note when it last advanced.
@@ -359,7 +364,7 @@ def _silent_until_time_limit(a: Analysis, kill: list[LogLine]) -> Verdict | None
     started then (a save, a weight sync, draining requests) never finished, and it printed
     nothing more. Progress lines without a clock leave only that line to date the silence."""
     last = last_progress(a)
-    killed = next((m.group(1) for e in kill if (m := _KILLED_AT.search(e.text))), None)
+    killed = _killed_at(kill)
     cut = a.kill_order if a.kill_order is not None else len(a.lines)
     if last is None or killed is None or last >= cut:
         return None

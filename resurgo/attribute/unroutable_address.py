@@ -25,12 +25,13 @@ from resurgo.detect.lines import parse_nccl_prefix
 _ADVERTISED = re.compile(r"\bNCCL INFO (?:Bootstrap|NET/Socket) ?: Using ")
 _IF_ADDRESS = re.compile(r"(?:\[\d+\])?(?P<ifname>[\w.@-]+):(?P<ip>\d{1,3}(?:\.\d{1,3}){3})<")
 _CONNECT = re.compile(r"\bConnect to (?P<ip>\d{1,3}(?:\.\d{1,3}){3})<\d+> failed\b")
-_UNROUTABLE_IF = re.compile(r"^(?:virbr|docker|br-|veth|vnet|cni|flannel|lxcbr|podman)")
+# Interfaces that are no host's fabric: hypervisor and container bridges, virtual pairs.
+VIRTUAL_INTERFACE = re.compile(r"^(?:virbr|docker|br-|veth|vnet|cni|flannel|lxcbr|podman)")
 MAX_SCANNED = 5000
 
 
 def _unroutable(ifname: str, ip: str) -> bool:
-    return bool(_UNROUTABLE_IF.match(ifname)) or ip.startswith("169.254.")
+    return bool(VIRTUAL_INTERFACE.match(ifname)) or ip.startswith("169.254.")
 
 
 def unroutable_advertised(a: Analysis, v: Verdict) -> Verdict:
