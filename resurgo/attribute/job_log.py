@@ -34,8 +34,9 @@ from resurgo.attribute.tracebacks import _EXC_LINE, TracebackTracker
 from resurgo.contracts import Category, LogLine
 from resurgo.detect.lines import parse_nccl_prefix, strip_prefixes
 from resurgo.detect.literals import gated
-from resurgo.detect.progress import ProgressParser, parse_rank_timing, timing_fields
+from resurgo.detect.progress import ProgressParser, parse_rank_timing
 from resurgo.detect.registry import PatternMatch, Registry
+from resurgo.detect.timing_fields import SPACED_HINT, timing_fields
 
 # Lines that say the launcher saw the job's processes end.
 ENDED_IDS = frozenset(
@@ -201,9 +202,13 @@ def scan_job(registry: Registry, lines: list[LogLine], topo: Topology) -> JobSca
         if "step_time_ms" in text and (timing := parse_rank_timing(text)):
             where = topo.hosts.canonical(timing.node) or timing.node
             scan.timings.setdefault(timing.rank, []).append((timing.step, timing.ms, where))
-        elif ("tim" in body or "t_" in body or "ms" in body or "dt" in body) and (
-            fields := timing_fields(body)
-        ):
+        elif (
+            "tim" in body
+            or "t_" in body
+            or "ms" in body
+            or "dt" in body
+            or SPACED_HINT.search(body) is not None
+        ) and (fields := timing_fields(body)):
             # Any per-rank times (`1: iter 40 | step_time 0.52s data_time 0.3s`, JSON lines
             # with a "rank" key): ranks that each report their own make stragglers visible
             # whatever the trainer's format.

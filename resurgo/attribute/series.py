@@ -25,7 +25,7 @@ from resurgo.attribute.analysis import Analysis
 from resurgo.contracts import LogLine
 from resurgo.detect.lines import strip_prefixes
 from resurgo.detect.literals import gated
-from resurgo.detect.progress import timing_fields
+from resurgo.detect.timing_fields import SPACED_HINT, timing_fields
 
 SLOWDOWN_RATIO = 1.2
 RECENT_SAMPLES = 3
@@ -250,7 +250,9 @@ def read_series(a: Analysis) -> dict[str, list[Sample]]:
                     if literal in text:
                         break
                 else:
-                    continue
+                    # Nor do space-separated phases (`step 0.530s data 0.016s`).
+                    if SPACED_HINT.search(text) is None:
+                        continue
         prefix = strip_prefixes(text)
         actor = prefix.task if prefix.task is not None else prefix.rank
         for key, ms in timing_fields(prefix.body).items():

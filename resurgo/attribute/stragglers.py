@@ -11,7 +11,7 @@ import re
 import statistics
 
 from resurgo.attribute.analysis import Analysis, Verdict
-from resurgo.attribute.debug_modes import profiling_every_step, slow_debug_mode
+from resurgo.attribute.debug_modes import slow_debug_mode
 from resurgo.attribute.detector_reports import detected_stragglers
 from resurgo.attribute.gc_pauses import gc_pause_slowdown
 from resurgo.attribute.node_diagnostics import degraded_nodes, diagnose_slow_nodes
@@ -21,6 +21,7 @@ from resurgo.attribute.rank_phases import COMPUTE, HOST_WORK, node_quiet, own_wo
 from resurgo.attribute.rank_tables import read_rank_reports
 from resurgo.attribute.series import actor_fields, jobwide_slowdown
 from resurgo.attribute.stack_dumps import _DISTRIBUTED, _LIBRARY, main_thread_stacks
+from resurgo.attribute.step_phases import EXTRA_WORK_KEY, own_work
 from resurgo.attribute.summary_stragglers import slow_in_summaries
 from resurgo.attribute.uneven_work import uneven_work
 from resurgo.contracts import AnomalyKind, Category, LogLine
@@ -39,29 +40,11 @@ _APPLICATION_SLOWNESS = re.compile(
 )
 
 
-# Step phases that are the job's own extra work rather than training: rank 0 logging,
-# uploading metrics, writing samples, dumping profiler traces for the whole job while the other
-# ranks wait in the next collective (NVRx usage guide: rank 0's extra work; torchtitan
-# docs/debugging.md: a trace per `profile_freq` steps). A phase taking EXTRA_WORK_SHARE of
-# the step, step after step, is the code's straggler.
-_EXTRA_WORK_KEY = re.compile(
-    r"(?i)(?:^|[_+/ -])(?:log(?:ging)?|upload|wandb|samples?|profil\w*|traces?|dump|print"
-    r"|tensorboard|tb)(?:$|[_+/ -])"
-)
-# Input-pipeline phases: waiting for the next batch (pytorch/examples AverageMeter `Data`,
-# `data_time`, `dataloader_ms`). Every rank waiting most of its step for data is the job's own
-# input pipeline (workers, CPUs requested, preprocessing), not a node: no single rank is slow.
-_DATA_KEY = re.compile(r"(?i)^(?:data|data_?(?:time|wait|load\w*)|dataloader\w*|batch_?load\w*)$")
-_STEP_KEYS = ("step", "time", "step_time", "step_time_s", "step_time_ms", "iter_time",
-              "iteration_time", "batch_time", "it_time", "dt", "t_step", "time_ms")  # fmt: skip
 _NO_STRAGGLER = re.compile(r"(?i)\bno stragglers? (?:detected|found)\b")
 _UNEVEN_PIPELINE = re.compile(
     r"--(?:decoder-(?:first|last)-pipeline-num-layers|num-layers-in-(?:first|last)-pipeline-stage"
     r"|pipeline-model-parallel-layout)\b"
 )
-EXTRA_WORK_SHARE = 0.25
-DATA_SHARE = 0.5
-MIN_PHASE_SAMPLES = 3
 
 Samples = dict[int, list[tuple[int, float, str]]]
 
@@ -120,7 +103,11 @@ def _stragglers(a: Analysis, *, timings_only: bool = False) -> Verdict | None:
                 }
                 for key, by_actor in actor_fields(a).items()
             }  # fmt: skip
-        found = [(_slow_ranks(by_rank), key) for key, by_rank in by_key.items()]
+        # A rank long in a collective's wait (`allreduce_wait`) waits for the slow ones.
+        found = [
+            (_slow_ranks(by_rank), key) for key, by_rank in by_key.items()
+            if "wait" not in key.lower() or HOST_WORK.search(key)
+        ]  # fmt: skip
         (slow, node_of, _), slow_key = max(
             found, key=lambda f: (bool(f[0][0]), f[0][2]), default=(([], {}, 0.0), "")
         )
@@ -164,7 +151,11 @@ def _stragglers(a: Analysis, *, timings_only: bool = False) -> Verdict | None:
         rotating,
         reports.ranks,
         reports.known,
-        extra_work=bool(_EXTRA_WORK_KEY.search(slow_key) or HOST_WORK.search(reports.phase)),
+        extra_work=bool(
+            EXTRA_WORK_KEY.search(slow_key)
+            or HOST_WORK.search(slow_key)
+            or HOST_WORK.search(reports.phase)
+        ),
         compute=gpu_named or bool(COMPUTE.search(phase) and not HOST_WORK.search(phase)),
         gpus_steady=reports.gpus_steady,
     )
@@ -185,7 +176,7 @@ def _stragglers(a: Analysis, *, timings_only: bool = False) -> Verdict | None:
     # are the straggler's only trace.
     outliers = degraded_nodes(a) if a.running else []
     if not (slow or report or degraded or warn or summary_nodes or outliers):
-        return _own_work(a) or _one_rank_in_own_code(a) or periodic_own_work(a) or _jobwide(a)
+        return own_work(a) or _one_rank_in_own_code(a) or periodic_own_work(a) or _jobwide(a)
     nodes = {node_of[r] for r in slow if node_of.get(r)} | summary_nodes
     for e in report:
         named = {n for n in a.node_list if re.search(rf"\b{re.escape(n)}\b", e.line.text)}
@@ -373,57 +364,6 @@ def _application_straggler(
 def _nodes_of(a: Analysis, ranks: list[int], reported: dict[int, str | None]) -> list[str]:
     found = (reported.get(r) or a.topo.node_of(r, r) for r in ranks)
     return [n for n in found if n is not None]
-
-
-def _own_work(a: Analysis) -> Verdict | None:
-    """No rank or node singled out, but the step's own phases say where its time goes: rank
-    0's extra work (logging, uploads, profiler traces) or every rank waiting for its input."""
-    extra: list[tuple[object, str, float]] = []
-    data: list[tuple[object, str, float]] = []
-    actors: set[object] = set()
-    by_actor: dict[object, dict[str, list[float]]] = {}
-    for key, per_actor in actor_fields(a).items():
-        for actor, samples in per_actor.items():
-            by_actor.setdefault(actor, {})[key.removeprefix("field:")] = [
-                s.value for s in samples[-STRAGGLER_WINDOW:]
-            ]
-    for actor, fields in by_actor.items():
-        step_key = next(
-            (k for k in _STEP_KEYS if len(fields.get(k, ())) >= MIN_PHASE_SAMPLES), None
-        )
-        if step_key is None:
-            continue
-        actors.add(actor)
-        step = statistics.median(fields[step_key])
-        if step <= 0:
-            continue
-        for key, values in fields.items():
-            if key == step_key or len(values) < MIN_PHASE_SAMPLES:
-                continue
-            share = statistics.median(values) / step
-            if _EXTRA_WORK_KEY.search(key) and share >= EXTRA_WORK_SHARE and share < 1:
-                extra.append((actor, key, share))
-            elif _DATA_KEY.match(key) and DATA_SHARE <= share < 1:
-                data.append((actor, key, share))
-    why = ""
-    ranks: list[int] = []
-    doing = {x for x, _, _ in extra}
-    # A minority of the ranks (rank 0 for the whole job), or rank 0 alone printing its phases.
-    if extra and (len(doing) * 2 < len(actors) or doing <= {0, None}):
-        actor, key, share = max(extra, key=lambda x: x[2])
-        why = f"{key} takes {share:.0%} of each step on one rank while the others wait"
-        ranks = [actor] if isinstance(actor, int) else []
-    elif data and {x for x, _, _ in data} == actors:
-        _, key, share = max(data, key=lambda x: x[2])
-        why = f"every rank waits for its input ({key} {share:.0%} of each step)"
-    if not why:
-        return profiling_every_step(a)
-    key = extra[0][1] if ranks or extra else data[0][1]
-    evidence = [e for e in a.lines if key in e.text.lower()][-2:]
-    return Verdict(
-        Category.APPLICATION, "straggler|application", f"straggler in the application ({why})",
-        0.6, ranks=ranks, evidence=evidence, kind=AnomalyKind.STRAGGLER,
-    )  # fmt: skip
 
 
 def _one_rank_in_own_code(a: Analysis) -> Verdict | None:

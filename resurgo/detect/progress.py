@@ -28,12 +28,11 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
 from typing import NamedTuple, Protocol
 
 import re2
 
-from resurgo.detect.lines import MEMO_MAX_LINES, block_memo, split_srun_label, strip_prefixes
+from resurgo.detect.lines import split_srun_label, strip_prefixes
 from resurgo.detect.literals import gated
 
 MAX_PATTERN_CHARS = 1000
@@ -61,9 +60,11 @@ _LIGHTNING = re.compile(
 # pytorch/examples imagenet/main.py ProgressMeter (copied by many vision trainers):
 # `Epoch: [4][ 200/2502]\tTime  0.781 ( 0.70)\tData  0.372 ( 0.30)\tLoss ...`.
 # timm train.py: `Train: 3 [ 100/1251 (  8%)]  Loss: ...  Time: 0.312s, ...`; Composer's
-# console logger: `[epoch=1][batch=120/10000]: ...`.
+# console logger: `[epoch=1][batch=120/10000]: ...`; pytorch/examples mnist/main.py (and
+# open_clip's train loop after it): `Train Epoch: 1 [640/60000 (1%)]\tLoss: 0.30` (samples seen).
 _EPOCH_BATCH = re.compile(
-    r"(?:\bEpoch: \[(\d{1,9})\]\[|\bTrain: (\d{1,9}) \[|\[epoch=(\d{1,9})\]\[batch=)"
+    r"(?:\bEpoch: \[(\d{1,9})\]\[|\bTrain: (\d{1,9}) \[|\[epoch=(\d{1,9})\]\[batch="
+    r"|\bTrain Epoch: (\d{1,9}) \[)"
     r"\s*(\d{1,15})/(\d{1,15})\b",
     _FLAGS,
 )
@@ -115,35 +116,6 @@ _PER_IT = re.compile(
     r"(?i)(?<![\w.])(?P<value>\d{1,9}(?:\.\d{1,9})?)\s*(?P<unit>ms|s)/(?:it|iter|step)\b"
     r"(?P<key_unit>)"
 )
-_TIME_FIELD = re.compile(
-    r"(?i)(?<![\w])\"?(?P<key>dt|time|t_[a-z][a-z0-9_]*|[a-z][a-z0-9_]*_?time(?:_(?:s|ms|sec))?|"
-    r"time_[a-z0-9_]+|[a-z][a-z0-9]*_ms)\"?"
-    r"\s*[=:]\s*(?P<value>\d{1,9}(?:\.\d{1,9})?)(?:\s*(?P<unit>ms|s)\b)?(?![\d:./_-])"
-)
-# `_TIME_FIELD` in two steps (the same matches, see `keyed_fields`): any ASCII token before
-# `=`/`:` and a number, then whether the token is a duration key.
-_TOKEN_FIELD = re.compile(
-    r"(?i)(?<![\w])\"?(?P<key>[A-Za-z_][A-Za-z0-9_]*+)\"?"
-    r"\s*[=:]\s*(?P<value>\d{1,9}(?:\.\d{1,9})?)(?:\s*(?P<unit>ms|s)\b)?(?![\d:./_-])"
-)
-_TIME_KEY = re.compile(
-    r"(?i)dt|time|t_[a-z][a-z0-9_]*|[a-z][a-z0-9_]*_?time(?:_(?:s|ms|sec))?|time_[a-z0-9_]+"
-    r"|[a-z][a-z0-9]*_ms"
-)
-# A field of a `|`-, `,`- or tab-separated step line whose value carries its unit:
-# `| data 0.011s | fwd+bwd 0.98s | log_samples 0.44s |`, `| log+upload 2.17 s`, and
-# pytorch/examples' AverageMeter `Time  0.781 ( 0.70)` / `Data  0.372 ( 0.30)` (seconds: the
-# current value, then the running average in parentheses).
-_SEPARATED_FIELD = re.compile(
-    r"(?i)(?:[|,\t])\s*(?P<key>[a-z][a-z0-9_+/-]{0,30}?)\s+"
-    r"(?P<value>\d{1,9}(?:\.\d{1,9})?)(?:\s?(?P<unit>ms|s)\b(?!/)|(?=\s+\(\s*\d+\.\d+\)))"
-)
-_UNIT_FIELD = re.compile(
-    r"(?<![\w.+-])(?P<key>[A-Za-z][A-Za-z0-9_]{0,30})=(?P<value>\d{1,9}(?:\.\d{1,9})?)"
-    r"(?P<unit>ms|s)(?![\w/])",
-    _FLAGS,
-)
-_MS_PHASE = re.compile(r"\|\s*([A-Za-z][\w.-]{0,60}):\s*(\d{1,9}(?:\.\d{1,9})?)(?![\d.])")
 _KEY_VALUE = re.compile(r"\b([A-Za-z_]\w{0,40})=([^\s,;|]{1,256})", _FLAGS)
 _NODE = re.compile(r"[A-Za-z0-9][\w.-]{0,252}", _FLAGS)
 _RANK_PREFIX = re.compile(r"\s*\[[Rr]ank ?(\d{1,7})\]", _FLAGS)
@@ -311,11 +283,11 @@ def _parse_builtin(line: str, body: str | None = None) -> int | None:
         size = _to_iteration(total)
         total_steps = n if size is None else epoch * size + n
         return total_steps if total_steps <= MAX_ITERATION else None
-    if ("Epoch: [" in text or "Train: " in text or "[epoch=" in text) and (
+    if ("Epoch: " in text or "Train: " in text or "[epoch=" in text) and (
         m := _EPOCH_BATCH.search(text)
     ) is not None:
-        epoch = _to_iteration(m.group(1) or m.group(2) or m.group(3))
-        n, size = _to_iteration(m.group(4)), _to_iteration(m.group(5))
+        epoch = _to_iteration(m.group(1) or m.group(2) or m.group(3) or m.group(4))
+        n, size = _to_iteration(m.group(5)), _to_iteration(m.group(6))
         if epoch is None or n is None or size is None:
             return None
         return epoch * size + n if epoch * size + n <= MAX_ITERATION else None
@@ -375,93 +347,6 @@ def parse_step_duration(text: str) -> float | None:
         return None
     ms = value if unit == "ms" else value * 1000.0
     return ms if math.isfinite(ms) and ms >= 0 else None
-
-
-def keyed_fields(text: str) -> dict[str, float]:
-    """The `key=value` / `key: value` duration fields of a line, in ms (`_TIME_FIELD`'s
-    matches: every \\w-token before `=`/`:` is a candidate, the key regex decides; one pass
-    of a simple token regex costs a fraction of the key alternation tried at every position)."""
-    out: dict[str, float] = {}
-    # Every field is `key` then `=` or `:`: a line with neither has none.
-    if "=" not in text and ":" not in text:
-        return out
-    for m in _TOKEN_FIELD.finditer(text):
-        key, value, unit = m.groups()
-        known = _TIME_KEYS.get(key)
-        if known is None:
-            known = _time_key(key)
-        if not known:
-            continue
-        unit = (unit or "").lower() or ("ms" if known.endswith("ms") else "s")
-        if (dur := _duration_ms(value, unit)) is not None:
-            out.setdefault(known, dur)
-    return out
-
-
-_TIME_KEYS: dict[str, str] = {}
-"""Token → its lower-cased key if `_TIME_KEY` takes it, else "": a job prints the same few
-keys on every line, so each is tried once (bounded: a flood of distinct tokens is not kept)."""
-_TIME_KEYS_MAX = 4096
-
-
-def _time_key(token: str) -> str:
-    known = token.lower() if _TIME_KEY.fullmatch(token) is not None else ""
-    if len(_TIME_KEYS) < _TIME_KEYS_MAX:
-        _TIME_KEYS[token] = known
-    return known
-
-
-def _duration_ms(value: str, unit: str) -> float | None:
-    """A field's value in ms (`unit` is `ms` or seconds); None unless finite and not negative."""
-    try:
-        ms = float(value) * (1.0 if unit == "ms" else 1000.0)
-    except ValueError:
-        return None
-    return ms if math.isfinite(ms) and ms >= 0 else None
-
-
-def timing_fields(text: str) -> Mapping[str, float]:
-    """Every duration field on a line, in ms: `step_time_s: 0.50`, `data_time_s=0.35`,
-    `dt=554.0ms`, `fwd_bwd_time 12ms`, plus `parse_step_duration`'s spellings (as `step`).
-    A value without a unit is in seconds unless its key ends in `_ms`. Computed once per
-    distinct line inside a `memoised_prefixes` block (the event scan and the series reader
-    both ask), so the result is read-only."""
-    memo = block_memo("timing_fields")
-    if memo is None:
-        return _timing_fields(text)
-    found: Mapping[str, float] | None = memo.get(text)
-    if found is None:
-        found = _timing_fields(text)
-        if len(memo) < MEMO_MAX_LINES:
-            memo[text] = found
-    return found
-
-
-def _timing_fields(text: str) -> dict[str, float]:
-    out = keyed_fields(text)
-    if "time (ms) |" in text:
-        # DeepSpeed's wall_clock_breakdown (deepspeed/utils/timer.py SynchronizedWallClockTimer
-        # .log): `time (ms) | forward: 123.45 | backward: 234.56 | step: 40.00`.
-        for m in _MS_PHASE.finditer(text):
-            ms = float(m.group(2))
-            if math.isfinite(ms):
-                out.setdefault(m.group(1).lower(), ms)
-    if "|" in text or "\t" in text or "," in text:
-        for m in _SEPARATED_FIELD.finditer(text):
-            key = m.group("key").lower()
-            unit = (m.group("unit") or "s").lower()
-            if (dur := _duration_ms(m.group("value"), unit)) is not None:
-                out.setdefault(key, dur)
-    if not out and (spelled := parse_step_duration(text)) is not None:
-        out["step"] = spelled
-    if "=" in text:
-        # A value that carries its unit is a duration whatever its key: a per-rank phase
-        # line `timing step 5 data=0.902s total=1.215s` (after the spellings above, which
-        # decide whether a line has a step time of its own).
-        for m in _UNIT_FIELD.finditer(text):
-            if (dur := _duration_ms(m.group("value"), m.group("unit").lower())) is not None:
-                out.setdefault(m.group("key").lower(), dur)
-    return out
 
 
 def parse_rank_timing(line: str) -> RankTiming | None:

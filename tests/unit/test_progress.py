@@ -10,6 +10,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from resurgo.detect import progress
+from resurgo.detect import timing_fields as tf
 from resurgo.detect.lines import strip_prefixes
 from resurgo.detect.progress import (
     ProgressParser,
@@ -18,8 +19,8 @@ from resurgo.detect.progress import (
     parse_rank_timing,
     parse_step_duration,
     parse_step_time,
-    timing_fields,
 )
+from resurgo.detect.timing_fields import timing_fields
 
 MEGATRON = (
     " iteration       12/     200 | consumed samples:          192 | elapsed time per iteration "
@@ -302,24 +303,22 @@ def test_literal_gates_change_no_result(line: str) -> None:
     body = strip_prefixes(line).body
     assert ProgressParser().parse(line, body) == _reference_iteration(line)
     assert parse_step_duration(line) == _reference_duration(line)
-    assert progress.keyed_fields(line) == _reference_fields(line, fallback=False)
+    assert tf.keyed_fields(line) == _reference_fields(line, fallback=False)
 
 
 def test_time_keys_memory_is_bounded_and_changes_no_result() -> None:
     # A flood of distinct tokens (keys made up on every line) fills the memory of tried keys
     # up to its bound; keys seen after that are still read, just not remembered.
-    lines = [
-        f"f{i}_time={i % 7}.5 tok{i}=3 step_time_ms=2" for i in range(progress._TIME_KEYS_MAX + 50)
-    ]
+    lines = [f"f{i}_time={i % 7}.5 tok{i}=3 step_time_ms=2" for i in range(tf._TIME_KEYS_MAX + 50)]
     for line in lines:
-        assert progress.keyed_fields(line) == _reference_fields(line, fallback=False)
-    assert len(progress._TIME_KEYS) <= progress._TIME_KEYS_MAX
-    assert progress.keyed_fields(lines[-1]) == {"f4145_time": 1500.0, "step_time_ms": 2.0}
+        assert tf.keyed_fields(line) == _reference_fields(line, fallback=False)
+    assert len(tf._TIME_KEYS) <= tf._TIME_KEYS_MAX
+    assert tf.keyed_fields(lines[-1]) == {"f4145_time": 1500.0, "step_time_ms": 2.0}
 
 
 def _reference_fields(text: str, *, fallback: bool = True) -> dict[str, float]:
     out: dict[str, float] = {}
-    for m in progress._TIME_FIELD.finditer(text):
+    for m in tf._TIME_FIELD.finditer(text):
         key = m.group("key").lower()
         unit = (m.group("unit") or "").lower() or ("ms" if key.endswith("ms") else "s")
         ms = float(m.group("value")) * (1.0 if unit == "ms" else 1000.0)
@@ -343,6 +342,9 @@ def _reference_fields(text: str, *, fallback: bool = True) -> dict[str, float]:
         ("[epoch=1][batch=120/10000]: Train throughput/samples_per_sec: 123.4", 10120),
         ("completed step: 10, seconds: 1.234, TFLOP/s/device: 123.456, Tokens/s/device: 4567.890, total_weights: 196608, loss: 7.123", 10),
         ("iter 100: loss 4.2345, time 120.53ms, mfu 30.21%", 100),
+        # pytorch/examples mnist/main.py's train loop (samples seen), and open_clip's after it
+        ("Train Epoch: 1 [640/60000 (1%)]\tLoss: 0.301003", 60640),
+        ("0: 2024-04-14,08:12:40 | INFO | Train Epoch: 0 [  262144/40000000 (1%)] Data (t): 0.101 Batch (t): 0.912, 9340.3/s, 291.9/s/gpu LR: 0.000050", 262144),
     ],
 )  # fmt: skip
 def test_more_frameworks_progress(line: str, iteration: int) -> None:
@@ -364,10 +366,10 @@ def test_timing_fields_are_read_once_per_line_inside_an_attribution_block() -> N
     from resurgo.detect.lines import memoised_prefixes
 
     line = "iter 40 | step_time 0.52s | dt=554.0ms"
-    fresh = dict(progress.timing_fields(line))
+    fresh = dict(tf.timing_fields(line))
     assert fresh == {"step_time": 520.0, "dt": 554.0}
     with memoised_prefixes():
-        first = progress.timing_fields(line)
-        assert progress.timing_fields(line) is first
+        first = tf.timing_fields(line)
+        assert tf.timing_fields(line) is first
         assert dict(first) == fresh
-    assert progress.timing_fields(line) is not first  # (the memory ends with the block)
+    assert tf.timing_fields(line) is not first  # (the memory ends with the block)

@@ -18,7 +18,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from resurgo.attribute.offline import analyse_bundle
-from resurgo.detect.progress import ProgressParser, timing_fields
+from resurgo.detect.progress import ProgressParser
+from resurgo.detect.timing_fields import timing_fields
 
 RUNNING_NOTE = "# job still running at 2026-09-30 10:09\n"
 

@@ -22,7 +22,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from resurgo.attribute.offline import analyse_bundle
-from resurgo.detect.progress import ProgressParser, timing_fields
+from resurgo.detect.progress import ProgressParser
+from resurgo.detect.timing_fields import timing_fields
 
 RUNNING = "# job still running\n"
 CLEAN = "(no kernel messages in the job window)\n"
