@@ -174,6 +174,8 @@ class Analysis:
     def completed(self) -> bool:
         job = self.job
         if job is not None and job.state not in RUNNING_STATES:
+            if job.state == "FAILED" and job.exit_signal == 0 and self.finished_before_exit():
+                return True
             return job.state == "COMPLETED" and job.exit_code == 0 and job.exit_signal == 0
         failing = [x for x in self.scan.exit_order if x.status != "exit" or x.code]
         if failing or (self.scan.srun_rc not in (None, 0)):
@@ -183,6 +185,20 @@ class Analysis:
         if done is None:
             return self.scan.srun_rc == 0 and not fatal
         return not [e for e in fatal if e.order > self.lines.index(done)]
+
+    def finished_before_exit(self) -> bool:
+        """The output says training finished, and all that failed after it is tasks exiting
+        with a code and no message (no error, no signal): the launcher's teardown, the work
+        done (a resubmission would only repeat it)."""
+        done = self._completion()
+        if done is None or not self.scan.exit_order:
+            return False
+        if any(x.status != "exit" for x in self.scan.exit_order):
+            return False
+        after = self.lines.index(done)
+        return not any(
+            e.order > after and e.match.severity in ("fatal", "error") for e in self.events
+        ) and all(x.order > after for x in self.scan.exit_order)
 
     def _kill_order(self) -> int | None:
         """Where the scheduler started killing the job (time limit, preemption, cancel)."""

@@ -288,13 +288,12 @@ def running_fine(a: Analysis) -> Verdict | None:
         return None
     # A kill line that training went on past belongs to an earlier run of the job (Slurm
     # requeued it after a preemption and it resumed): Slurm says it runs now.
-    resumed = (
-        a.state == "RUNNING" and a.kill_order is not None and a.scan.advances[-1] > a.kill_order
-    )
-    if not resumed and (a.kill_order is not None or a.scheduler_outcome() is not None):
-        return None  # Slurm ended (or is ending) this attempt: a time limit, a preemption
+    # (Progress may be a series' samples with no step counter: the last of either.)
     last = last_progress(a)
     assert last is not None
+    resumed = a.state == "RUNNING" and a.kill_order is not None and last > a.kill_order
+    if not resumed and (a.kill_order is not None or a.scheduler_outcome() is not None):
+        return None  # Slurm ended (or is ending) this attempt: a time limit, a preemption
     if any(
         e.serious and (e.root or e.cascade) and e.order > last and not retried_ok(a, e)
         for e in a.events

@@ -313,6 +313,26 @@ _ENTRIES: list[dict[str, Any]] = [
         ],
     },
     {
+        "id": "gpu_unreadable",
+        # nvidia-smi's table prints ERR! where NVML's query of the board failed. Fan, temperature
+        # and performance state all ERR! on one GPU is a board NVML cannot read (the state
+        # before it falls off the bus); a lone ERR! power reading is transient
+        # (Azure/azhpc-diagnostics#77) and is not matched.
+        "regex": r"^\|\s*ERR!\s+ERR!\s+ERR!(?=\s)",
+        "kind": "crash",
+        "category": "hardware_gpu",
+        "role": "root",
+        "severity": "error",
+        "description": "nvidia-smi cannot read one GPU's fan, temperature or performance state "
+        "(ERR!): the board does not answer NVML",
+        "examples": [
+            "|ERR!  ERR! ERR!      1W /  N/A |      0MiB / 80994MiB |    ERR!      Default |"
+        ],
+        "near_misses": [
+            "| N/A   29C    P0   ERR! / 250W |    593MiB / 16160MiB |      0%      Default |"
+        ],
+    },
+    {
         "id": "node_health_check_failed",
         # NHC names its checks: check_hw_* are the hardware; any other check_* (file
         # systems, processes, daemons such as nv-hostengine) is software.

@@ -277,7 +277,10 @@ def parse_scheduler(
                 names = [expr]
             for name in names:
                 facts.failed_nodes.setdefault(name, entry)
-    if facts.job is None and sacct_rows:
+    completing = facts.job is not None and facts.job.state == "COMPLETING"
+    if (facts.job is None or completing) and sacct_rows:
+        # squeue's CG says the job has ended and Slurm is still cleaning up (a slow epilog,
+        # an unkillable process); sacct's row says how it ended.
         facts.job, facts.job_fields, facts.earlier_nodes = job_from_sacct(sacct_rows)
     if facts.job is None:
         facts.job, facts.job_fields = _job_from_fragments(lines, job_id)

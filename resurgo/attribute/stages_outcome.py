@@ -12,31 +12,23 @@ from __future__ import annotations
 
 import itertools
 import re
-import statistics
-from datetime import datetime
 
 from resurgo.attribute.analysis import Analysis, Verdict
-from resurgo.attribute.bundle import stamp_in
 from resurgo.attribute.collective_stalls import mismatched_collectives, stall_reports
 from resurgo.attribute.liveness import (
-    HANG_SILENCE_FACTOR,
-    HANG_SILENCE_FLOOR_SECONDS,
-    STARTUP_ALLOWANCE_SECONDS,
-    bar_silence,
-    last_progress,
-    noted_last_progress,
-    progress_times,
     running_fine,
     still_starting,
 )
 from resurgo.attribute.scheduler import owner_cancelled
-from resurgo.attribute.series import read_series
+from resurgo.attribute.silent_until_end import (
+    hung_before_the_cancel,
+    hung_until_time_limit,
+    never_progressed,
+    silent_until_time_limit,
+)
 from resurgo.attribute.stack_dumps import deadlocked_in_job_code, diverged_collective
-from resurgo.attribute.step_usage import idle_step_nodes
 from resurgo.attribute.stragglers import stragglers
-from resurgo.attribute.yearless_stamps import yearless_time
-from resurgo.contracts import AnomalyKind, Category, LogLine
-from resurgo.policy.decide import AGENT_NEVER_STARTED_KEY
+from resurgo.contracts import AnomalyKind, Category
 
 # A checkpoint written (Megatron `successfully saved checkpoint`, HF Trainer `Saving model
 # checkpoint to`, Lightning `saving model to`, NeMo `Async checkpoint save`, DeepSpeed
@@ -51,7 +43,6 @@ _NO_CHECKPOINT = re.compile(
     r"[^.;]{0,20}\b(?:written|saved|created)\b|\bnever (?:saved|wrote|written)\b[^.;]{0,30}"
     r"\b(?:checkpoint|ckpt)"
 )
-_KILLED_AT = re.compile(r"\bCANCELLED AT (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)")
 
 
 def refine_outcome(a: Analysis, outcome: str | None) -> str | None:
@@ -113,6 +104,8 @@ def _owner_cancel(a: Analysis, outcome: str | None) -> Verdict | None:
         return None  # (the owner stopped a run whose loss had diverged: the divergence decides)
     if failed_before_the_cancel(a):
         return None  # (the owner stopped a run that had already failed: the failure decides)
+    if hung_before_the_cancel(a) is not None:
+        return None  # (stuck long before: the node evidence, else `_scheduler`, decides)
     lines = [e.line for e in a.events if e.match.id == "slurm_job_cancelled"][:3]
     return Verdict(
         Category.SCHEDULER, "owner_cancelled", "the job was cancelled by its owner", 0.95,
@@ -156,6 +149,9 @@ def diverged_before_the_kill(a: Analysis) -> bool:
 
 
 def _scheduler(a: Analysis, outcome: str | None) -> Verdict | None:
+    cancelled = outcome in ("owner_cancelled", "admin_cancelled")
+    if cancelled and not _timed_out_before_the_kill(a) and (hung := hung_before_the_cancel(a)):
+        return hung.copy()  # silent long before the cancel: it only ended the hang
     if outcome not in ("timeout", "timeout_no_checkpoint", "preempted", "admin_cancelled",
                        "requeued"):  # fmt: skip
         return None
@@ -169,11 +165,11 @@ def _scheduler(a: Analysis, outcome: str | None) -> Verdict | None:
             return diverged  # the job's ranks deadlocked in its own collectives
         if _timed_out_before_the_kill(a):
             return None  # stuck first: the collectives' timeouts decide (cascades)
-        if (idle := _finished_then_idle(a) or _never_progressed(a, lines)) is not None:
+        if (idle := _finished_then_idle(a) or never_progressed(a, lines)) is not None:
             return idle
     if (
         outcome == "timeout"
-        and (hung := _hung_until_time_limit(a, lines) or _silent_until_time_limit(a, lines))
+        and (hung := hung_until_time_limit(a, lines) or silent_until_time_limit(a, lines))
         is not None
     ):
         if (place := deadlocked_in_job_code(a.node_logs, a.lines)) is not None:
@@ -271,146 +267,6 @@ def _timed_out_before_the_kill(a: Analysis) -> bool:
         e.cascade and e.serious and e.match.kind == AnomalyKind.HANG and e.order < cut
         for e in a.events
     )
-
-
-def _killed_at(kill: list[LogLine]) -> str | None:
-    """The time Slurm's kill lines give for the kill (`CANCELLED AT <time> DUE TO ...`)."""
-    return next((m.group(1) for e in kill if (m := _KILLED_AT.search(e.text))), None)
-
-
-def _never_progressed(a: Analysis, kill: list[LogLine]) -> Verdict | None:
-    """The time limit ended a job that never printed a training step, its output silent for
-    far longer than a start-up takes: it idled, a hang (attribution-labels.md: a job whose
-    training step never started and idled until the time limit is a hang)."""
-    if a.scan.advances or last_progress(a) is not None or read_series(a):
-        return None
-    killed = _killed_at(kill)
-    if killed is None:
-        return None
-    # The last time the output shows; without one, when Slurm started the job (the whole
-    # run then passed without a step).
-    before = a.lines[: a.kill_order] if a.kill_order is not None else a.lines
-    stamps = [t for e in before if (t := stamp_in(e.text)) is not None]
-    end = datetime.fromisoformat(killed)
-    if a.job is not None and a.job.start_time is not None:
-        stamps.append(a.job.start_time.replace(tzinfo=None))
-    elif (run := a.facts.run_time()) is not None:
-        stamps.append(end - run)  # (sacct's Elapsed back from the kill: when it started)
-    last = max((t for t in stamps if t <= end), default=None)
-    if last is None or (end - last).total_seconds() <= OUTPUT_SILENCE_SECONDS:
-        return None
-    # The nodes whose own step used nothing all along: their agent never started, and the
-    # others waited for it (attribution-labels.md names such a node, category unknown).
-    idle, rows = idle_step_nodes(a.facts)
-    where = f"; the step on {', '.join(idle)} used no CPU or memory (it never started)"
-    return Verdict(
-        Category.UNKNOWN, AGENT_NEVER_STARTED_KEY if idle else "hang|never_started",
-        "no training step was ever printed, from "
-        f"{last} (its last time stamp, else its start) until the time limit at {end}"
-        f"{where if idle else ''}", 0.6, culprits=idle,
-        evidence=[*a.lines[-2:], *kill[:1], *rows], kind=AnomalyKind.HANG, outcome="timeout",
-    )  # fmt: skip
-
-
-def _hung_until_time_limit(a: Analysis, kill: list[LogLine]) -> Verdict | None:
-    """A time-limit kill long after the last progress line: the job was hung, not cut short."""
-    times = progress_times(a)
-    last = last_progress(a)
-    killed = _killed_at(kill)
-    if len(times) < 2 and last is not None and killed is not None:
-        # Progress lines without clock times (tqdm bars): `stat` of the job's output file
-        # says when it was last written, or an operator's note when it last advanced.
-        written = _output_written(a) or noted_last_progress(a)
-        silence = (datetime.fromisoformat(killed) - written).total_seconds() if written else 0
-        if written is not None and silence > OUTPUT_SILENCE_SECONDS:
-            return Verdict(
-                Category.UNKNOWN, "hang|time_limit", f"the job's output last advanced at "
-                f"{written} and it stayed silent {silence / 3600:.1f} h until its time limit",
-                0.6, evidence=[a.lines[last], *kill[:2]], kind=AnomalyKind.HANG,
-                outcome="timeout",
-            )  # fmt: skip
-    if len(times) < 2 and last is not None and killed is not None:
-        # No clock on the progress lines, but the last tqdm bar's own clock accounts for less
-        # of the run than Slurm's run time, by more than a start-up and a silence that would
-        # be a hang: it stopped long before the kill. (Not the iterations at their printed
-        # pace: an excerpt of a log prints fewer of them than ran.)
-        guess = bar_silence(a)
-        if guess is not None and guess > HANG_SILENCE_FLOOR_SECONDS:
-            return Verdict(
-                Category.UNKNOWN, "hang|time_limit", "its progress accounts for the run "
-                f"until at least {guess / 60:.0f} min before its time limit (after a "
-                f"{STARTUP_ALLOWANCE_SECONDS / 60:.0f} min allowance for start-up), then "
-                "nothing", 0.6, evidence=[a.lines[last], *kill[:2]], kind=AnomalyKind.HANG,
-                outcome="timeout",
-            )  # fmt: skip
-    if len(times) < 2 or last is None or killed is None:
-        return None
-    gaps = [(y - x).total_seconds() for x, y in itertools.pairwise(times) if y > x]
-    allowed = max(HANG_SILENCE_FACTOR * statistics.median(gaps or [0.0]),
-                  HANG_SILENCE_FLOOR_SECONDS)  # fmt: skip
-    silence = (datetime.fromisoformat(killed) - times[-1]).total_seconds()
-    if silence <= allowed:
-        return None
-    return Verdict(
-        Category.UNKNOWN, "hang|time_limit", f"progress stopped at {times[-1]} and the job "
-        f"stayed silent {silence / 3600:.1f} h until its time limit", 0.6,
-        evidence=[a.lines[last], *kill[:2]], kind=AnomalyKind.HANG, outcome="timeout",
-    )  # fmt: skip
-
-
-def _silent_until_time_limit(a: Analysis, kill: list[LogLine]) -> Verdict | None:
-    """The job's last line of output before a time-limit kill came after its last progress
-    line and carries a time more than OUTPUT_SILENCE_SECONDS before the kill: whatever it
-    started then (a save, a weight sync, draining requests) never finished, and it printed
-    nothing more. Progress lines without a clock leave only that line to date the silence."""
-    last = last_progress(a)
-    killed = _killed_at(kill)
-    cut = a.kill_order if a.kill_order is not None else len(a.lines)
-    if last is None or killed is None or last >= cut:
-        return None
-    final = next((e for e in reversed(a.lines[last + 1 : cut]) if e.text.strip()), None)
-    if final is None or final.text.startswith("#"):
-        return None
-    end = datetime.fromisoformat(killed)
-    at = stamp_in(final.text) or yearless_time(final.text, end)
-    if at is None or at > end or (end - at).total_seconds() <= OUTPUT_SILENCE_SECONDS:
-        return None
-    return Verdict(
-        Category.UNKNOWN, "hang|time_limit", f"after its last progress line the job printed "
-        f"its last output at {at} and stayed silent {(end - at).total_seconds() / 3600:.1f} h "
-        "until its time limit", 0.6, evidence=[a.lines[last], final, *kill[:1]],
-        kind=AnomalyKind.HANG, outcome="timeout",
-    )  # fmt: skip
-
-
-# `stat -c '%y %n' FILE` of the job's output (coreutils stat: `%y` is the modification time).
-_STAT_MTIME = re.compile(
-    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)?(?: [+-]\d{4})? \S+\.(?:out|log|err|txt)\s*$"
-)
-OUTPUT_SILENCE_SECONDS = 3600.0
-
-
-# An operator's note of the same fact: `# last progress line written 2026-07-04 10:41 (job
-# log mtime)`, `# job.out last modified 2026-07-04T10:41:07`, `# last line above at
-# 2026-12-02T03:12`.
-_NOTED_WRITTEN = re.compile(
-    r"^#.*?\b(?:last (?:\w+ )?(?:line )?(?:written|modified)|last (?:\w+ )?line above at"
-    r"|mtime)\b\D{0,40}?"
-    r"(\d{4}-\d\d-\d\d)[T ](\d\d:\d\d(?::\d\d)?)\b"
-)
-
-
-def _output_written(a: Analysis) -> datetime | None:
-    for entry in reversed(a.facts.lines):
-        if (m := _STAT_MTIME.match(entry.text.strip())) is not None:
-            return datetime.fromisoformat(m.group(1))
-    for entry in [*reversed(a.facts.lines), *reversed(a.lines[-20:])]:
-        if entry.text.startswith("#") and (n := _NOTED_WRITTEN.search(entry.text)) is not None:
-            try:
-                return datetime.fromisoformat(f"{n.group(1)} {n.group(2)}")
-            except ValueError:
-                continue
-    return None
 
 
 def _suspended(a: Analysis) -> Verdict | None:

@@ -411,7 +411,13 @@ def _from_primaries(
         # A death of no known cause on nodes whose kernel logs were checked and say nothing:
         # no evidence names them (attribution-labels.md tie-breaker 2).
         named = False
-    category = Category.SYSTEM_SOFTWARE if mid in NATIVE_CRASH else Category.UNKNOWN
+    # A native crash in a one-node job: no other node ran the same code, so nothing sets the
+    # node's software apart from the job's (attribution-labels.md: a lone error supports no
+    # cause).
+    alone = len(a.node_list) == 1
+    named = named and not (alone and mid in NATIVE_CRASH)
+    native = mid in NATIVE_CRASH and not alone
+    category = Category.SYSTEM_SOFTWARE if native else Category.UNKNOWN
     return Verdict(
         category, first.key, summary, 0.6 if named else 0.5,
         culprits=nodes if named else [], ranks=ranks, evidence=evidence,

@@ -58,6 +58,14 @@ FRAGMENTS = [
     "/proc/1/environ\nSLURM_JOB_ID=999999999999\n    PID: 1\n"
     "[1667558352.1] [gpu-c02:1:0] [gpu-c01:2] ",
     "JobID JobName State Elapsed\n41 t TIMEOUT 9999-23:59:59\n41 CANCELLED by 0 x 00:00:01 ",
+    # session 18's readers: space-separated phases, a cancel after silence, teardown exits,
+    # nvidia-smi's ERR!, squeue's CG beside sacct
+    "it 1 step 0.5s data 0.1s a 1s b 2s c 3s d 4s e 5s f 6s g 7s h 8s i 9s j ",
+    "2022-06-28 09:17:13,881 - mmdet - INFO - Epoch [1][50/1563]\tlr: 1.5e-02, time: 1.862, "
+    "data_time: 0.5\nslurmstepd: error: *** JOB 7 ON n1 CANCELLED AT 2022-06-28T13:40:11 ***\n",
+    "Training finished: reached max_steps=100\nsrun: error: n1: task 1: Exited with exit code ",
+    "|ERR!  ERR! ERR!      1W /  N/A |ERR!  ERR! ERR! ",
+    "JOBID PARTITION NAME USER ST TIME NODES NODELIST(REASON)\n7 gpu x u CG 5:10:00 1 c[024-",
     "step: 9.9999e+99 'global_step/max_steps': '1/0' itr 99999999999999999999/1 ",
 ]
 NODES = ["gpu-c01", "gpu-c02"]

@@ -44,6 +44,13 @@ def test_a_time_limit_soon_after_start_up_is_the_schedulers() -> None:
     assert a.category == Category.SCHEDULER
 
 
+def test_no_step_for_longer_than_a_start_up_takes_is_a_hang() -> None:
+    # 42 min from the start to the kill with no step: more than the 30 min any start-up is
+    # granted (an hour was asked before; a NeMo run stuck capturing CUDA graphs sat 54 min).
+    a = _run(SETUP + KILL, start="2026-12-05T05:20:10")
+    assert (a.kind, a.category) == (AnomalyKind.HANG, Category.UNKNOWN)
+
+
 def test_collectives_timed_out_before_the_time_limit_is_a_hang() -> None:
     steps = "".join(
         f"0: 2026-12-05 05:59:{10 + i} [rank0|node1] step {i}/150 loss=2.3105 step_time=0.333s\n"
