@@ -85,7 +85,7 @@ from resurgo.attribute.stages_outcome import (
 )
 from resurgo.attribute.stages_root import _cascade_only, _root_failure, killed_by_oom
 from resurgo.attribute.store_address import every_node_dials_itself, store_host_is_a_hostlist
-from resurgo.attribute.store_clash import store_started_twice
+from resurgo.attribute.store_clash import store_on_two_hosts, store_started_twice
 from resurgo.attribute.stragglers import stragglers
 from resurgo.attribute.switch_ports import switch_port_down
 from resurgo.contracts import (
@@ -192,6 +192,7 @@ def analyse(
         or agent_never_started(a)
         or world_larger_than_launched(a)
         or store_started_twice(a)
+        or store_on_two_hosts(a)
         or store_outside_allocation(a)
         or loopback_coordinator(a)
         or every_node_dials_itself(a)

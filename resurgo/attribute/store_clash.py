@@ -96,3 +96,47 @@ def store_started_twice(a: Analysis) -> Verdict | None:
         "hosting the store): the job's launch, not the node", 0.85,
         evidence=evidence, kind=AnomalyKind.CRASH,
     )  # fmt: skip
+
+
+# c10d's own words (torch/csrc/distributed/c10d/socket.cpp): the store's server listening, and a
+# client dialling it: `The server socket has started to listen on [::]:29517.`, `The client
+# socket has timed out after 900s while trying to connect to (gn-0411, 29517).`, `... has
+# failed to connect to [gn-0411]:29517 (errno: ...)`.
+_LISTENING = re.compile(r"\bThe server socket has started to listen on \S*?:(?P<port>\d{2,5})\b")
+_DIALLED = re.compile(
+    r"\bThe client socket has (?:timed out after \d+s while trying to connect to \((?P<h1>[^,\s]+),"
+    r" (?P<p1>\d{2,5})\)|failed to connect to \[(?P<h2>[^\]\s]+)\]:(?P<p2>\d{2,5}))"
+)
+
+
+def store_on_two_hosts(a: Analysis) -> Verdict | None:
+    """The store's server started on a node of the job while its clients dialled another node
+    on the same port: the job's processes disagree on which of them is the master (a node rank
+    or machine rank that came out the same on every node, `--machine_rank $SLURM_PROCID`
+    expanded once in the batch shell), so each side waits for a world that never forms. The
+    job's launch (attribution-labels.md: wrong launch scripts are `application`)."""
+    listening: dict[str, tuple[str, LogLine]] = {}  # port → (host, line)
+    dialled: dict[str, tuple[str, LogLine]] = {}
+    for entry in a.lines:
+        text = entry.text
+        if "socket has" not in text:
+            continue
+        if (m := _LISTENING.search(text)) is not None:
+            host = strip_prefixes(text).host
+            if host is not None and a.in_job(host):
+                listening.setdefault(m["port"], (host, entry))
+        elif (m := _DIALLED.search(text)) is not None:
+            target = m["h1"] or m["h2"]
+            if a.in_job(target):
+                dialled.setdefault(m["p1"] or m["p2"], (target, entry))
+    for port, (host, line) in listening.items():
+        target, dial = dialled.get(port, (host, line))
+        if target != host:
+            return Verdict(
+                Category.APPLICATION, "launch|store_on_two_hosts",
+                f"the rendezvous store started on {host} while the job's clients dialled "
+                f"{target} on port {port}: its processes disagree on which node is the master "
+                "(a node or machine rank the same on every node), the job's launch", 0.8,
+                evidence=[dial, line], kind=AnomalyKind.CRASH,
+            )  # fmt: skip
+    return None

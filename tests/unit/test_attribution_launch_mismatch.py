@@ -165,3 +165,32 @@ def test_one_process_whose_port_another_holds_stays_the_nodes() -> None:
 def test_processes_failing_on_different_ports_are_not_one_store_started_twice() -> None:
     a = _run(_bind_failure(29500) + _bind_failure(29501))
     assert a.category != Category.APPLICATION
+
+
+# accelerate launched once per node with `--machine_rank $SLURM_PROCID` expanded in the batch
+# shell: both nodes think they are machine 0 (c10d's own lines, torch/csrc/distributed/c10d/
+# socket.cpp, behind pdsh-style host prefixes).
+TWO_MASTERS = (
+    "gn-0412: [I socket.cpp:787] [c10d] The server socket has started to listen on [::]:29517.\n"
+    "gn-0411: [W socket.cpp:601] [c10d] The client socket has timed out after 900s while trying to connect to (gn-0411, 29517).\n"
+    "gn-0411: RuntimeError: Socket Timeout\n"
+    "gn-0412: torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 2/4 clients joined.\n"
+    "srun: error: gn-0411: task 0: Exited with exit code 1\n"
+    "srun: error: gn-0412: task 1: Exited with exit code 1\n"
+)
+
+
+GN = "JobId=88 JobState=FAILED Reason=NonZeroExitCode NodeList=gn-[0411-0412] NumNodes=2\n"
+
+
+def test_a_store_on_one_node_while_clients_dial_another_is_the_launch() -> None:
+    a = _run(TWO_MASTERS, GN)
+    assert (a.kind, a.category, a.culprit_nodes) == ("crash", Category.APPLICATION, [])
+    assert "gn-0412" in a.summary and "gn-0411" in a.summary
+    assert _stops(a)
+
+
+def test_a_store_where_the_clients_dial_it_is_no_clash() -> None:
+    same = TWO_MASTERS.replace("gn-0412: [I socket", "gn-0411: [I socket")
+    a = _run(same, GN)
+    assert "disagree on which node is the master" not in a.summary
