@@ -64,19 +64,21 @@ def test_even_data_loading_names_no_straggler(tmp_path: Path) -> None:
     assert got[0] != "straggler" or got[2] == []
 
 
-def test_phases_without_a_total_show_an_input_bound_job(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("rate", "data_wait", "verdict"),
+    [
+        # waits 5 s for data per 0.24 s of compute: bound by its own input pipeline
+        ("0.19", "5.26", ("straggler", "application", [], "none")),
+        # the same phases with compute dominating: a healthy run
+        ("4.1", "0.01", ("none", "none", [], "none")),
+    ],
+)
+def test_phases_without_a_total_make_up_the_step(
+    tmp_path: Path, rate: str, data_wait: str, verdict: tuple[str, str, list[str], str]
+) -> None:
     job = "# job still running (squeue: R)\n" + "".join(
-        f"[13:{35 + i}:17] step {250 + 50 * i:5d} | loss 0.70{i} | 0.19 batch/s | data_wait 5.{26 - i}s | fwd+bwd 0.24s\n"
+        f"[13:{35 + i}:17] step {250 + 50 * i:5d} | loss 0.70{i} | {rate} batch/s | data_wait {data_wait}s | fwd+bwd 0.24s\n"
         for i in range(8)
     )
     got = bundle_verdict(tmp_path, job, "JobId=5 JobState=RUNNING NodeList=frontier[01-02]\n")
-    assert got == ("straggler", "application", [], "none")
-
-
-def test_phases_without_a_total_where_compute_dominates_are_healthy(tmp_path: Path) -> None:
-    job = "# job still running (squeue: R)\n" + "".join(
-        f"[13:{35 + i}:17] step {250 + 50 * i:5d} | loss 0.70{i} | 4.1 batch/s | data_wait 0.01s | fwd+bwd 0.24s\n"
-        for i in range(8)
-    )
-    got = bundle_verdict(tmp_path, job, "JobId=5 JobState=RUNNING NodeList=frontier[01-02]\n")
-    assert got == ("none", "none", [], "none")
+    assert got == verdict
