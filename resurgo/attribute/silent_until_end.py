@@ -70,6 +70,16 @@ def never_progressed(
     # others waited for it (attribution-labels.md names such a node, category unknown).
     idle, rows = idle_step_nodes(a.facts)
     where = f"; the step on {', '.join(idle)} used no CPU or memory (it never started)"
+    if not idle and (unlaunched := _not_launched_by_srun(a)) is not None:
+        # The framework itself said its processes were not started by srun inside a Slurm
+        # allocation: it waits for members the launch never started. The launch, not the
+        # limit, decides (no scheduler outcome): stop.
+        return Verdict(
+            Category.APPLICATION, "hang|not_launched_by_srun", "no training step was ever "
+            f"printed, from {last} until {until} at {end}, and the framework warned that the "
+            "job was not launched with srun", 0.8,
+            evidence=[unlaunched, *a.lines[-1:], *kill[:1]], kind=AnomalyKind.HANG,
+        )  # fmt: skip
     return Verdict(
         Category.UNKNOWN, AGENT_NEVER_STARTED_KEY if idle else "hang|never_started",
         "no training step was ever printed, from "
@@ -202,3 +212,13 @@ def _hung_before(a: Analysis) -> Verdict | None:
         or silent_until_time_limit(a, lines, "the cancel", None)
         or never_progressed(a, lines, "the cancel", None)
     )
+
+
+# Lightning's SLURM environment (lightning/fabric/plugins/environments/slurm.py,
+# `_validate_srun_used`): the job runs in an allocation but its command was not started by srun,
+# so the members of a multi-process world on the other tasks are never launched.
+_SRUN_NOT_USED = "command is available on your system but is not used"
+
+
+def _not_launched_by_srun(a: Analysis) -> LogLine | None:
+    return next((e for e in a.lines if _SRUN_NOT_USED in e.text and "srun" in e.text), None)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from resurgo.attribute.rules import attribute
 from resurgo.contracts import AnomalyKind, Attribution, Category
 from resurgo.detect.registry import Registry
+from tests.log_lines import first_action
 from tests.log_lines import log_lines as _lines
 
 NODES = ["node1", "node2"]
@@ -89,3 +90,17 @@ def test_a_cancel_after_the_collectives_timed_out_ends_a_hang() -> None:
     )  # fmt: skip
     assert a.kind == AnomalyKind.HANG
     assert a.category != Category.SCHEDULER
+
+
+def test_an_idle_run_lightning_said_srun_did_not_launch_is_the_launch() -> None:
+    # lightning/fabric/plugins/environments/slurm.py warns when a job runs in an allocation but
+    # its command was not started by srun: the other members are never launched.
+    warned = (
+        "0: /opt/venv/lib/python3.11/site-packages/lightning/fabric/plugins/environments/slurm.py:204: "
+        "The `srun` command is available on your system but is not used. HINT: If your intention is "
+        "to run Lightning on SLURM, prepend your python command with `srun` like so: srun python train.py ...\n"
+        "0: Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/4\n"
+    )
+    a = _run(SETUP + warned + KILL)
+    assert (a.kind, a.category) == (AnomalyKind.HANG, Category.APPLICATION)
+    assert first_action(a) == "stop"
