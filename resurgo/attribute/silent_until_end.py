@@ -211,7 +211,49 @@ def _hung_before(a: Analysis) -> Verdict | None:
         hung_until_time_limit(a, lines, "the cancel", None)
         or silent_until_time_limit(a, lines, "the cancel", None)
         or never_progressed(a, lines, "the cancel", None)
+        or noted_silence(a, lines, "the cancel", None)
     )
+
+
+# An operator's note of how long the job printed nothing before it ended (a fact, per
+# attribution-labels.md): `# no further output for 3h50m; job hit its wall time`, `# note: no
+# further output for 40 minutes`, `# job cancelled by owner at 11:40 after 90 minutes without
+# output`, `# ... after 4 h 20 min without a log line`.
+def _duration(tag: str) -> str:
+    """`3h50m`, `11 h`, `4 h 20 min`, `40 minutes`, `90 min`: named groups h/hm/m + tag."""
+    return (
+        rf"(?:(?P<h{tag}>\d{{1,4}})\s*h(?:ours?)?(?:\s*(?P<hm{tag}>\d{{1,2}})\s*m(?:in(?:utes?)?)?)?"
+        rf"|(?P<m{tag}>\d{{1,5}})\s*min(?:utes?)?)\b"
+    )
+
+
+_NOTED_SILENCE = re.compile(
+    r"(?i)^\s*#.*?(?:\bno (?:further|more) (?:output|progress|log lines?)\b[^;.]{0,40}?\bfor "
+    + _duration("1")
+    + r"|\bafter "
+    + _duration("2")
+    + r"\s+without (?:a |any )?(?:log line|output|progress))"
+)
+
+
+def noted_silence(
+    a: Analysis, kill: list[LogLine], until: str = "its time limit", outcome: str | None = "timeout"
+) -> Verdict | None:
+    """An operator's note that the job printed nothing for longer than a collective's timeout
+    (HANG_SILENCE_FLOOR_SECONDS) before Slurm ended it: it was stuck, not cut short."""
+    for entry in a.lines:
+        if "#" not in entry.text[:8] or (m := _NOTED_SILENCE.search(entry.text)) is None:
+            continue
+        hours = m["h1"] or m["h2"]
+        minutes = (m["hm1"] or m["hm2"]) if hours else (m["m1"] or m["m2"])
+        seconds = 3600 * int(hours or 0) + 60 * int(minutes or 0)
+        if seconds > HANG_SILENCE_FLOOR_SECONDS:
+            return Verdict(
+                Category.UNKNOWN, "hang|noted_silence", f"an operator's note says the job "
+                f"printed nothing for {seconds / 3600:.1f} h before {until}", 0.6,
+                evidence=[entry, *kill[:1]], kind=AnomalyKind.HANG, outcome=outcome,
+            )  # fmt: skip
+    return None
 
 
 # Lightning's SLURM environment (lightning/fabric/plugins/environments/slurm.py,

@@ -24,6 +24,7 @@ from resurgo.attribute.silent_until_end import (
     hung_before_the_cancel,
     hung_until_time_limit,
     never_progressed,
+    noted_silence,
     silent_until_time_limit,
 )
 from resurgo.attribute.stack_dumps import deadlocked_in_job_code, diverged_collective
@@ -169,7 +170,11 @@ def _scheduler(a: Analysis, outcome: str | None) -> Verdict | None:
             return idle
     if (
         outcome == "timeout"
-        and (hung := hung_until_time_limit(a, lines) or silent_until_time_limit(a, lines))
+        and (
+            hung := hung_until_time_limit(a, lines)
+            or silent_until_time_limit(a, lines)
+            or noted_silence(a, lines)
+        )
         is not None
     ):
         if (place := deadlocked_in_job_code(a.node_logs, a.lines)) is not None:

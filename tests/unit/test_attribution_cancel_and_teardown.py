@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.log_lines import bundle_verdict
 
 MMDET = "".join(
@@ -122,3 +124,21 @@ def test_a_lone_bus_error_in_a_one_node_job_names_no_cause(tmp_path: Path) -> No
     )
     got = bundle_verdict(tmp_path, job, "JobId=77310 JobState=FAILED NodeList=dgj324\n")
     assert got == ("crash", "unknown", [], "requeue")
+
+
+@pytest.mark.parametrize(("silence", "kind"), [("40 minutes", "hang"), ("5 minutes", "crash")])
+def test_an_operators_note_of_silence_before_an_admins_cancel(
+    tmp_path: Path, silence: str, kind: str
+) -> None:
+    # nccl-tests' table header, then nothing; the note is an operator's statement of fact.
+    job = (
+        "#       size         count      type   redop    root     time   algbw   busbw #wrong\n"
+        "         128            32     float     sum      -1\n"
+        f"# note: no further output for {silence}; GPUs at 100% util, no NCCL WARN on any rank\n"
+        "slurmstepd: error: *** JOB 24017 ON hgx-012 CANCELLED AT 2024-10-06T10:55:00 ***\n"
+    )
+    scheduler = (
+        "JobID           JobName    Partition  State         ExitCode  Elapsed     NNodes NodeList\n"
+        "24017           ncclperf   hgx        CANCELLED by 0 0:15     00:45:00    2      hgx-[012,020]\n"
+    )
+    assert bundle_verdict(tmp_path, job, scheduler)[0] == kind

@@ -66,6 +66,9 @@ FRAGMENTS = [
     "Training finished: reached max_steps=100\nsrun: error: n1: task 1: Exited with exit code ",
     "|ERR!  ERR! ERR!      1W /  N/A |ERR!  ERR! ERR! ",
     "JOBID PARTITION NAME USER ST TIME NODES NODELIST(REASON)\n7 gpu x u CG 5:10:00 1 c[024-",
+    "# no further output for 9999h99m after 99999 minutes without a log line no more output for ",
+    "0: lightning/fabric/plugins/environments/slurm.py:204: The `srun` command is available on "
+    "your system but is not used. ",
     "step: 9.9999e+99 'global_step/max_steps': '1/0' itr 99999999999999999999/1 ",
 ]
 NODES = ["gpu-c01", "gpu-c02"]
