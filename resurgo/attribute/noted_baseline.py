@@ -30,20 +30,28 @@ _STEP_FIELDS = ["field:step_time", "field:time", "field:batch_time", "field:iter
 NOTED_SLOWDOWN = 1.05  # the recent rate's slowness against the noted one that makes a straggler
 
 _SAME = re.compile(
-    r"(?i)\b(?:same (?:model|config\w*|script|job|example|run|code|setup|toml|yaml|recipe)|"
+    r"(?i)\b(?:same (?:model|config\w*|script|job|example|run|code|setup|toml|yaml|recipe|command)|"
     r"reference(?: run)?|"
-    r"baseline|previous run|earlier run|last week)\b"
+    r"baseline|previous run|earlier run|last week|"
+    # (a smaller run of the job quoted beside it: `# single-node 8-GPU run (job 30114): ...`)
+    r"(?:single|one|1)[- ]node (?:\d+[- ]GPU )?run)\b"
 )
 # A rate in a note: `3.9-4.1 it/s`, `1.47 s/it`, `9800 samples/s`, `step_time = 0.012315`.
 _RATE = re.compile(
     r"(?i)(?<![\w.])(?P<lo>\d+(?:\.\d+)?)(?:\s*-\s*(?P<hi>\d+(?:\.\d+)?))?\s*"
-    r"(?P<unit>it/s|s/it(?:er)?|s/step|samples?/s|tok(?:en)?s/s|im(?:g|ages)/s|TFLOP/s)\b"
+    r"(?P<unit>it/s|steps?/s|s/it(?:er)?|s/step|samples?/s|tok(?:en)?s/s|im(?:g|ages)/s|TFLOP/s)\b"
     r"|\bstep_time\s*[=:]\s*(?P<step>\d+(?:\.\d+)?)\s*(?P<step_unit>ms|s)?\b"
+    # the unit before the number, as trainers print it: DiT's `Train Steps/Sec: 2.94`, ms-swift's
+    # `train_speed(iter/s) 0.194`; and MetricLogger's `time: 0.2441 per iter` (seconds)
+    r"|\b(?P<unit2>steps?/sec|iter/s)\)?[:=]?\s*(?P<val2>\d+(?:\.\d+)?)"
+    r"|\btime[:=]\s*(?P<per>\d+(?:\.\d+)?)\s*(?:s\s*)?per iter(?:ation)?\b"
     # torchtitan's `tps` (tokens per second per GPU) as a note quotes it: `tps ~3,300`
     r"|\btps\s*[=:~]?\s*~?(?P<tps>\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?)\b"
 )
 _METRIC = {
     "it/s": ("it_per_s", 1.0), "s/it": ("iteration_ms", 1000.0),
+    "step/s": ("it_per_s", 1.0), "steps/s": ("it_per_s", 1.0), "steps/sec": ("it_per_s", 1.0),
+    "step/sec": ("it_per_s", 1.0), "iter/s": ("it_per_s", 1.0),
     "s/iter": ("iteration_ms", 1000.0), "s/step": ("iteration_ms", 1000.0),
     "samples/s": ("samples_per_s", 1.0), "sample/s": ("samples_per_s", 1.0),
     "tokens/s": ("tokens_per_s", 1.0), "toks/s": ("tokens_per_s", 1.0),
@@ -62,10 +70,13 @@ def slower_than_noted(a: Analysis) -> Slowdown | None:
         if m["tps"] is not None:
             candidates = ["tokens_per_s"]
             noted = float(m["tps"].replace(",", ""))
-        elif m["step"] is not None:
+        elif m["step"] is not None or m["per"] is not None:
             factor = 1.0 if m["step_unit"] == "ms" else 1000.0
             candidates = ["iteration_ms", *_STEP_FIELDS]
-            noted = float(m["step"]) * factor
+            noted = float(m["step"] or m["per"]) * factor
+        elif m["unit2"] is not None:
+            candidates = ["it_per_s"]
+            noted = float(m["val2"])
         else:
             metric, factor = _METRIC.get(m["unit"].lower(), ("", 1.0))
             # (a time per iteration is also what a trainer's own `time:` field prints)

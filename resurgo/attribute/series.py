@@ -95,6 +95,10 @@ _METRICS: list[tuple[str, re.Pattern[str], float, bool]] = [
     # tqdm `1.18it/s`; progress tables that space the unit, `| step 500 | 4.19 it/s |`
     ("it_per_s", re.compile(r"(?<![\w.])" + _NUM + r" ?it/s\b"), 1.0, False),
     ("it_per_s", re.compile(r"(?<![\w.])\"?ups\"?[=:]\s*\"?" + _NUM), 1.0, False),
+    # DiT/LlamaGen train.py `(step=0000300) Train Loss: 7.33, Train Steps/Sec: 2.36`; ms-swift's
+    # `'train_speed(iter/s)': 0.1133`
+    ("it_per_s", re.compile(r"(?i)\bsteps/sec[:=]\s*" + _NUM), 1.0, False),
+    ("it_per_s", re.compile(r"\btrain_speed\(iter/s\)['\"]?:\s*" + _NUM), 1.0, False),
 ]  # fmt: skip
 _SEPARATED_UNIT = ("s |", "s\t", ")\t", "s,", "s (")
 _TIME_GATE = gated(re.compile(r"time|\bt_|\bdt\b|ms\b"))

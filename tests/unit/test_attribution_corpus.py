@@ -183,12 +183,12 @@ FLOORS = {
     # Sets 63 (real issue threads, 6th batch) and 64 (cluster-side threads: Slurm, pyxis, UCX,
     # ROCm, JAX sites), session 17: scored on arrival (README), then the classes fixed.
     "s63-": (0.525, 0.666, 0.6, 0),
-    "s64-": (0.575, 0.7, 0.7, 0),
+    "s64-": (0.6, 0.7, 0.7, 0),
     # Sets 65 (training-framework trackers' threads) and 66 (node- and fabric-side threads),
     # session 18: scored on arrival (README), then the classes they exposed fixed. (s26 fell
     # from 0.9 to 0.875 category here: 2633 is no longer an accidental hang `unknown` but a
     # running job, its action now right.)
-    "s65-": (0.575, 0.428, 0.65, 0),
+    "s65-": (0.6, 0.428, 0.65, 0),
     "s66-": (0.65, 0.756, 0.75, 0),
     "hardware": (1.0, 1.0, 1.0, 0),
     "software": (1.0, 1.0, 1.0, 0),

@@ -69,6 +69,8 @@ FRAGMENTS = [
     "# no further output for 9999h99m after 99999 minutes without a log line no more output for ",
     "0: lightning/fabric/plugins/environments/slurm.py:204: The `srun` command is available on "
     "your system but is not used. ",
+    "# single-node 8-GPU run: time: 1e309 per iter Train Steps/Sec: 99999999999999999999 "
+    "'train_speed(iter/s)': ",
     "step: 9.9999e+99 'global_step/max_steps': '1/0' itr 99999999999999999999/1 ",
 ]
 NODES = ["gpu-c01", "gpu-c02"]

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.log_lines import bundle_verdict
 
 NOTE_SAME = "# job 61377 still running at collection (2024-09-23 15:10); same model/config with num_workers=8 (job 60812, same nodes, last week) ran at 3.9-4.1 it/s\n"
@@ -215,3 +217,40 @@ def test_cuda_launch_blocking_in_the_jobs_environment_is_its_own_slowdown(tmp_pa
     assert got == ("straggler", "application", [], "none")
     unset = "".join(h.replace("CUDA_LAUNCH_BLOCKING=1", "CUDA_MODULE_LOADING=LAZY") for h in head)
     assert verdict(tmp_path, unset + "".join(steps), SQUEUE)[:2] == ("straggler", "unknown")
+
+
+# Rates spelled with the unit before the number, and a smaller run quoted as the baseline:
+# DiT/LlamaGen's `(step=0000300) Train Loss: 7.33, Train Steps/Sec: 2.36` (facebookresearch/DiT
+# train.py), ms-swift's `'train_speed(iter/s)': 0.1133`, DETR's MetricLogger `time: 1.7311`.
+DIT = "".join(
+    f"0: [2024-12-29 10:0{k}:43] (step={300 + 100 * k:07d}) Train Loss: 7.33, Train Steps/Sec: 2.35\n"
+    for k in range(6)
+)
+SWIFT = "".join(
+    f"2025-05-21T03:4{k}:40.269246Z {{'loss': 0.3798, 'grad_norm': 5.2, 'train_speed(iter/s)': 0.1133, 'global_step/max_steps': '{50 + k}/4491'}}\n"
+    for k in range(6)
+)
+DETR = "".join(
+    f"0: Epoch: [0]  [ {200 + 100 * k}/7329]  eta: 3:27:41  lr: 0.000100  loss: 28.7710  time: 1.7311  data: 0.0119  max mem: 4802\n"
+    for k in range(6)
+)
+
+
+@pytest.mark.parametrize(
+    ("note", "job"),
+    [
+        ("# 1-node run of the same config (job 661204): Train Steps/Sec: 2.94", DIT),
+        ("# same config on 1 node (job 301177): train_speed(iter/s) 0.194", SWIFT),
+        ("# single-node 8-GPU run (job 30114): time: 0.2441 per iter", DETR),
+    ],
+)
+def test_a_noted_faster_rate_spelled_as_the_trainer_prints_it(
+    tmp_path: Path, note: str, job: str
+) -> None:
+    kind, _, culprits, action = verdict(tmp_path, f"{note}\n# job still running\n{job}")
+    assert (kind, culprits, action) == ("straggler", [], "none")
+
+
+def test_the_same_rate_noted_is_no_slowdown(tmp_path: Path) -> None:
+    note = "# 1-node run of the same config (job 661204): Train Steps/Sec: 2.35"
+    assert verdict(tmp_path, f"{note}\n# job still running\n{DIT}")[0] == "none"
