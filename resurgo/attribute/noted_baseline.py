@@ -23,8 +23,10 @@ import re
 import statistics
 
 from resurgo.attribute.analysis import Analysis
+from resurgo.attribute.bundle import stamp_in
 from resurgo.attribute.series import RECENT_SAMPLES, Sample, Slowdown, read_series
 from resurgo.contracts import LogLine
+from resurgo.detect.progress import ProgressParser
 
 _STEP_FIELDS = ["field:step_time", "field:time", "field:batch_time", "field:iter_time"]
 NOTED_SLOWDOWN = 1.05  # the recent rate's slowness against the noted one that makes a straggler
@@ -84,7 +86,7 @@ def slower_than_noted(a: Analysis) -> Slowdown | None:
             lo, hi = float(m["lo"]), float(m["hi"] or m["lo"])
             noted = (lo + hi) / 2 * factor
         for metric in candidates:
-            samples = series.get(metric, [])
+            samples = series.get(metric, []) or (_step_rate(a) if metric == "it_per_s" else [])
             if len(samples) < RECENT_SAMPLES or noted <= 0:
                 continue
             recent = statistics.median(s.value for s in samples[-RECENT_SAMPLES:])
@@ -95,6 +97,23 @@ def slower_than_noted(a: Analysis) -> Slowdown | None:
                 return Slowdown(metric, noted, recent, ratio, samples[0].order,
                                 [note, a.lines[last.order]])  # fmt: skip
     return None
+
+
+def _step_rate(a: Analysis) -> list[Sample]:
+    """Steps per second between consecutive dated progress lines (the job prints no rate of its
+    own: fairchem's `... step: 2.0000e+03` under a time stamp), for a noted rate in steps/s."""
+    parser = ProgressParser()
+    points = [
+        (o, step, at)
+        for o in a.scan.advances[-(RECENT_SAMPLES * 4) :]
+        if (step := parser.parse(a.lines[o].text)) is not None
+        and (at := stamp_in(a.lines[o].text)) is not None
+    ]
+    return [
+        Sample(o2, "it_per_s", (s2 - s1) / seconds, False)
+        for (_, s1, t1), (o2, s2, t2) in itertools.pairwise(points)
+        if (seconds := (t2 - t1).total_seconds()) > 0 and s2 > s1
+    ]
 
 
 def _notes(a: Analysis) -> list[LogLine]:

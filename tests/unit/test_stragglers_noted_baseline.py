@@ -254,3 +254,19 @@ def test_a_noted_faster_rate_spelled_as_the_trainer_prints_it(
 def test_the_same_rate_noted_is_no_slowdown(tmp_path: Path) -> None:
     note = "# 1-node run of the same config (job 661204): Train Steps/Sec: 2.35"
     assert verdict(tmp_path, f"{note}\n# job still running\n{DIT}")[0] == "none"
+
+
+# fairchem/OCP prints no rate, only its step under a time stamp (`... step: 2.0000e+03`): the
+# steps per second between dated progress lines stand against a noted `~4 steps/s`.
+FAIRCHEM = "".join(
+    f"2022-11-16 10:{30 + k:02d}:{(40 * k) % 60:02d} (INFO): energy_mae: 3.2000e-01, loss: 1.64e+01, lr: 5.00e-04, step: {1.5e3 + 100 * k:.4e}\n"
+    for k in range(6)
+)
+
+
+@pytest.mark.parametrize(("noted", "kind"), [("~4 steps/s", "straggler"), ("~1 steps/s", "none")])
+def test_a_noted_rate_against_the_steps_the_dated_progress_lines_make(
+    tmp_path: Path, noted: str, kind: str
+) -> None:
+    note = f"# same config on 1 node x 8 GPUs: {noted}\n# job still running at collection time\n"
+    assert verdict(tmp_path, note + FAIRCHEM)[0] == kind
