@@ -28,7 +28,9 @@ from resurgo.attribute.series import RECENT_SAMPLES, Sample, Slowdown, read_seri
 from resurgo.contracts import LogLine
 from resurgo.detect.progress import ProgressParser
 
-_STEP_FIELDS = ["field:step_time", "field:time", "field:batch_time", "field:iter_time"]
+_STEP_FIELDS = [
+    "field:step_time", "field:time", "field:batch_time", "field:iter_time", "field:step"
+]  # fmt: skip
 NOTED_SLOWDOWN = 1.05  # the recent rate's slowness against the noted one that makes a straggler
 
 _SAME = re.compile(
@@ -41,18 +43,25 @@ _SAME = re.compile(
 # A rate in a note: `3.9-4.1 it/s`, `1.47 s/it`, `9800 samples/s`, `step_time = 0.012315`.
 _RATE = re.compile(
     r"(?i)(?<![\w.])(?P<lo>\d+(?:\.\d+)?)(?:\s*-\s*(?P<hi>\d+(?:\.\d+)?))?\s*"
-    r"(?P<unit>it/s|steps?/s|s/it(?:er)?|s/step|samples?/s|tok(?:en)?s/s|im(?:g|ages)/s|TFLOP/s)\b"
+    r"(?P<unit>it/s|steps?/s|s/it(?:er)?|s/step|samples?/s|tok(?:en)?s/s|im(?:g|ages)/s(?:ec)?"
+    r"|TFLOP/s|TFLOPs?(?:/GPU)?|batches_per_sec|tokens_per_sec)\b"
     r"|\bstep_time\s*[=:]\s*(?P<step>\d+(?:\.\d+)?)\s*(?P<step_unit>ms|s)?\b"
     # the unit before the number, as trainers print it: DiT's `Train Steps/Sec: 2.94`, ms-swift's
     # `train_speed(iter/s) 0.194`; and MetricLogger's `time: 0.2441 per iter` (seconds)
     r"|\b(?P<unit2>steps?/sec|iter/s)\)?[:=]?\s*(?P<val2>\d+(?:\.\d+)?)"
     r"|\btime[:=]\s*(?P<per>\d+(?:\.\d+)?)\s*(?:s\s*)?per iter(?:ation)?\b"
+    # Megatron's own field quoted: `elapsed time per iteration (ms): 4480`
+    r"|\bper iteration \(ms\):\s*(?P<itms>\d+(?:\.\d+)?)"
     # torchtitan's `tps` (tokens per second per GPU) as a note quotes it: `tps ~3,300`
     r"|\btps\s*[=:~]?\s*~?(?P<tps>\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?)\b"
 )
 _METRIC = {
     "it/s": ("it_per_s", 1.0), "s/it": ("iteration_ms", 1000.0),
     "step/s": ("it_per_s", 1.0), "steps/s": ("it_per_s", 1.0), "steps/sec": ("it_per_s", 1.0),
+    "batches_per_sec": ("it_per_s", 1.0), "tokens_per_sec": ("tokens_per_s", 1.0),
+    "images/sec": ("images_per_s", 1.0), "img/sec": ("images_per_s", 1.0),
+    "tflops": ("tflops", 1.0), "tflop": ("tflops", 1.0), "tflops/gpu": ("tflops", 1.0),
+    "tflop/gpu": ("tflops", 1.0),
     "step/sec": ("it_per_s", 1.0), "iter/s": ("it_per_s", 1.0),
     "s/iter": ("iteration_ms", 1000.0), "s/step": ("iteration_ms", 1000.0),
     "samples/s": ("samples_per_s", 1.0), "sample/s": ("samples_per_s", 1.0),
@@ -72,10 +81,10 @@ def slower_than_noted(a: Analysis) -> Slowdown | None:
         if m["tps"] is not None:
             candidates = ["tokens_per_s"]
             noted = float(m["tps"].replace(",", ""))
-        elif m["step"] is not None or m["per"] is not None:
-            factor = 1.0 if m["step_unit"] == "ms" else 1000.0
+        elif m["step"] is not None or m["per"] is not None or m["itms"] is not None:
+            factor = 1.0 if m["step_unit"] == "ms" or m["itms"] else 1000.0
             candidates = ["iteration_ms", *_STEP_FIELDS]
-            noted = float(m["step"] or m["per"]) * factor
+            noted = float(m["step"] or m["per"] or m["itms"]) * factor
         elif m["unit2"] is not None:
             candidates = ["it_per_s"]
             noted = float(m["val2"])

@@ -25,7 +25,7 @@ from resurgo.attribute.analysis import Analysis
 from resurgo.contracts import LogLine
 from resurgo.detect.lines import strip_prefixes
 from resurgo.detect.literals import gated
-from resurgo.detect.timing_fields import SPACED_HINT, timing_fields
+from resurgo.detect.timing_fields import SEPARATED_END, SPACED_HINT, timing_fields
 
 SLOWDOWN_RATIO = 1.2
 RECENT_SAMPLES = 3
@@ -98,6 +98,13 @@ _METRICS: list[tuple[str, re.Pattern[str], float, bool]] = [
     # DiT/LlamaGen train.py `(step=0000300) Train Loss: 7.33, Train Steps/Sec: 2.36`; ms-swift's
     # `'train_speed(iter/s)': 0.1133`
     ("it_per_s", re.compile(r"(?i)\bsteps/sec[:=]\s*" + _NUM), 1.0, False),
+    # Composer's console logger `Train throughput/batches_per_sec: 0.0642`
+    ("it_per_s", re.compile(r"\bbatches_per_sec[:=]\s*" + _NUM), 1.0, False),
+    # gpt-neox `approx flops per GPU: 48.3TFLOPS`; `| tflops/gpu 119.6`
+    ("tflops", re.compile(r"\bflops per GPU:\s*" + _NUM + r"\s*TFLOPS\b"), 1.0, False),
+    ("tflops", re.compile(r"(?i)\btflops/gpu[:=]?\s+" + _NUM), 1.0, False),
+    # tf_cnn_benchmarks `100\timages/sec: 152.0 +/- 0.2 (jitter = 1.1)`
+    ("images_per_s", re.compile(r"\bimages/sec:\s*" + _NUM), 1.0, False),
     ("it_per_s", re.compile(r"\btrain_speed\(iter/s\)['\"]?:\s*" + _NUM), 1.0, False),
 ]  # fmt: skip
 _SEPARATED_UNIT = ("s |", "s\t", ")\t", "s,", "s (")
@@ -254,8 +261,9 @@ def read_series(a: Analysis) -> dict[str, list[Sample]]:
                     if literal in text:
                         break
                 else:
-                    # Nor do space-separated phases (`step 0.530s data 0.016s`).
-                    if SPACED_HINT.search(text) is None:
+                    # Nor do space-separated phases (`step 0.530s data 0.016s`), nor a last
+                    # separated cell at the line's end (`| step 0.587s`).
+                    if SPACED_HINT.search(text) is None and SEPARATED_END.search(text) is None:
                         continue
         prefix = strip_prefixes(text)
         actor = prefix.task if prefix.task is not None else prefix.rank

@@ -46,8 +46,9 @@ _SEPARATED_FIELD = re.compile(
     r"(?i)(?:[|,\t])\s*(?P<key>[a-z][a-z0-9_+/-]{0,30}?)\s+"
     r"(?P<value>\d{1,9}(?:\.\d{1,9})?)(?:\s?(?P<unit>ms|s)\b(?!/)|(?=\s+\(\s*\d+\.\d+\)))"
 )
+# (`data_wait=   7ms`: a timer that pads its values to a column)
 _UNIT_FIELD = re.compile(
-    r"(?<![\w.+-])(?P<key>[A-Za-z][A-Za-z0-9_]{0,30})=(?P<value>\d{1,9}(?:\.\d{1,9})?)"
+    r"(?<![\w.+-])(?P<key>[A-Za-z][A-Za-z0-9_]{0,30})= {0,8}(?P<value>\d{1,9}(?:\.\d{1,9})?)"
     r"(?P<unit>ms|s)(?![\w/])",
     _FLAGS,
 )
@@ -65,6 +66,9 @@ _SPACED_FIELD = re.compile(
 # A cheap test for such a line before any field regex runs: a unit-suffixed number followed by
 # the next word (`0.530s data`).
 SPACED_HINT = re.compile(r"\d(?:ms|s) [A-Za-z]", _FLAGS)
+# A separated step line whose last cell carries its unit (`... | img/s 5231 | step 0.587s`): the
+# literal gates look for a separator after the unit, which the line's end does not have.
+SEPARATED_END = re.compile(r"\|\s*[A-Za-z][\w+/-]{0,30}\s+\d{1,9}(?:\.\d{1,9})?\s?m?s\s*$", _FLAGS)
 
 
 def keyed_fields(text: str) -> dict[str, float]:

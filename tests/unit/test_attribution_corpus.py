@@ -127,7 +127,7 @@ FLOORS = {
     "s30-": (0.95, 0.977, 0.975, 0),
     "s31-": (0.875, 0.888, 0.925, 0),
     # Sets 32-36 (session 11): scored on arrival (README), then the classes they exposed fixed.
-    "s32-": (0.85, 0.952, 0.95, 0),
+    "s32-": (0.875, 0.952, 0.95, 0),
     # (s33-3308, a job still running through an NFS outage, labelled requeue; s45-4508, the
     # same evidence of a Lustre one, labelled none: session 13 follows the running job, none)
     "s33-": (0.95, 1.0, 0.95, 0),

@@ -236,12 +236,39 @@ DETR = "".join(
 )
 
 
+# Megatron's iteration line; Composer's console logger (`Train throughput/batches_per_sec`);
+# gpt-neox's `approx flops per GPU: 48.3TFLOPS`.
+MEGATRON = "".join(
+    f"0:  iteration      {390 + 10 * k}/   50000 | consumed samples:       199680 | elapsed time per iteration (ms): 9167.6 | learning rate: 2.000000E-04 | lm loss: 2.610000E+00 |\n"
+    for k in range(6)
+)
+COMPOSER = "".join(
+    f"0: [batch={100 + k}/20000]:\n0: \t Train throughput/batches_per_sec: 0.0642\n"
+    for k in range(6)
+)
+HVD = "".join(
+    f"[1,0]<stdout>:[2026-12-04 09:{40 + k}:02] step {2400 + 400 * k} | img/s 5231 | step 0.587s\n"
+    for k in range(6)
+)
+NEOX = "".join(
+    f"0:  samples/sec: 41.230 | iteration {1340 + 10 * k}/  320000 | elapsed time per iteration (ms): 5976.7 | approx flops per GPU: 48.3TFLOPS | lm_loss: 2.730000E+00 |\n"
+    for k in range(6)
+)
+
+
 @pytest.mark.parametrize(
     ("note", "job"),
     [
         ("# 1-node run of the same config (job 661204): Train Steps/Sec: 2.94", DIT),
         ("# same config on 1 node (job 301177): train_speed(iter/s) 0.194", SWIFT),
         ("# single-node 8-GPU run (job 30114): time: 0.2441 per iter", DETR),
+        (
+            "# previous run of the same config (job 801190): elapsed time per iteration (ms): 4480",
+            MEGATRON,
+        ),
+        ("# reference: the same yaml on one node runs at 0.49 batches_per_sec", COMPOSER),
+        ("# single-node baseline with same config: ~120 TFLOPs/GPU", NEOX),
+        ("# reference: the same script last week ran at 0.29 s/step (10,600 img/s)", HVD),
     ],
 )
 def test_a_noted_faster_rate_spelled_as_the_trainer_prints_it(

@@ -31,6 +31,12 @@ from tests.log_lines import bundle_verdict
         ("0:   Rank r2 input wait was 199.7ms vs median rank r0 at 10.4ms.", {}),
         ("[rank0] checkpoint saved in 12.3s to /ckpt/step_400", {}),
         ("epoch 3 took 41s", {}),
+        # a timer padding its values to a column; a separated line's last cell at its end
+        (
+            "[timers step 2400] rank 16 (hv-43) data_wait= 309ms fwd_bwd= 275ms allreduce_wait=   3ms",
+            {"data_wait": 309.0, "fwd_bwd": 275.0, "allreduce_wait": 3.0},
+        ),
+        ("[2026-12-04 09:40:02] step 2400 | img/s 5231 | step 0.587s", {"step": 587.0}),
     ],
 )
 def test_space_separated_phases(line: str, fields: dict[str, float]) -> None:
