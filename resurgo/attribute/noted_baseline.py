@@ -71,10 +71,22 @@ _METRIC = {
 }  # fmt: skip
 
 
+# A note that states the drop itself: `# throughput 18% below the same config last week`.
+_PCT_BELOW = re.compile(
+    r"(?i)\b(?P<pct>\d{1,2}(?:\.\d+)?)\s*% (?:below|slower than|lower than|less than|under)\b"
+)
+
+
 def slower_than_noted(a: Analysis) -> Slowdown | None:
-    """The job's recent rate against the rate a note gives for the same job elsewhere."""
+    """The job's recent rate against the rate a note gives for the same job elsewhere, or the
+    drop a note states against it."""
     series = read_series(a)
     for note in _notes(a):
+        if (p := _PCT_BELOW.search(note.text)) is not None and _SAME.search(note.text):
+            ratio = 100.0 / (100.0 - float(p["pct"]))
+            if ratio >= NOTED_SLOWDOWN:
+                return Slowdown("throughput (noted)", 100.0, 100.0 - float(p["pct"]), ratio,
+                                0, [note])  # fmt: skip
         m = _RATE.search(note.text)
         if m is None or not _SAME.search(note.text):
             continue

@@ -71,6 +71,7 @@ FRAGMENTS = [
     "your system but is not used. ",
     "# single-node 8-GPU run: time: 1e309 per iter Train Steps/Sec: 99999999999999999999 "
     "'train_speed(iter/s)': ",
+    "# throughput 99.99999% below the same config last week 0% under the baseline ",
     "step: 9.9999e+99 'global_step/max_steps': '1/0' itr 99999999999999999999/1 ",
 ]
 NODES = ["gpu-c01", "gpu-c02"]

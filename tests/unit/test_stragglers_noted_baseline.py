@@ -297,3 +297,13 @@ def test_a_noted_rate_against_the_steps_the_dated_progress_lines_make(
 ) -> None:
     note = f"# same config on 1 node x 8 GPUs: {noted}\n# job still running at collection time\n"
     assert verdict(tmp_path, note + FAIRCHEM)[0] == kind
+
+
+@pytest.mark.parametrize(("drop", "kind"), [("18%", "straggler"), ("3%", "none")])
+def test_a_note_stating_the_drop_against_the_same_config(
+    tmp_path: Path, drop: str, kind: str
+) -> None:
+    note = (
+        f"# job still running; throughput {drop} below the same config last week on sc-b[21-28]\n"
+    )
+    assert verdict(tmp_path, note + DIT)[0] == kind
