@@ -195,7 +195,11 @@ class Analysis:
             return False
         if any(x.status != "exit" for x in self.scan.exit_order):
             return False
-        after = self.lines.index(done)
+        # (by identity, from the end where the line is: comparing pydantic lines is slow)
+        back = next((i for i, e in enumerate(reversed(self.lines)) if e is done), None)
+        if back is None:
+            return False
+        after = len(self.lines) - 1 - back
         return not any(
             e.order > after and e.match.severity in ("fatal", "error") for e in self.events
         ) and all(x.order > after for x in self.scan.exit_order)
