@@ -81,10 +81,11 @@ def store_started_twice(a: Analysis) -> Verdict | None:
     """Two or more of the job's processes each failed to bind the one store port, and nothing
     else failed first: the launch starts the store's server more than once."""
     roots = [e for e in a.events if e.root and e.serious and e.origin == "job"]
-    if not any(e.match.id == "address_in_use" for e in roots):
-        return None
-    if any(e.match.id not in _OWN_FAMILY for e in roots):
+    if not roots or any(e.match.id not in _OWN_FAMILY for e in roots):
         return None  # another failure of the job's: not this rule's
+    # (Without EADDRINUSE, c10d's `failed to listen` from several processes says the same:
+    # `errno: 99 - Cannot assign requested address` is a process binding the master's address
+    # on another node, one more server than the launch should start.)
     count, evidence, ports = _reports(a)
     if count < 2 or len(ports) > 1:
         return None  # one process (a port another job holds), or different ports
@@ -92,8 +93,8 @@ def store_started_twice(a: Analysis) -> Verdict | None:
     return Verdict(
         Category.APPLICATION, "launch|store_started_twice",
         f"{count} of the job's own processes each tried to start the rendezvous store on {port} "
-        "and collided with each other (several launchers per node, or every task "
-        "hosting the store): the job's launch, not the node", 0.85,
+        "(several launchers per node, every task hosting the store, or a machine rank the same "
+        "on every node): the job's launch, not the node", 0.85,
         evidence=evidence, kind=AnomalyKind.CRASH,
     )  # fmt: skip
 

@@ -194,3 +194,26 @@ def test_a_store_where_the_clients_dial_it_is_no_clash() -> None:
     same = TWO_MASTERS.replace("gn-0412: [I socket", "gn-0411: [I socket")
     a = _run(same, GN)
     assert "disagree on which node is the master" not in a.summary
+
+
+def _not_local(task: int) -> str:
+    # c10d on a node that is not MASTER_ADDR trying to host the store there (errno 99,
+    # EADDRNOTAVAIL), as each per-node copy of a launcher whose machine rank came out 0 does.
+    return (
+        f"{task}: [W socket.cpp:464] [c10d] The server socket has failed to bind to [::]:29500 (errno: 99 - Cannot assign requested address).\n"
+        f"{task}: [W socket.cpp:464] [c10d] The server socket has failed to bind to sdil-n01:29500 (errno: 99 - Cannot assign requested address).\n"
+        f"{task}: [E socket.cpp:500] [c10d] The server socket has failed to listen on any local network address.\n"
+    )
+
+
+def test_several_processes_each_failing_to_host_the_store_on_another_nodes_address() -> None:
+    job = (
+        "0: [I socket.cpp:480] [c10d] The server socket has started to listen on [::]:29500.\n"
+        + "".join(_not_local(t) for t in (1, 2, 3))
+        + "0: torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 1/4 clients joined.\n"
+        "srun: error: sdil-n01: task 0: Exited with exit code 1\n"
+    )
+    a = _run(job, "JobId=2816 JobState=FAILED NodeList=sdil-n[01-04] NumNodes=4\n")
+    assert (a.kind, a.category, a.culprit_nodes) == ("crash", Category.APPLICATION, [])
+    assert "3 of the job's own processes" in a.summary
+    assert _stops(a)
