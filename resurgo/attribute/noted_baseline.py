@@ -122,7 +122,12 @@ def slower_than_noted(a: Analysis) -> Slowdown | None:
 
 def _step_rate(a: Analysis) -> list[Sample]:
     """Steps per second between consecutive dated progress lines (the job prints no rate of its
-    own: fairchem's `... step: 2.0000e+03` under a time stamp), for a noted rate in steps/s."""
+    own: fairchem's `... step: 2.0000e+03` under a time stamp), for a noted rate in steps/s.
+    Worked out once per analysis: every note with a rate in steps/s asks."""
+    return a.once("noted_baseline:step_rate", lambda: _dated_step_rate(a))
+
+
+def _dated_step_rate(a: Analysis) -> list[Sample]:
     parser = ProgressParser()
     points = [
         (o, step, at)
