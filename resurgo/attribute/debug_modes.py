@@ -19,7 +19,12 @@ counters, `NET/IB` lines), every step of a multi-node job is slower by the job's
 `NCCL_NET=Socket` forces the same transport by name (NCCL confirms `NCCL_NET set by
 environment to Socket`); on nodes with InfiniBand, or where NCCL's sockets themselves ride a
 Slingshot interface (`NET/Socket : Using [0]hsn0`: HPE names its high-speed NICs hsnN, whose
-own transport is the OFI plugin), it is the same choice by the job.
+own transport is the OFI plugin), it is the same choice by the job. So is running NCCL on
+Slingshot without that plugin at all: NCCL says it found no network plugin (`NET/Plugin: Could
+not find: libnccl-net.so`, `No plugin found (libnccl-net.so)`) and opens its sockets on the hsnN
+interfaces. Sites with Slingshot document the plugin as the job's to load (CSCS's Alps NCCL
+page: "the aws-ofi-nccl plugin must be used", with `NCCL_NET` set by the job or its container
+hook), so a multi-node job stepping over those sockets is slowed by its own environment.
 """
 
 from __future__ import annotations
@@ -53,6 +58,14 @@ _FABRIC_SOCKET = re.compile(
 # (A traced `source` of the user's own env file, its comment quoting the export, says so too.)
 _SCRIPT_EXPORT = re.compile(r"^(?:\++ ?)?export |^\++ ?(?:source|\.) \S+\s+#.*\bexport\b")
 _SOCKETS_CHOSEN = re.compile(r"(?:^|\s)(?:NCCL_IB_DISABLE=[\"']?1\b|NCCL_NET=[\"']?Socket\b)")
+# NCCL loading no network plugin (src/plugin/net.cc, its spellings across 2.x releases).
+_NO_NET_PLUGIN = re.compile(
+    r"\bNET/Plugin ?: (?:Could not find: libnccl-net|No plugin found \(libnccl-net"
+    r"|Plugin load \(libnccl-net\.so\) returned)"
+)
+_SLINGSHOT_SOCKET = re.compile(
+    r"\bNET/Socket : Using (?:\[\d+\])?hsn\d|\bNET : Using interface hsn\d"
+)
 _HCA_ON_BUS = re.compile(r"\bInfiniband controller: |\bEthernet controller: Mellanox\b")
 # NCCL finding no RDMA device to use (src/transport/net_ib.cc).
 _NO_IB_DEVICE = re.compile(r"\bNCCL INFO NET/IB : No device found\b")
@@ -129,7 +142,7 @@ def _sockets_by_choice(a: Analysis) -> Verdict | None:
     )  # fmt: skip
     owned = owned or noted_as_the_jobs(a.header, "NCCL_IB_DISABLE")
     if owned is None or not _SOCKETS_CHOSEN.search(owned.text.lstrip("# ")):
-        return _no_rdma_stack(a, using)
+        return _no_plugin_on_slingshot(a, using) or _no_rdma_stack(a, using)
     files = [a.metric_lines, *a.node_logs.values()]
     fabric = any(_IB_PRESENT.search(e.text) for lines in files for e in lines) or any(
         "NET" in e.text and _FABRIC_SOCKET.search(e.text) for e in a.lines[:2000]
@@ -164,4 +177,22 @@ def _no_rdma_stack(a: Analysis, using: LogLine) -> Verdict | None:
         f"straggler: NCCL finds no RDMA device and runs over TCP sockets although "
         f"{', '.join(nodes)} carry HCAs on their PCI bus: their RDMA stack is not loaded", 0.7,
         culprits=nodes, evidence=[said[0], using], kind=AnomalyKind.STRAGGLER,
+    )  # fmt: skip
+
+
+def _no_plugin_on_slingshot(a: Analysis, using: LogLine) -> Verdict | None:
+    """NCCL loaded no network plugin and opened its sockets on Slingshot's hsnN interfaces:
+    the job's environment lacks the OFI plugin the site documents as its to load."""
+    head = a.lines[:2000]
+    missing = next((e for e in head if "NET/Plugin" in e.text and _NO_NET_PLUGIN.search(e.text)),
+                   None)  # fmt: skip
+    on_hsn = next((e for e in head if "hsn" in e.text and _SLINGSHOT_SOCKET.search(e.text)), None)
+    if missing is None or on_hsn is None:
+        return None
+    return Verdict(
+        Category.APPLICATION, "straggler|application|no_net_plugin",
+        "straggler in the application: NCCL loads no network plugin and runs its collectives "
+        "over TCP sockets on the Slingshot interfaces (the job's environment lacks the OFI "
+        "plugin)", 0.6,
+        evidence=[missing, on_hsn, using], kind=AnomalyKind.STRAGGLER,
     )  # fmt: skip

@@ -211,7 +211,8 @@ def noted_as_the_jobs(lines: list[LogLine], name: str) -> LogLine | None:
     """The `#` note saying the job's script sets `name`: one line that says so itself, or a
     quoted line (`#   export NAME=...`) in a block of notes introduced as the job's script
     (`# from the user's job script:`)."""
-    quoted = re.compile(rf"^#\s*(?:export\s+)?{name}=")
+    # (the quoted line may set several: `#   NCCL_DEBUG=INFO NCCL_IB_DISABLE=1 ...`)
+    quoted = re.compile(rf"^#\s*(?:export\s+)?(?:[A-Z_][A-Z0-9_]*=\S*\s+)*{name}=")
     script = False
     for entry in lines:
         text = entry.text.lstrip()

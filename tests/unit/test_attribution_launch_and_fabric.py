@@ -11,6 +11,8 @@ cxi_core `CXI_EVENT_LINK_DOWN`, Intel's `NIC Link is Down`, torchrun's ChildFail
 
 from __future__ import annotations
 
+import pytest
+
 from resurgo.contracts import AnomalyKind, Category
 from tests.log_lines import attribute_text, first_action
 
@@ -310,3 +312,53 @@ def test_nccl_net_socket_over_plain_ethernet_is_not_a_choice_against_a_fabric() 
     job = SOCKET_BY_NAME_JOB.replace("hsn0", "eth0")
     a = attribute_text(job, [f"nid0033{i:02d}" for i in range(8)])
     assert a.kind != AnomalyKind.STRAGGLER
+
+
+# No plugin at all on Slingshot: NCCL 2.22 says it found none and opens sockets on hsn0-3 (a
+# uenv without the aws-ofi-nccl plugin, GH200 nodes).
+NO_PLUGIN_JOB = (
+    """\
+SLURM_JOB_NODELIST=nid00[5121-5122]
+nid005121:211477:211477 [0] NCCL INFO Bootstrap : Using hsn0:172.28.30.21<0>
+nid005121:211477:211477 [0] NCCL INFO NET/Plugin: Could not find: libnccl-net.so. Using internal net plugin.
+nid005121:211477:211611 [0] NCCL INFO NET/Socket : Using [0]hsn0:172.28.30.21<0> [1]hsn1:172.28.30.22<0>
+nid005121:211477:211611 [0] NCCL INFO Using network Socket
+nid005122:98113:98240 [0] NCCL INFO Using network Socket
+"""
+    + "".join(
+        f"[rank0] step {s} loss {2.4 - s / 1000:.3f} samples/s 1357.{s % 7}\n"
+        for s in range(10, 130, 10)
+    )
+    + "# job still running at collection time\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("plugin", "iface", "straggler"),
+    [
+        ("NET/Plugin: Could not find: libnccl-net.so. Using internal net plugin.", "hsn0", True),
+        (
+            "NET/Plugin : No plugin found (libnccl-net.so), using internal implementation",
+            "hsn0",
+            True,
+        ),
+        # (NCCL's IB transport needs no plugin; without Slingshot there is nothing missing)
+        ("NET/Plugin: Could not find: libnccl-net.so. Using internal net plugin.", "eth0", False),
+        ("NET/Plugin: Loaded net plugin Libfabric (v8)", "hsn0", False),
+    ],
+)
+def test_no_network_plugin_on_slingshot_is_the_jobs_slowdown(
+    plugin: str, iface: str, straggler: bool
+) -> None:
+    job = (
+        NO_PLUGIN_JOB.replace(
+            "NET/Plugin: Could not find: libnccl-net.so. Using internal net plugin.", plugin
+        )
+        .replace("hsn0", iface)
+        .replace("hsn1", iface.replace("0", "1"))
+    )
+    a = attribute_text(job, ["nid005121", "nid005122"])
+    got = (a.kind, a.category) == (AnomalyKind.STRAGGLER, Category.APPLICATION)
+    assert got == straggler, a.summary
+    if straggler:
+        assert "plugin" in a.summary and first_action(a) == "none"

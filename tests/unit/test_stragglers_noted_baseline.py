@@ -169,6 +169,7 @@ OLD_NCCL = [
         for k in range(1, 30)
     ],
 ]
+IB_ON_BUS = "Infiniband controller: Mellanox Technologies MT28908 Family [ConnectX-6]\n"
 OLD_SQUEUE = "$ squeue -j 10422\n JOBID PARTITION NAME USER ST TIME NODES NODELIST(REASON)\n 10422 v100 maskrcnn lau R 9:52 2 v100-a[07-08]\n"
 
 
@@ -177,6 +178,39 @@ def test_old_nccls_sockets_under_the_jobs_ib_disable_and_a_noted_s_per_iter_are_
 ) -> None:
     got = verdict(tmp_path, "".join(OLD_NCCL), OLD_SQUEUE)
     assert got == ("straggler", "application", [], "none")
+
+
+# The job script's exports quoted as a block of notes under a heading that says whose they are,
+# the setting after another on its line (ms-swift ZeRO-3 over six nodes, NCCL 2.x's own lines).
+QUOTED_BLOCK = [
+    "# job script exports (from run_sft_ds3.sh):\n",
+    "#   NCCL_DEBUG=INFO NCCL_IB_DISABLE=1 NCCL_P2P_DISABLE=1 NCCL_SOCKET_IFNAME=bond0\n",
+    "# the same script on 2 nodes (job 3370455) ran at train_speed(iter/s) 0.031\n",
+    *OLD_NCCL[3:-29],
+    *[
+        f"0: {{'loss': 1.06, 'train_speed(iter/s)': 0.0117, 'global_step/max_steps': '{10 * k}/2340'}}\n"
+        for k in range(1, 12)
+    ],
+]
+
+
+@pytest.mark.parametrize("exports", ["#   NCCL_IB_DISABLE=1 NCCL_DEBUG=INFO", None])
+def test_a_quoted_block_of_the_job_scripts_exports_owns_the_setting_wherever_it_sits_on_its_line(
+    tmp_path: Path, exports: str | None
+) -> None:
+    lines = list(QUOTED_BLOCK)
+    if exports is not None:
+        lines[1] = exports + "\n"
+    got = verdict(tmp_path, "".join(lines), OLD_SQUEUE, **{"node_v100-a07": IB_ON_BUS})
+    assert got == ("straggler", "application", [], "none")
+
+
+def test_the_same_exports_under_a_heading_naming_the_site_stay_no_cause_of_the_jobs(
+    tmp_path: Path,
+) -> None:
+    lines = ["# site module nccl/2.4 exports:\n", *QUOTED_BLOCK[1:]]
+    got = verdict(tmp_path, "".join(lines), OLD_SQUEUE, **{"node_v100-a07": IB_ON_BUS})
+    assert got[:2] == ("straggler", "unknown")
 
 
 def test_a_few_percent_below_a_noted_reference_in_tflops_is_a_jobwide_straggler(
