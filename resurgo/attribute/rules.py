@@ -37,6 +37,7 @@ from resurgo.attribute.analysis import Analysis, Kind, Verdict, fingerprint
 from resurgo.attribute.app_hangs import application_hang
 from resurgo.attribute.array_tasks import array_task_of
 from resurgo.attribute.bundle import Bundle
+from resurgo.attribute.container_bridge import dials_a_container_bridge
 from resurgo.attribute.engine_fault import survives_engine_faults
 from resurgo.attribute.firewall import firewalled_node
 from resurgo.attribute.kind_bounds import (
@@ -84,7 +85,11 @@ from resurgo.attribute.stages_outcome import (
     stuck_in_job_code,
 )
 from resurgo.attribute.stages_root import _cascade_only, _root_failure, killed_by_oom
-from resurgo.attribute.store_address import every_node_dials_itself, store_host_is_a_hostlist
+from resurgo.attribute.store_address import (
+    every_node_dials_itself,
+    separate_worlds,
+    store_host_is_a_hostlist,
+)
 from resurgo.attribute.store_clash import store_on_two_hosts, store_started_twice
 from resurgo.attribute.stragglers import stragglers
 from resurgo.attribute.switch_ports import switch_port_down
@@ -196,6 +201,8 @@ def analyse(
         or store_outside_allocation(a)
         or loopback_coordinator(a)
         or every_node_dials_itself(a)
+        or separate_worlds(a)
+        or dials_a_container_bridge(a)
         or store_host_is_a_hostlist(a)
         or _root_failure(a)
         or waiting_for_debugger(a, outcome)

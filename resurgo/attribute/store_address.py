@@ -17,7 +17,15 @@ it (c10d: `The IPv4 network addresses of (gpu-b[12-15], 29500) cannot be retriev
 -2 - Name or service not known)`); the fix is `scontrol show hostnames` in the script
 (pytorch/pytorch#107021).
 
-Both are the launch's doing, on every attempt: the job script's arguments (attribution-labels.md
+Each node's agent forming a world of its own: torchrun's agents on two or more hosts each report
+`The node '<host>_<pid>_0' has joined round 0 of the rendezvous '<id>' as rank 0 in a world of
+size 1` (torch/distributed/elastic/rendezvous/dynamic_rendezvous.py): one rendezvous gives its
+members distinct ranks, so two rank-0 agents on different hosts met in different stores (an
+endpoint of `localhost` or of each node's own name, pithtrain's script falling back to localhost
+when `scontrol` is missing in the container). The workers then wait for peers that sit in the
+other world until the time limit.
+
+All are the launch's doing, on every attempt: the job script's arguments (attribution-labels.md
 tie-breaker 6: a wrong launch script is `application`), whatever the script looks like.
 """
 
@@ -26,8 +34,9 @@ from __future__ import annotations
 import re
 
 from resurgo.attribute.analysis import Analysis, Verdict
+from resurgo.attribute.liveness import last_progress
 from resurgo.attribute.stages_launch import STORE_CONNECT, STORE_TARGET
-from resurgo.contracts import AnomalyKind, Category
+from resurgo.contracts import AnomalyKind, Category, LogLine
 
 
 def every_node_dials_itself(a: Analysis) -> Verdict | None:
@@ -81,3 +90,31 @@ def store_host_is_a_hostlist(a: Analysis) -> Verdict | None:
                 evidence=[entry], kind=AnomalyKind.CRASH,
             )  # fmt: skip
     return None
+
+
+_JOINED_ALONE = re.compile(
+    r"\bThe node '(?P<node>[^'\s]{1,200})_\d+_\d+' has joined round \d+ of the rendezvous "
+    r"'[^']{0,200}' as rank 0 in a world of size (?P<size>\d+)\b"
+)
+
+
+def separate_worlds(a: Analysis) -> Verdict | None:
+    """Rank-0 agents on two or more hosts (each met only itself, or its own node's share), and
+    no training step after."""
+    if a.running or last_progress(a) is not None:
+        return None
+    alone: dict[str, LogLine] = {}
+    for entry in a.lines[:5000]:
+        if "as rank 0" in entry.text and (m := _JOINED_ALONE.search(entry.text)) is not None:
+            host = a.topo.hosts.canonical(m["node"]) or m["node"].split(".", 1)[0]
+            alone.setdefault(host, entry)
+    if len(alone) < 2:
+        return None
+    hosts = sorted(alone)
+    return Verdict(
+        Category.APPLICATION, "launch|separate_worlds",
+        f"torchrun's agents on {', '.join(hosts[:4])} each joined their rendezvous as rank 0: "
+        "every node formed a world of its own (the launch's rendezvous endpoint is not one "
+        "address shared by the job's nodes)", 0.85,
+        evidence=[alone[h] for h in hosts[:3]], kind=AnomalyKind.HANG,
+    )  # fmt: skip

@@ -73,6 +73,12 @@ FRAGMENTS = [
     "'train_speed(iter/s)': ",
     "# throughput 99.99999% below the same config last week 0% under the baseline ",
     "step: 9.9999e+99 'global_step/max_steps': '1/0' itr 99999999999999999999/1 ",
+    # session 19's readers: separate rendezvous worlds, container bridges, missing net plugins
+    "The node 'gpu-c01_1_0' has joined round 0 of the rendezvous '' as rank 0 in a world of size ",
+    "[c10d] The client socket has timed out after 1800s while trying to connect to (172.17.0.",
+    "[gpu-c01][[1,1],2][btl_tcp_endpoint.c:638:mca_btl_tcp_endpoint_recv_connect_ack] received ",
+    "NCCL INFO NET/Plugin: Could not find: libnccl-net.so NET/Socket : Using [0]hsn",
+    "# job script exports:\n#   A=1 B=2 C=3 D=4 E=5 F=6 G=7 H=8 I=9 J=10 K=11 NCCL_IB_DISABLE",
 ]
 NODES = ["gpu-c01", "gpu-c02"]
 
