@@ -231,6 +231,12 @@ def analyse(
     return _finish(a, verdict, anomaly, outcome), progress
 
 
+# Lines that name a fault but end no process: NCCL logs a verbs async event on its HCA's port
+# (`NET/IB : Got async event : port error`, transport/net_ib.cc's async thread) and carries on;
+# what the job then shows (its collectives timing out, or an NCCL error ending it) is the kind.
+NOTICES_ONLY = frozenset({"nccl_ib_async_event"})
+
+
 def _kind(a: Analysis, verdict: Verdict, anomaly: Anomaly | None) -> Kind:
     if verdict.category == Category.NONE:
         return "none"
@@ -248,6 +254,7 @@ def _kind(a: Analysis, verdict: Verdict, anomaly: Anomaly | None) -> Kind:
     decisive = [
         e for e in a.events
         if e.root and e.serious and (e.line.source, e.line.line_no) in shown
+        and e.match.id not in NOTICES_ONLY
     ]  # fmt: skip
     actors = {e.actor for e in decisive}
     died = any(  # the stuck ranks then died of their own error (pdb quitting at EOF)
@@ -275,7 +282,8 @@ def _hung_first(a: Analysis) -> bool:
     waited = {e.actor: e.order for e in shown if e.match.kind == AnomalyKind.HANG and e.cascade}
     signs = [
         (e.order, e.match.kind == AnomalyKind.HANG) for e in shown
-        if e.match.kind == AnomalyKind.HANG or e.order > waited.get(e.actor, -1)
+        if (e.match.kind == AnomalyKind.HANG or e.order > waited.get(e.actor, -1))
+        and e.match.id not in NOTICES_ONLY
     ]  # fmt: skip
     signs += [(x.order, False) for x in a.scan.exit_order
               if x.status != "terminated" and not x.after_termination]  # fmt: skip

@@ -52,3 +52,38 @@ def test_output_ending_in_the_ranks_raised_store_errors_is_a_crash() -> None:
     dmesg = "[Wed Dec  2 15:33:02 2026] NETDEV WATCHDOG: eno1 (ixgbe): transmit queue 5 timed out\n[Wed Dec  2 15:33:04 2026] ixgbe 0000:18:00.0 eno1: NIC Link is Down\n"
     a = _run(ends, ["tn-001", "tn-002", "tn-003", "tn-004"], {"tn-001": dmesg})
     assert a.kind == AnomalyKind.CRASH
+
+
+# A port error NCCL's async thread logs and carries on past (transport/net_ib.cc), then the
+# ranks' collectives stall until the watchdog: the job stayed stuck, a hang. (Lightning's bars,
+# unprefixed lines, as one node's torchrun output under srun shows them.)
+BARS = "".join(
+    f"Epoch 0:  {k * 5}%|█| {k * 500}/20000 [00:{k * 4:02d}:57<02:35:22, 1.77it/s, v_num=3, train/loss=1.48]\n"
+    for k in range(1, 13)
+)
+PORT_ERROR = (
+    "h800-a2:7726:8352 [5] transport/net_ib.cc:108 NCCL WARN NET/IB : Got async event : port error\n"
+    "h800-a2:7725:8349 [4] transport/net_ib.cc:108 NCCL WARN NET/IB : Got async event : port error\n"
+)
+WATCHDOG = (
+    "".join(
+        f"[rank{r}]:[E0421 10:11:45.766116217 ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=48877, OpType=ALLREDUCE, NumelIn=125829120, NumelOut=125829120, Timeout(ms)=600000) ran for 600029 milliseconds before timing out.\n"
+        f"[rank{r}]:[E0421 10:11:45.455548565 ProcessGroupNCCL.cpp:630] [Rank {r}] Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data.\n"
+        for r in (0, 8)
+    )
+    + "srun: error: h800-a1: task 0: Aborted (core dumped)\n"
+)
+NCCL_ERROR = (
+    "[rank8]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, remote process exited or there was a network error, NCCL version 2.21.5\n"
+    "srun: error: h800-a2: task 1: Exited with exit code 1\n"
+)
+
+
+def test_a_port_error_the_ranks_then_wait_out_in_their_collectives_is_a_hang() -> None:
+    a = _run(BARS + PORT_ERROR + WATCHDOG, ["h800-a1", "h800-a2"])
+    assert (a.kind, a.culprit_nodes) == (AnomalyKind.HANG, ["h800-a2"]), a.summary
+
+
+def test_a_port_error_followed_by_the_nccl_error_that_ended_the_rank_is_a_crash() -> None:
+    a = _run(BARS + PORT_ERROR + NCCL_ERROR, ["h800-a1", "h800-a2"])
+    assert (a.kind, a.culprit_nodes) == (AnomalyKind.CRASH, ["h800-a2"]), a.summary
