@@ -12,6 +12,11 @@ The note is believed only where the logs leave room for it: a verdict resting on
 files (an Xid in its kernel log, a port down in its ibstat) stands, since one bad node per run
 is still possible; a note naming one of this run's nodes (the same GPU failing across restarts)
 is the hardware's case, not this one.
+
+A note may instead name the earlier runs by job id alone (`# 1903110, 1903562 and 1904021 ran
+the same recipe; each log stops mid-run without a traceback`): their sacct rows beside it give
+their nodes and states, and where every one of them failed on nodes this run did not use, the
+note says the same.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import re
 
 from resurgo.attribute.analysis import Analysis, Verdict
+from resurgo.attribute.sacct_rows import sacct_row
 from resurgo.contracts import AnomalyKind, Category, LogLine
 from resurgo.slurm.errors import ParseError
 from resurgo.slurm.parsers import expand_hostlist
@@ -28,7 +34,9 @@ _SAME = re.compile(
     r"(?i)\b(?:the same way|identically|with the same (?:error|message|assertion|traceback|"
     r"exception|'|\")|same (?:error|failure|hang|crash|traceback|assertion)\b)"
 )
-_FAILED = re.compile(r"(?i)\b(?:fail|died|dies|hung|hang|stopp|ended|crash|abort|diverg|error)")
+_FAILED = re.compile(
+    r"(?i)\b(?:fail|died|dies|hung|hang|stopp|stops\b|ended|crash|abort|diverg|error)"
+)
 # An earlier run: `previous job`, `attempt 1`, `job 4087`, `73304 (`, `rerun`.
 _EARLIER = re.compile(
     r"(?i)\b(?:previous|earlier|prior|first)\b.{0,30}\b(?:job|attempt|run|submission)\b|"
@@ -92,7 +100,60 @@ def _note(a: Analysis) -> LogLine | None:
         named = _named_nodes(text, prefixes)
         if named and not named & ours:
             return entry
+    return _runs_named_by_id(a, ours)
+
+
+# The same work as this run (`ran the same recipe`, `same config`), said of the runs a note names.
+_SAME_WORK = re.compile(
+    r"(?i)\bsame (?:recipe|config\w*|script|job script|model|code|command|setup|yaml|toml)\b"
+)
+_JOB_ID = re.compile(r"(?<![\w.:-])(\d{4,12})(?![\w.:-])")
+_FAILED_STATES = ("FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_ME")
+
+
+def _runs_named_by_id(a: Analysis, ours: set[str]) -> LogLine | None:
+    """A note naming earlier runs of the same work by job id, each of which sacct shows
+    failing on nodes this run did not use."""
+    notes = [
+        e for e in [*a.lines[:200], *a.facts.lines]
+        if e.text.lstrip().startswith("#") and len(e.text) <= 600
+        and _SAME_WORK.search(e.text) and _FAILED.search(e.text)
+    ]  # fmt: skip
+    if not notes:
+        return None
+    runs = _sacct_runs(a)
+    own = str(a.job.job_id) if a.job is not None else None
+    for note in notes:
+        ids = [i for i in _JOB_ID.findall(note.text) if i != own]
+        shown = [runs[i] for i in ids if i in runs]
+        if not shown or len(shown) != len(ids):
+            continue  # (a number that is no run of the table: not the note's subject)
+        if all(state.startswith(_FAILED_STATES) and nodes and not nodes & ours
+               for state, nodes in shown):  # fmt: skip
+            return note
     return None
+
+
+def _sacct_runs(a: Analysis) -> dict[str, tuple[str, set[str]]]:
+    """Every job's own row in the scheduler text's sacct tables: id → (state, nodes)."""
+    runs: dict[str, tuple[str, set[str]]] = {}
+    header: list[str] | None = None
+    for entry in a.facts.lines:
+        text = entry.text.strip()
+        if text.startswith("JobID"):
+            header = [h for h in re.split(r"\||\s+", text) if h]
+            continue
+        if header is None or not text[:1].isdigit():
+            continue
+        row = sacct_row(text, header)
+        if row is None or not row.get("JobID", "").isdigit():
+            continue  # (steps, `1903110.batch`, are the job's own)
+        try:
+            nodes = set(expand_hostlist(row.get("NodeList", ""), limit=256))
+        except ParseError:
+            nodes = set()
+        runs[row["JobID"]] = (row.get("State", ""), nodes)
+    return runs
 
 
 def _named_nodes(text: str, prefixes: set[str]) -> set[str]:

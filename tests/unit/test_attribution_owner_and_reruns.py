@@ -110,3 +110,31 @@ def test_a_nodes_own_kernel_log_outweighs_the_note(tmp_path: Path) -> None:
     sacct = SACCT.replace("CANCELLED by 10311", "FAILED").replace("|0:0|", "|1:0|")
     got = verdict(tmp_path, STEPS + CRASH, sacct + _rerun_note("cn[05-06]"), dmesg_cn111=XID)
     assert got[1:] == ("hardware_gpu", ["cn111"], "requeue_excluding_nodes")
+
+
+EARLIER = (
+    "31702|dnn-2n|gpu|kryc|FAILED|1:0|2020-10-14T09:00:04|2020-10-14T14:21:50|05:21:46|2|cn[05-06]\n"
+    "31730|dnn-2n|gpu|kryc|TIMEOUT|0:0|2020-10-15T16:02:00|2020-10-15T21:37:11|05:35:11|2|cn[07-08]\n"
+)
+BY_ID = "# 31702 and 31730 ran the same recipe; each log stops mid-run without a traceback\n"
+
+
+def _failed_sacct(earlier: str = EARLIER) -> str:
+    return SACCT.replace("CANCELLED by 10311", "FAILED").replace("|0:0|", "|1:0|") + earlier
+
+
+def test_earlier_runs_named_by_id_that_failed_on_other_nodes_are_the_applications(
+    tmp_path: Path,
+) -> None:
+    got = verdict(tmp_path, STEPS + CRASH, _failed_sacct() + BY_ID)
+    assert got[1:] == ("application", [], "stop")
+
+
+def test_earlier_runs_named_by_id_on_this_runs_node_or_completed_are_not(tmp_path: Path) -> None:
+    here = EARLIER.replace("cn[07-08]", "cn[110-111]")
+    assert verdict(tmp_path, STEPS + CRASH, _failed_sacct(here) + BY_ID)[1] != "application"
+    done = EARLIER.replace("TIMEOUT", "COMPLETED")
+    assert verdict(tmp_path, STEPS + CRASH, _failed_sacct(done) + BY_ID)[1] != "application"
+    # (a job id the table does not hold: the note's subject is not shown)
+    other = BY_ID.replace("31730", "31799")
+    assert verdict(tmp_path, STEPS + CRASH, _failed_sacct() + other)[1] != "application"
