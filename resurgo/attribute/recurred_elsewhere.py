@@ -17,6 +17,13 @@ A note may instead name the earlier runs by job id alone (`# 1903110, 1903562 an
 the same recipe; each log stops mid-run without a traceback`): their sacct rows beside it give
 their nodes and states, and where every one of them failed on nodes this run did not use, the
 note says the same.
+
+The converse points the same way: a note that the job, changed in its own setup, ran on these
+same nodes (`# 41993240: same nodes and config with pipeline_parallel_degree 1, 200 steps
+completed`, `# the identical image rebuilt with NCCL 2.4.8 trains on the same nodes`, `# rerun
+with the fixed ms-swift release trains past step 3000 on the same node`): the nodes carried
+the changed job, so what failed is what the job changed back: its code, configuration or
+software (attribution-labels.md: application covers the job's configuration and environment).
 """
 
 from __future__ import annotations
@@ -60,7 +67,8 @@ def recurred_elsewhere(a: Analysis, v: Verdict) -> Verdict:
     if v.category in (Category.APPLICATION, Category.NONE) or _rests_on_node_files(v):
         return v
     note = _note(a)
-    if note is None:
+    changed = _changed_job_ran_here(a) if note is None else None
+    if note is None and changed is None:
         return v
     kind, outcome, summary = v.kind, v.outcome, v.summary
     if v.outcome == "owner_cancelled":
@@ -71,6 +79,14 @@ def recurred_elsewhere(a: Analysis, v: Verdict) -> Verdict:
             None,
             "the job stopped and its owner cancelled it",
         )
+    if changed is not None:
+        return Verdict(
+            Category.APPLICATION, "changed_job_ran_here",
+            f"{summary}; the job with its own setup changed ran on the same nodes (its code, "
+            "configuration or software, not the nodes)", 0.8,
+            ranks=v.ranks, evidence=[changed, *v.evidence[:2]], kind=kind, outcome=outcome,
+        )  # fmt: skip
+    assert note is not None
     return Verdict(
         Category.APPLICATION, "recurred_on_other_nodes",
         f"{summary}; an earlier run on other nodes failed the same way (the job's own code, "
@@ -131,6 +147,31 @@ def _runs_named_by_id(a: Analysis, ours: set[str]) -> LogLine | None:
         if all(state.startswith(_FAILED_STATES) and nodes and not nodes & ours
                for state, nodes in shown):  # fmt: skip
             return note
+    return None
+
+
+_SAME_NODES = re.compile(r"(?i)\b(?:on |and )?(?:the )?same nodes?\b")
+_RAN = re.compile(
+    r"(?i)\b(?:completed?|completes|trains|trained|works|worked|ran fine|runs fine|passe[sd]|"
+    r"succeed(?:s|ed)?|finishe[sd]|initiali[sz]es and trains)\b"
+)
+# What the job changed for that run: a setting (`pipeline_parallel_degree 1`, `NCCL_ALGO=Ring`),
+# a rebuilt image, another release of its software.
+_CHANGED = re.compile(
+    r"(?i)\b(?:fixed|rebuilt|downgrad\w*|upgrad\w*|instead of|changed|\w+_degree|"
+    r"with (?:the )?(?:older|newer|previous|other|another|different)\b|release|version)|"
+    r"\b[A-Z][A-Z0-9_]{3,}=\S+"
+)
+
+
+def _changed_job_ran_here(a: Analysis) -> LogLine | None:
+    """A note that the job, changed in its own setup, ran on the same nodes."""
+    for entry in [*a.lines[:400], *a.lines[-100:], *a.facts.lines]:
+        text = entry.text.lstrip()
+        if not text.startswith("#") or len(text) > 600:
+            continue
+        if _SAME_NODES.search(text) and _RAN.search(text) and _CHANGED.search(text):
+            return entry
     return None
 
 

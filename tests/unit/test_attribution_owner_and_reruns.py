@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.log_lines import bundle_verdict
 
 SACCT = """\
@@ -138,3 +140,35 @@ def test_earlier_runs_named_by_id_on_this_runs_node_or_completed_are_not(tmp_pat
     # (a job id the table does not hold: the note's subject is not shown)
     other = BY_ID.replace("31730", "31799")
     assert verdict(tmp_path, STEPS + CRASH, _failed_sacct() + other)[1] != "application"
+
+
+@pytest.mark.parametrize(
+    "note",
+    [
+        "# 31702: same nodes and config with pipeline_parallel_degree 1 (DP_shard=4), 200 steps completed\n",
+        "# note: the identical job image rebuilt with NCCL 2.4.8 initialises and trains on the same nodes\n",
+        "# rerun of the same data with the fixed ms-swift release trains past step 3000 on the same node\n",
+    ],
+)
+def test_the_job_changed_in_its_own_setup_running_on_the_same_nodes_is_the_applications(
+    tmp_path: Path, note: str
+) -> None:
+    got = verdict(tmp_path, STEPS + CRASH, _failed_sacct("") + note)
+    assert got[1:] == ("application", [], "stop")
+
+
+@pytest.mark.parametrize(
+    "note",
+    [
+        # (unchanged: the nodes may have changed since)
+        "# the same job completed on the same nodes last week\n",
+        # (changed, but elsewhere)
+        "# with pipeline_parallel_degree 1 it completed on other nodes\n",
+        # (changed on the same nodes, and failed too)
+        "# with pipeline_parallel_degree 1 on the same nodes it hangs as well\n",
+    ],
+)
+def test_notes_short_of_a_changed_job_running_on_these_nodes_leave_the_verdict(
+    tmp_path: Path, note: str
+) -> None:
+    assert verdict(tmp_path, STEPS + CRASH, _failed_sacct("") + note)[1] != "application"
