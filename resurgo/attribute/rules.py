@@ -40,6 +40,7 @@ from resurgo.attribute.bundle import Bundle
 from resurgo.attribute.container_bridge import dials_a_container_bridge
 from resurgo.attribute.engine_fault import survives_engine_faults
 from resurgo.attribute.firewall import firewalled_node
+from resurgo.attribute.jit_extensions import sigill_in_own_build
 from resurgo.attribute.kind_bounds import (
     died_of_node_fault,
     ended_by_error,
@@ -218,6 +219,7 @@ def analyse(
     verdict = running_kind(a, died_of_node_fault(a, verdict))
     verdict = slow_link_behind(a, verdict)
     verdict = recurred_elsewhere(a, verdict)  # (tie-breaker 3, from an operator's note)
+    verdict = sigill_in_own_build(a, verdict)
     if (
         anomaly is not None
         and anomaly.suspects

@@ -79,6 +79,8 @@ FRAGMENTS = [
     "[gpu-c01][[1,1],2][btl_tcp_endpoint.c:638:mca_btl_tcp_endpoint_recv_connect_ack] received ",
     "NCCL INFO NET/Plugin: Could not find: libnccl-net.so NET/Socket : Using [0]hsn",
     "# job script exports:\n#   A=1 B=2 C=3 D=4 E=5 F=6 G=7 H=8 I=9 J=10 K=11 NCCL_IB_DISABLE",
+    "# 1903110 1903562 ran the same recipe and failed; same nodes with X_degree 1 completed ",
+    "Building extension module x... Fatal Python error: Illegal instruction Time to load x op: ",
 ]
 NODES = ["gpu-c01", "gpu-c02"]
 
