@@ -150,7 +150,9 @@ def _runs_named_by_id(a: Analysis, ours: set[str]) -> LogLine | None:
     return None
 
 
-_SAME_NODES = re.compile(r"(?i)\b(?:on |and )?(?:the )?same nodes?\b")
+_SAME_NODES = re.compile(
+    r"(?i)\b(?:the )?same (?:nodes?|hosts?|machines?)\b|\bon (?:both|these|all(?: \w+)?) nodes\b"
+)
 _RAN = re.compile(
     r"(?i)\b(?:completed?|completes|trains|trained|works|worked|ran fine|runs fine|passe[sd]|"
     r"succeed(?:s|ed)?|finishe[sd]|initiali[sz]es and trains)\b"
@@ -159,8 +161,9 @@ _RAN = re.compile(
 # a rebuilt image, another release of its software.
 _CHANGED = re.compile(
     r"(?i)\b(?:fixed|rebuilt|downgrad\w*|upgrad\w*|instead of|changed|\w+_degree|"
-    r"with (?:the )?(?:older|newer|previous|other|another|different)\b|release|version)|"
-    r"\b[A-Z][A-Z0-9_]{3,}=\S+"
+    r"with (?:the )?(?:older|newer|previous|other|another|different)\b|release|version|"
+    r"without)\b|\(no\b|"
+    r"(?-i:\b[A-Z][A-Z0-9_]{3,}=\S+)"  # (an environment variable, as scripts spell them)
 )
 
 

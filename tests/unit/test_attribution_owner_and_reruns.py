@@ -148,6 +148,7 @@ def test_earlier_runs_named_by_id_on_this_runs_node_or_completed_are_not(tmp_pat
         "# 31702: same nodes and config with pipeline_parallel_degree 1 (DP_shard=4), 200 steps completed\n",
         "# note: the identical job image rebuilt with NCCL 2.4.8 initialises and trains on the same nodes\n",
         "# rerun of the same data with the fixed ms-swift release trains past step 3000 on the same node\n",
+        "# note: the same script with NCCL over sockets (no aws-ofi-rccl plugin) trains on both nodes\n",
     ],
 )
 def test_the_job_changed_in_its_own_setup_running_on_the_same_nodes_is_the_applications(
@@ -166,6 +167,8 @@ def test_the_job_changed_in_its_own_setup_running_on_the_same_nodes_is_the_appli
         "# with pipeline_parallel_degree 1 it completed on other nodes\n",
         # (changed on the same nodes, and failed too)
         "# with pipeline_parallel_degree 1 on the same nodes it hangs as well\n",
+        # (a lower-case key=value is no environment variable of the job's)
+        "# the same nodes completed steps=200 last week\n",
     ],
 )
 def test_notes_short_of_a_changed_job_running_on_these_nodes_leave_the_verdict(
