@@ -123,7 +123,8 @@ def _note(a: Analysis) -> LogLine | None:
 _SAME_WORK = re.compile(
     r"(?i)\bsame (?:recipe|config\w*|script|job script|model|code|command|setup|yaml|toml)\b"
 )
-_JOB_ID = re.compile(r"(?<![\w.:-])(\d{4,12})(?![\w.:-])")
+# (`31702:` opening a note is an id; `10:14` a time, `1.0` a number)
+_JOB_ID = re.compile(r"(?<![\w.:-])(\d{4,12})(?![\w.-]|:\d)")
 _FAILED_STATES = ("FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_ME")
 
 
@@ -137,7 +138,7 @@ def _runs_named_by_id(a: Analysis, ours: set[str]) -> LogLine | None:
     ]  # fmt: skip
     if not notes:
         return None
-    runs = _sacct_runs(a)
+    runs = a.once("recurred_elsewhere:sacct_runs", lambda: _sacct_runs(a))
     own = str(a.job.job_id) if a.job is not None else None
     for note in notes:
         ids = [i for i in _JOB_ID.findall(note.text) if i != own]
@@ -151,7 +152,8 @@ def _runs_named_by_id(a: Analysis, ours: set[str]) -> LogLine | None:
 
 
 _SAME_NODES = re.compile(
-    r"(?i)\b(?:the )?same (?:nodes?|hosts?|machines?)\b|\bon (?:both|these|all(?: \w+)?) nodes\b"
+    r"(?i)\b(?:same|identical) (?:[\w/-]+(?:,? (?:and )?)?){0,4}(?:nodes?|hosts?|machines?)\b"
+    r"|\bon (?:both|these|all(?: \w+)?) nodes\b"
 )
 _RAN = re.compile(
     r"(?i)\b(?:completed?|completes|trains|trained|works|worked|ran fine|runs fine|passe[sd]|"
@@ -164,6 +166,8 @@ _CHANGED = re.compile(
     r"with (?:the )?(?:older|newer|previous|other|another|different)\b|release|version|"
     r"without)\b|\(no\b|"
     r"(?-i:\b[A-Z][A-Z0-9_]{3,}=\S+)"  # (an environment variable, as scripts spell them)
+    r"|(?-i:\b[a-z]+(?:_[a-z]+)+=\S+)"  # (a snake_case option: batch_accumulation_per_replica=1)
+    r"|\bwith (?:the )?container\b"
 )
 
 
@@ -173,9 +177,21 @@ def _changed_job_ran_here(a: Analysis) -> LogLine | None:
         text = entry.text.lstrip()
         if not text.startswith("#") or len(text) > 600:
             continue
-        if _SAME_NODES.search(text) and _RAN.search(text) and _CHANGED.search(text):
+        if not (_SAME_NODES.search(text) and _CHANGED.search(text)):
+            continue
+        if _RAN.search(text) or _names_a_completed_run(a, text):
             return entry
     return None
+
+
+def _names_a_completed_run(a: Analysis, text: str) -> bool:
+    """The note names, by job id, a run sacct shows COMPLETED."""
+    own = str(a.job.job_id) if a.job is not None else None
+    ids = [i for i in _JOB_ID.findall(text) if i != own]
+    if not ids:
+        return False
+    runs = a.once("recurred_elsewhere:sacct_runs", lambda: _sacct_runs(a))
+    return any(runs.get(i, ("", set()))[0].startswith("COMPLETED") for i in ids)
 
 
 def _sacct_runs(a: Analysis) -> dict[str, tuple[str, set[str]]]:

@@ -175,3 +175,22 @@ def test_notes_short_of_a_changed_job_running_on_these_nodes_leave_the_verdict(
     tmp_path: Path, note: str
 ) -> None:
     assert verdict(tmp_path, STEPS + CRASH, _failed_sacct("") + note)[1] != "application"
+
+
+COMPLETED_RUN = "31702|dnn-2n|gpu|kryc|COMPLETED|0:0|2020-10-14T09:00:04|2020-10-14T14:21:50|05:21:46|2|cn[110-111]\n"
+
+
+@pytest.mark.parametrize(
+    "note",
+    [
+        "# 31702: same nodes and parallel layout with batch_accumulation_per_replica=1 (steps 0-500)\n",
+        "# 31702: identical recipe and nodes with container nemo:25.11\n",
+    ],
+)
+def test_a_changed_run_named_by_id_that_sacct_shows_completed_on_the_same_nodes(
+    tmp_path: Path, note: str
+) -> None:
+    got = verdict(tmp_path, STEPS + CRASH, _failed_sacct(COMPLETED_RUN) + note)
+    assert got[1:] == ("application", [], "stop")
+    failed = COMPLETED_RUN.replace("COMPLETED|0:0", "FAILED|1:0")
+    assert verdict(tmp_path, STEPS + CRASH, _failed_sacct(failed) + note)[1] != "application"
