@@ -56,6 +56,10 @@ _COMPLETED = gated(re.compile(  # (runs on every line without progress)
     r"\breached max_(?:steps|epochs|iters?)\b|\[after training is done\]"
 ))  # fmt: skip
 _SRUN_EXIT_RC = re.compile(r"\bsrun(?: exited)? rc=(?P<rc>\d+)")
+# Kaldi's (and ESPnet's) utils/parallel/slurm.pl and run.pl close the log of every command they
+# run with `# Accounting: time=6329 threads=1` and `# Ended (code 0) at <date>, elapsed time 6329
+# seconds`: the command's own exit status.
+_KALDI_ENDED = re.compile(r"^# Ended \(code (?P<rc>\d{1,3})\) at ")
 # (both run on every line of the output: gated, so lines without their literals skip them)
 _RESTART = gated(
     re.compile(r"\b(?:restart|restarts|restart_count|SLURM_RESTART_COUNT)[=: ]+(?P<n>\d+)\b")
@@ -182,9 +186,12 @@ def scan_job(registry: Registry, lines: list[LogLine], topo: Topology) -> JobSca
             scan.ended = True
             if scan.terminated_at is None:
                 scan.terminated_at = order
-        if "rc=" in body and (m := _SRUN_EXIT_RC.search(body)):
+        ended = _SRUN_EXIT_RC.search(body) if "rc=" in body else None
+        if ended is None and body.startswith("# Ended (code"):
+            ended = _KALDI_ENDED.match(body)
+        if ended is not None:
             scan.ended = True
-            scan.srun_rc = int(m.group("rc"))
+            scan.srun_rc = int(ended.group("rc"))
         iteration = progress.parse(text, body)
         if iteration is not None:
             if scan.first_iteration is None:

@@ -149,8 +149,13 @@ def silent_until_time_limit(
     cut = a.kill_order if a.kill_order is not None else len(a.lines)
     if last is None or killed is None or last >= cut:
         return None
-    final = next((e for e in reversed(a.lines[last + 1 : cut]) if e.text.strip()), None)
-    if final is None or final.text.startswith("#"):
+    # (an operator's note after it is no output of the job's: the line before it is its last)
+    final = next(
+        (e for e in reversed(a.lines[last + 1 : cut])
+         if e.text.strip() and not e.text.lstrip().startswith("#")),
+        None,
+    )  # fmt: skip
+    if final is None:
         return None
     end = datetime.fromisoformat(killed)
     at = stamp_in(final.text) or yearless_time(final.text, end)

@@ -73,8 +73,15 @@ _EPOCH_BATCH = re.compile(
 # epoch announced, `Epoch 3/100` or `Starting epoch 1:`, has not run yet; `epochs=5000` is a
 # setting; a line counting steps is read by its step above.)
 _EPOCH_ONLY = re.compile(
-    r"(?i)(?<![\w.])epoch\s*(?:#\s*|[=:]\s*)?(\d{1,9})(?:\s*/\s*\d{1,9})?\s*[|,:\]]"
+    r"(?i)(?<![\w.])epoch\s*(?:#\s*|[=:]\s*)?(\d{1,9})(?:\s*/\s*\d{1,9})?(?:\s*[|,:\]]|\s+)"
     r"(?=.{0,200}?\b(?:train[_ ])?loss\b)",  # (the epoch's result, not its announcement)
+    _FLAGS,
+)
+# nnU-Net opens each epoch on a line of its own (v1 `epoch:  3`, v2 `2024-04-30 14:12:08.401733:
+# Epoch 318`, after its time stamp) and prints the losses on the lines after: the epoch before
+# it is done.
+_EPOCH_LINE = re.compile(
+    r"^(?:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,6})?: )?(?:epoch:\s+|Epoch )(\d{1,9})\s*$",
     _FLAGS,
 )
 # Composer's console logger when the run's duration is in batches (composer/loggers/
@@ -309,6 +316,8 @@ def _parse_builtin(line: str, body: str | None = None) -> int | None:
     if m is not None:
         return _to_iteration(m.group(1) or m.group(2))
     if "epoch" in folded and (m := _EPOCH_ONLY.search(text)) is not None:
+        return _to_iteration(m.group(1))
+    if "poch" in text and len(text) < 60 and (m := _EPOCH_LINE.match(text)) is not None:
         return _to_iteration(m.group(1))
     return None
 

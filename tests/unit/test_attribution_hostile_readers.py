@@ -81,6 +81,7 @@ FRAGMENTS = [
     "# job script exports:\n#   A=1 B=2 C=3 D=4 E=5 F=6 G=7 H=8 I=9 J=10 K=11 NCCL_IB_DISABLE",
     "# 1903110 1903562 ran the same recipe and failed; same nodes with X_degree 1 completed ",
     "Building extension module x... Fatal Python error: Illegal instruction Time to load x op: ",
+    "# Ended (code 99999) at epoch:  1 Epoch 9 Epoch 1/2  train_loss ",
 ]
 NODES = ["gpu-c01", "gpu-c02"]
 

@@ -65,6 +65,11 @@ MEGATRON = (
         ("{'loss': 0.3863, 'train_speed(iter/s)': 0.1132, 'epoch': 0.19, 'global_step/max_steps': '295/4491', 'percentage': '6.57%'}", 295),
         # A timer line of the Hand4Whole/common trainers: `Epoch 0/12 itr 245/3861: lr: ...`.
         ("09-24 10:22:57 Epoch 0/12 itr 245/3861: lr: 0.0001 speed: 4.91(0.61s r4.30)s/itr 5.27h/epoch", 245),
+        # An epoch's result with blanks between its fields (a hand-written loop's summary).
+        ("Epoch 6/40  train_loss 0.7052  val_loss 0.8219  val_acc 0.7301  time 147.3s", 6),
+        # nnU-Net opening an epoch on a line of its own (v1; v2 after its time stamp).
+        ("epoch:  3", 3),
+        ("2024-04-30 14:12:08.401733: Epoch 318", 318),
     ],
 )  # fmt: skip
 def test_builtin_formats(line: str, iteration: int) -> None:
@@ -87,6 +92,8 @@ def test_builtin_formats(line: str, iteration: int) -> None:
         "Restored all states from the checkpoint at step 300",
         "node1:1234:5678 [0] NCCL INFO Channel 00/02 :    0   1   2   3",
         "Epoch 1/10",
+        "Epoch 3 of the schedule starts after warm-up",
+        "2024-04-30 14:12:08.401733: Epoch 318 took 212 s, next: Epoch 319",
         "Starting epoch 1: 3 steps expected",
         "epochs=5000 loss=mse",
         "step 1.5 of the warmup",
