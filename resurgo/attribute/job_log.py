@@ -186,12 +186,12 @@ def scan_job(registry: Registry, lines: list[LogLine], topo: Topology) -> JobSca
             scan.ended = True
             if scan.terminated_at is None:
                 scan.terminated_at = order
-        ended = _SRUN_EXIT_RC.search(body) if "rc=" in body else None
-        if ended is None and body.startswith("# Ended (code"):
-            ended = _KALDI_ENDED.match(body)
-        if ended is not None:
+        exit_rc = _SRUN_EXIT_RC.search(body) if "rc=" in body else None
+        if exit_rc is None and body.startswith("# Ended (code"):
+            exit_rc = _KALDI_ENDED.match(body)
+        if exit_rc is not None:
             scan.ended = True
-            scan.srun_rc = int(ended.group("rc"))
+            scan.srun_rc = int(exit_rc.group("rc"))
         iteration = progress.parse(text, body)
         if iteration is not None:
             if scan.first_iteration is None:
