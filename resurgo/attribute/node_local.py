@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from datetime import datetime
 
 from resurgo.attribute.analysis import Analysis, Verdict, event_node
 from resurgo.attribute.causes import LIBRARY_BUGS, _version_drift
 from resurgo.attribute.events import _CORRECTED
 from resurgo.attribute.setting_owner import GENERIC_NCCL_IDS, job_owned_transport
 from resurgo.attribute.topology import split_host_prefix
-from resurgo.contracts import HARDWARE_CATEGORIES, Category, LogLine
+from resurgo.contracts import HARDWARE_CATEGORIES, AnomalyKind, Category, LogLine
 from resurgo.detect.lines import parse_nccl_prefix
 from resurgo.policy.decide import NO_RETRY_HELPS_KEY
 
@@ -328,6 +329,22 @@ def explain_unknown(a: Analysis, v: Verdict) -> Verdict:
             "OUT_OF_MEMORY (a step exceeded its memory limit)", 0.85,
             ranks=v.ranks, evidence=v.evidence, kind=v.kind, outcome=v.outcome,
         )  # fmt: skip
+    if v.category == Category.UNKNOWN and not v.culprits and v.kind == AnomalyKind.HANG:
+        # A hang with no node named, until Slurm or its owner ended it: one of the job's nodes
+        # whose kernel reports its task blocked (D state in a driver's call, hung_task) is
+        # where it stuck, its software (the catalogue's category for hung_task).
+        # (Tasks blocked only after Slurm's kill are its teardown: processes slow to die.)
+        end = _killed_at(a)
+        blocked = [e for e in a.node_events
+                   if e.match.id in _BLOCKED_TASK and e.node is not None and a.in_job(e.node)
+                   and not (end is not None and e.when is not None and e.when > end)]  # fmt: skip
+        if len({e.node for e in blocked}) == 1 and (node := blocked[0].node) is not None:
+            return Verdict(
+                Category.SYSTEM_SOFTWARE, f"{v.key}|blocked_task", f"{v.summary}; {node}'s "
+                "kernel reports the job's task blocked (hung_task)", max(v.confidence, 0.6),
+                culprits=[node], evidence=[blocked[0].line, *v.evidence],
+                kind=v.kind,  # (the node, not the limit or the cancel, decides: no outcome)
+            )  # fmt: skip
     if v.category != Category.UNKNOWN or len(v.culprits) != 1:
         return v
     node = v.culprits[0]
@@ -365,6 +382,21 @@ def explain_unknown(a: Analysis, v: Verdict) -> Verdict:
         if a.topo.hosts.canonical(r.node) == node and _SOFTWARE_DRAIN.search(r.reason):
             return _software(v, node, r.reason)
     return v
+
+
+_CANCELLED_AT = re.compile(r"\bCANCELLED AT (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\b")
+
+
+def _killed_at(a: Analysis) -> datetime | None:
+    """When Slurm's kill line says it ended the job (naive, as node events are dated)."""
+    if a.kill_order is None or (m := _CANCELLED_AT.search(a.lines[a.kill_order].text)) is None:
+        return None
+    return datetime.fromisoformat(m.group(1))
+
+
+# The kernel's hung-task watchdog (kernel/hung_task.c: `INFO: task python3:20941 blocked for
+# more than 120 seconds.`).
+_BLOCKED_TASK = frozenset({"kernel_hung_task"})
 
 
 def _software(v: Verdict, node: str, reason: str) -> Verdict:

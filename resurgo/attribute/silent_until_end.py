@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import re
 import statistics
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from resurgo.attribute.analysis import Analysis, Verdict
 from resurgo.attribute.bundle import stamp_in
@@ -247,7 +247,17 @@ def noted_silence(
     """An operator's note that the job printed nothing for longer than a collective's timeout
     (HANG_SILENCE_FLOOR_SECONDS) before Slurm ended it: it was stuck, not cut short."""
     for entry in a.lines:
-        if "#" not in entry.text[:8] or (m := _NOTED_SILENCE.search(entry.text)) is None:
+        if "#" not in entry.text[:8]:
+            continue
+        if (since := _silent_since(entry.text, killed_at(kill))) is not None:
+            if since > HANG_SILENCE_FLOOR_SECONDS:
+                return Verdict(
+                    Category.UNKNOWN, "hang|noted_silence", f"an operator's note says the job "
+                    f"printed nothing for {since / 3600:.1f} h before {until}", 0.6,
+                    evidence=[entry, *kill[:1]], kind=AnomalyKind.HANG, outcome=outcome,
+                )  # fmt: skip
+            continue
+        if (m := _NOTED_SILENCE.search(entry.text)) is None:
             continue
         hours = m["h1"] or m["h2"]
         minutes = (m["hm1"] or m["hm2"]) if hours else (m["m1"] or m["m2"])
@@ -259,6 +269,26 @@ def noted_silence(
                 evidence=[entry, *kill[:1]], kind=AnomalyKind.HANG, outcome=outcome,
             )  # fmt: skip
     return None
+
+
+# The clock time the output stopped at, as a note gives it (`# no output after 19:24; the step
+# was still running at 21:05`): silent from then until the kill, on the kill's day (or the day
+# before when the time is later than the kill's).
+_NOTED_SINCE = re.compile(
+    r"(?i)^\s*#.*?\bno (?:further |more |new )?(?:output|progress|log lines?) "
+    r"(?:after|since) (?P<h>[01]?\d|2[0-3]):(?P<m>[0-5]\d)\b"
+)
+
+
+def _silent_since(text: str, killed: str | None) -> float | None:
+    """Seconds from the clock time a note says the output stopped at to the kill."""
+    if killed is None or "no " not in text.lower() or (m := _NOTED_SINCE.search(text)) is None:
+        return None
+    end = datetime.fromisoformat(killed)
+    since = end.replace(hour=int(m["h"]), minute=int(m["m"]), second=0, microsecond=0)
+    if since > end:
+        since -= timedelta(days=1)
+    return (end - since).total_seconds()
 
 
 # Lightning's SLURM environment (lightning/fabric/plugins/environments/slurm.py,

@@ -58,3 +58,40 @@ def test_output_silent_for_a_day_before_the_time_limit_is_a_hang_whatever_note_f
     a = attribute_text(NNUNET.format(note=note), ["gpu-c2-11"], scheduler=SACCT)
     assert a.kind == AnomalyKind.HANG, a.summary
     assert "silent" in a.summary and first_action(a) == "requeue"
+
+
+RETURNN = """\
+RETURNN starting up, version 1.20231219.101537
+ep 3 train, step 2301, ce 1.142, fer 0.297, num_seqs 12, max_size:time 61440, mem_usage:cuda:0 9.8GB, 0.712 sec/step
+ep 3 train, step 2302, ce 1.139, fer 0.296, num_seqs 12, max_size:time 61440, mem_usage:cuda:0 9.8GB, 0.709 sec/step
+# no output after 09:11:52; the step was still alive at 12:40 (no CPU use, GPUs idle)
+slurmstepd: error: *** JOB 3368164 ON cn-507 CANCELLED AT 2023-12-21T06:02:40 DUE TO TIME LIMIT ***
+"""
+RSACCT = "JobID State ExitCode Elapsed NodeList\n3368164 TIMEOUT 0:0 1-00:00:11 cn-507\n"
+HUNG = """\
+[Wed Dec 20 09:14:03 2023] INFO: task python3.11:20941 blocked for more than 120 seconds.
+[Wed Dec 20 09:14:03 2023]       Tainted: P           OE     5.15.0-91-generic #101-Ubuntu
+[Wed Dec 20 09:14:03 2023]  uvm_ioctl+0x1b3/0x1c20 [nvidia_uvm]
+"""
+
+
+def test_a_noted_clock_time_the_output_stopped_at_dates_the_silence_before_the_kill() -> None:
+    a = attribute_text(RETURNN, ["cn-507"], scheduler=RSACCT)
+    assert a.kind == AnomalyKind.HANG and "20.9 h" in a.summary, a.summary
+    # (an hour before the kill is no more than a collective's timeout would wait)
+    late = RETURNN.replace("no output after 09:11:52", "no output after 05:50")
+    assert "printed nothing" not in attribute_text(late, ["cn-507"], scheduler=RSACCT).summary
+
+
+def test_a_hang_on_the_node_whose_kernel_reports_the_task_blocked_excludes_it() -> None:
+    a = attribute_text(RETURNN, ["cn-507"], {"dmesg_cn-507": HUNG}, scheduler=RSACCT)
+    assert (a.kind, a.category, a.culprit_nodes) == (
+        AnomalyKind.HANG, Category.SYSTEM_SOFTWARE, ["cn-507"],
+    ), a.summary  # fmt: skip
+    assert first_action(a) == "requeue_excluding_nodes"
+
+
+def test_tasks_blocked_only_after_the_kill_are_its_teardown() -> None:
+    after = HUNG.replace("Wed Dec 20 09:14:03 2023", "Thu Dec 21 06:09:03 2023")
+    a = attribute_text(RETURNN, ["cn-507"], {"dmesg_cn-507": after}, scheduler=RSACCT)
+    assert a.culprit_nodes == [], a.summary
