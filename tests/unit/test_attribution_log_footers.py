@@ -79,7 +79,7 @@ def test_a_noted_clock_time_the_output_stopped_at_dates_the_silence_before_the_k
     a = attribute_text(RETURNN, ["cn-507"], scheduler=RSACCT)
     assert a.kind == AnomalyKind.HANG and "20.9 h" in a.summary, a.summary
     # (an hour before the kill is no more than a collective's timeout would wait)
-    late = RETURNN.replace("no output after 09:11:52", "no output after 05:50")
+    late = RETURNN.replace("no output after 09:11:52", "no output after 05:58")
     assert "printed nothing" not in attribute_text(late, ["cn-507"], scheduler=RSACCT).summary
 
 
