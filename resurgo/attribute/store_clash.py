@@ -87,6 +87,10 @@ def store_started_twice(a: Analysis) -> Verdict | None:
     # `errno: 99 - Cannot assign requested address` is a process binding the master's address
     # on another node, one more server than the launch should start.)
     count, evidence, ports = _reports(a)
+    if count == 1 and (launch := _launchers_per_node(a)) is not None:
+        # (One process's report shown, but the job's own launch line starts several per-node
+        # launchers on each node: they all bind the one port.)
+        count, evidence = launch[0], [launch[1], *evidence]
     if count < 2 or len(ports) > 1:
         return None  # one process (a port another job holds), or different ports
     port = f"port {ports.pop()}" if ports else "one port"
@@ -97,6 +101,27 @@ def store_started_twice(a: Analysis) -> Verdict | None:
         "on every node): the job's launch, not the node", 0.85,
         evidence=evidence, kind=AnomalyKind.CRASH,
     )  # fmt: skip
+
+
+# The job's launch as its trace or a note quotes it: srun starting several tasks per node, each
+# a launcher that spawns the node's workers itself (torchrun, torch.distributed.launch/run,
+# accelerate launch, the deepspeed launcher).
+_SRUN_PER_NODE = re.compile(r"\bsrun\b[^\n]{0,300}?--ntasks-per-node[= ](?P<n>\d{1,3})\b")
+_NODE_LAUNCHER = re.compile(
+    r"\b(?:torchrun|torch\.distributed\.(?:run|launch)|accelerate launch|deepspeed)\b"
+)
+
+
+def _launchers_per_node(a: Analysis) -> tuple[int, LogLine] | None:
+    """(launchers per node, the launch line) where the job's launch starts more than one."""
+    for entry in [*a.header, *a.lines[:200]]:
+        text = entry.text[:2000]
+        if "srun" not in text or "--ntasks-per-node" not in text:
+            continue
+        m = _SRUN_PER_NODE.search(text)
+        if m is not None and int(m["n"]) > 1 and _NODE_LAUNCHER.search(text, m.end()):
+            return int(m["n"]), entry
+    return None
 
 
 # c10d's own words (torch/csrc/distributed/c10d/socket.cpp): the store's server listening, and a

@@ -217,3 +217,25 @@ def test_several_processes_each_failing_to_host_the_store_on_another_nodes_addre
     assert (a.kind, a.category, a.culprit_nodes) == ("crash", Category.APPLICATION, [])
     assert "3 of the job's own processes" in a.summary
     assert _stops(a)
+
+
+# MACE started as `srun --ntasks-per-node=4 torchrun --nproc_per_node=4`: four torchrun agents
+# per node, each hosting the store on MASTER_PORT; the collector kept one process's lines.
+PER_NODE_LAUNCH = (
+    "# srun --ntasks-per-node=4 torchrun --nproc_per_node=4 mace/cli/run_train.py --distributed\n"
+)
+
+
+def test_one_store_bind_failure_under_several_launchers_per_node_is_the_launch() -> None:
+    job = PER_NODE_LAUNCH + _bind_failure(12355) + RAISED.replace("12341", "12355")
+    job += "srun: error: gpu4-03: task 0: Exited with exit code 1\n"
+    a = _run(job)
+    assert (a.category, a.culprit_nodes) == (Category.APPLICATION, []), a.summary
+    assert "4 of the job's own processes" in a.summary and _stops(a)
+
+
+def test_one_launcher_per_node_leaves_a_lone_bind_failure_the_nodes() -> None:
+    job = PER_NODE_LAUNCH.replace("--ntasks-per-node=4", "--ntasks-per-node=1")
+    job += _bind_failure(12355) + RAISED.replace("12341", "12355")
+    job += "srun: error: gpu4-03: task 0: Exited with exit code 1\n"
+    assert _run(job).category == Category.SYSTEM_SOFTWARE
