@@ -189,6 +189,21 @@ def _job_of(job_id: str) -> str:
     return re.split(r"[._+]", job_id, maxsplit=1)[0]
 
 
+# The sacct command as the bundle quotes it, with the columns it asked for: `$ sacct -j 993071
+# --format=JobID,State,ExitCode,Elapsed,NodeList` (widths like `NodeList%28` dropped).
+_SACCT_FORMAT = re.compile(
+    r"^(?:\$ )?sacct\b.{0,200}?(?:--format[= ]|-o ?)['\"]?"
+    r"(?P<cols>JobID(?:%\d+)?(?:,\w+(?:%\d+)?)+)"
+)
+
+
+def _sacct_format(text: str) -> list[str] | None:
+    m = _SACCT_FORMAT.match(text)
+    if m is None:
+        return None
+    return [c.split("%", 1)[0] for c in m["cols"].split(",")]
+
+
 def parse_scheduler(
     lines: list[LogLine], job_id: int | None = None, array_task: str | None = None
 ) -> SchedulerFacts:
@@ -227,6 +242,10 @@ def parse_scheduler(
             continue
         if re.match(r"^JobID\b", stripped):
             sacct_header = [h.strip() for h in re.split(r"\||\s+", stripped) if h.strip()]
+            continue
+        if "sacct" in stripped and (columns := _sacct_format(stripped)) is not None:
+            # (`sacct -n` prints no header: the command's own --format names the columns)
+            sacct_header = columns
             continue
         if re.match(r"^-{4,}", stripped):
             continue

@@ -82,6 +82,7 @@ FRAGMENTS = [
     "# 1903110 1903562 ran the same recipe and failed; same nodes with X_degree 1 completed ",
     "Building extension module x... Fatal Python error: Illegal instruction Time to load x op: ",
     "# Ended (code 99999) at epoch:  1 Epoch 9 Epoch 1/2  train_loss ",
+    "$ sacct -o JobID%1,A,B,C,D,E,F,G,H,I,J,K,L,M,N,O,P,Q,R, srun --ntasks-per-node=",
 ]
 NODES = ["gpu-c01", "gpu-c02"]
 

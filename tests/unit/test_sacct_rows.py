@@ -64,3 +64,26 @@ def test_a_job_name_with_a_blank_shifts_no_word_into_the_node_list() -> None:
     # (the row's last hostlist still names the job's nodes; never a word the blank shifted in)
     assert facts.job is not None
     assert all(any(ch.isdigit() for ch in node) for node in facts.job.node_list)
+
+
+# `sacct -n` (or a paste that lost the header): the command's --format names the columns.
+NO_HEADER = """\
+$ sacct -n -j 993071 --format=JobID,State,ExitCode%10,Elapsed,NodeList%20
+993071        NODE_FAIL      0:0   00:03:12 gpu-8x-05
+993071.batch  CANCELLED     0:15   00:03:12 gpu-8x-05
+"""
+
+
+def test_rows_without_a_header_take_their_columns_from_the_commands_format() -> None:
+    facts = parse_scheduler(_lines(NO_HEADER, "scheduler.txt"), 993071, None)
+    assert facts.job is not None
+    assert (facts.job.state, facts.job.node_list) == ("NODE_FAIL", ["gpu-8x-05"])
+    # (`-o` spells the same option)
+    short = NO_HEADER.replace("--format=", "-o ")
+    facts = parse_scheduler(_lines(short, "scheduler.txt"), 993071, None)
+    assert facts.job is not None and facts.job.state == "NODE_FAIL"
+
+
+def test_a_sacct_command_without_a_format_gives_no_columns() -> None:
+    text = NO_HEADER.replace(" --format=JobID,State,ExitCode%10,Elapsed,NodeList%20", "")
+    assert parse_scheduler(_lines(text, "scheduler.txt"), 993071, None).job is None
