@@ -9,6 +9,9 @@ down reasons that do name one.
   `update_node: node rk3-n13 state set to DOWN`) kills the jobs on it as a node failure. With a
   reason that names no hardware (a planned PDU replacement, a rack move) the job's end is an
   administrative action: nothing of the node to blame, the requeue finds other nodes.
+- A node failure (sacct NODE_FAIL) that names no node: slurmctld's own reason for the job's node
+  going down (`Not responding`, `Node unexpectedly rebooted`, src/slurmctld/node_mgr.c and
+  ping_nodes.c, cut short by sinfo -R's 20-character REASON column), or the job's only node.
 """
 
 from __future__ import annotations
@@ -82,3 +85,16 @@ def set_down_by_operator(a: Analysis, nodes: set[str]) -> tuple[str, list[LogLin
     if any(hardware_reason(r) is not None for r in reasons.values()):
         return None  # (a node taken out for its hardware: that hardware's failure)
     return sorted(set(reasons.values()))[0], lines
+
+
+_LOST_REASON = re.compile(r"(?i)^\s*(?:not respond|node unexpectedly re)")
+
+
+def lost_by_slurm(a: Analysis) -> list[str]:
+    """The job's nodes Slurm says it lost (its reason for them), else its only node."""
+    said = sorted({
+        lost for r in a.facts.reasons
+        if (lost := a.topo.hosts.canonical(r.node)) is not None and a.in_job(lost)
+        and _LOST_REASON.search(r.reason)
+    })  # fmt: skip
+    return said or (list(a.node_list) if len(a.node_list) == 1 else [])

@@ -189,6 +189,10 @@ def _job_of(job_id: str) -> str:
     return re.split(r"[._+]", job_id, maxsplit=1)[0]
 
 
+_SINFO_DATED_ROW = re.compile(
+    r"^(?P<reason>.+?)\s+(?P<user>\S+)\s+(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d|Unknown)\s+"
+    r"(?P<nodes>\S+)\s*$"
+)
 # The sacct command as the bundle quotes it, with the columns it asked for: `$ sacct -j 993071
 # --format=JobID,State,ExitCode,Elapsed,NodeList` (widths like `NodeList%28` dropped).
 _SACCT_FORMAT = re.compile(
@@ -274,7 +278,9 @@ def parse_scheduler(
             _add_reasons(facts, parts[0], parts[1], parts[3])
             continue
         if sinfo_header:
-            m = re.match(
+            # (A reason filling sinfo's 20-character column stands one blank from the user;
+            # the time stamp's own shape places the columns then.)
+            m = _SINFO_DATED_ROW.match(text) or re.match(
                 r"^(?P<reason>.+?)\s{2,}(?P<user>\S+)\s+(?P<ts>\S+)\s+(?P<nodes>\S+)$", text
             )
             if m:

@@ -19,7 +19,12 @@ from resurgo.attribute.analysis import Analysis, Verdict, event_node
 from resurgo.attribute.events import Event
 from resurgo.attribute.fault_order import in_time_order, stuck_before_node_loss
 from resurgo.attribute.metrics import Finding
-from resurgo.attribute.node_removals import hardware_reason, not_resumed, set_down_by_operator
+from resurgo.attribute.node_removals import (
+    hardware_reason,
+    lost_by_slurm,
+    not_resumed,
+    set_down_by_operator,
+)
 from resurgo.attribute.peer_ends import common_end, numbered_owners
 from resurgo.attribute.rerun_checks import rerun_suspects
 from resurgo.attribute.scheduler import node_failed
@@ -72,8 +77,8 @@ def _node_failure(a: Analysis, outcome: str | None) -> Verdict | None:
             e.node: e.line for e in _hardware_events(a)
             if e.node and a.in_job(e.node) and e.root and e.match.severity == "fatal"
         }  # fmt: skip
-        if len(fatal) == 1:
-            failed.update(fatal)
+        # (else the nodes Slurm's own reasons say it lost, or the job's only node)
+        failed.update(fatal if len(fatal) == 1 else dict.fromkeys(lost_by_slurm(a)))
     # A power-saved (cloud) node the controller woke for the job and that never came up is
     # powered down again and replaced by a fresh instance: nothing of it to leave out.
     never_up = {n for n in failed if not_resumed(a, n)}

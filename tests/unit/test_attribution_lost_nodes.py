@@ -1,0 +1,42 @@
+"""A node failure Slurm reports without naming the node (sacct NODE_FAIL): the node slurmctld's
+own reason says it lost (`sinfo -R`), or the job's only node. Lines as sacct, sinfo and the job
+print them."""
+
+from __future__ import annotations
+
+from resurgo.contracts import Category
+from tests.log_lines import attribute_text, first_action
+
+STEPS = "".join(f"epoch 3 step {s} loss {2.0 - s / 1000:.3f}\n" for s in range(100, 700, 100))
+SACCT = """\
+$ sacct -j 1207 --format=JobID,State,ExitCode,Elapsed,NodeList
+1207          NODE_FAIL      0:0   01:54:58 {nodes}
+1207.batch    CANCELLED     0:15   01:54:58 {first}
+"""
+SINFO = """\
+$ sinfo -R
+REASON               USER      TIMESTAMP           NODELIST
+{reason} root      2021-03-05T11:35:16 {node}
+"""
+
+
+def test_the_only_node_of_a_node_failure_is_named_and_left_out() -> None:
+    a = attribute_text(STEPS, ["eureka"], scheduler=SACCT.format(nodes="eureka", first="eureka"))
+    assert (a.category, a.culprit_nodes) == (Category.SCHEDULER, ["eureka"]), a.summary
+    assert first_action(a) == "requeue_excluding_nodes"
+
+
+def test_slurms_reason_names_which_of_several_nodes_it_lost() -> None:
+    sched = SACCT.format(nodes="gpu[1-2]", first="gpu1") + SINFO.format(
+        reason="Node unexpectedly re", node="gpu2"
+    )
+    a = attribute_text(STEPS, ["gpu1", "gpu2"], scheduler=sched)
+    assert a.culprit_nodes == ["gpu2"], a.summary
+
+
+def test_an_operators_reason_is_no_loss_and_several_nodes_stay_unnamed() -> None:
+    sched = SACCT.format(nodes="gpu[1-2]", first="gpu1") + SINFO.format(
+        reason="rack move          ", node="gpu2"
+    )
+    a = attribute_text(STEPS, ["gpu1", "gpu2"], scheduler=sched)
+    assert a.culprit_nodes == [], a.summary
