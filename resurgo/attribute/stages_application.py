@@ -68,6 +68,10 @@ _BEFORE_2_1 = re.compile(
     + _SIZE.format("own")
     + r" reserved in total by PyTorch\)"
 )
+# `Of the allocated memory 48.15 GiB is allocated by PyTorch, ...`
+_BY_PYTORCH = re.compile(
+    r"\bOf the allocated memory " + _SIZE.format("alloc") + r" is allocated by PyTorch\b"
+)
 _GIB = {"bytes": 1 / 1024**3, "KiB": 1 / 1024**2, "MiB": 1 / 1024, "GiB": 1.0}
 
 
@@ -92,6 +96,12 @@ def _accounting(message: str) -> tuple[str, float, float, float, float] | None:
                 OTHERS_SHARE_BEFORE_2_1)  # fmt: skip
     tf, own = _TOTAL_FREE.search(message), _THIS_PROCESS.search(message)
     if tf is None or own is None:
+        return None
+    # (NVML sees no process from inside a container's PID namespace: the message then says
+    # `this process has 0 bytes memory in use` beside the GiB PyTorch itself holds, and what
+    # other processes hold cannot be told from it.)
+    torch = _BY_PYTORCH.search(message)
+    if _gib(own, "own") == 0 and torch is not None and _gib(torch, "alloc") > 0:
         return None
     return tf["gpu"], _gib(tf, "total"), _gib(tf, "free"), _gib(own, "own"), OTHERS_SHARE
 

@@ -213,3 +213,25 @@ def test_a_dataloader_segfault_line_for_a_worker_the_kernel_killed_is_the_jobs_m
     )
     a = _run(job, {"node1": CLEAN, "node2": CGROUP_OOM})
     assert (a.category, a.culprit_nodes) == (Category.APPLICATION, [])
+
+
+# PyTorch >= 2.1's accounting of the GPU (c10/cuda/CUDACachingAllocator.cpp). Inside a container's
+# PID namespace NVML sees no process: `this process has 0 bytes memory in use` beside the 48 GiB
+# PyTorch itself allocated, so what is neither free nor "this process's" is no other holder.
+BLIND_NVML = "1: [rank15]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.63 GiB. GPU 7 has a total capacity of 79.11 GiB of which 2.61 GiB is free. Including non-PyTorch memory, this process has 0 bytes memory in use. Of the allocated memory 48.15 GiB is allocated by PyTorch, with 50.00 MiB allocated in private pools (e.g., CUDA Graphs), and 3.49 GiB is reserved by PyTorch but unallocated.\nsrun: error: node2: task 1: Exited with exit code 1\n"
+HELD = "1: [rank15]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 2 has a total capacity of 79.11 GiB of which 1.56 GiB is free. Process 2281190 has 61.40 GiB memory in use. Including non-PyTorch memory, this process has 16.12 GiB memory in use. Of the allocated memory 14.90 GiB is allocated by PyTorch, and 0.41 GiB is reserved by PyTorch but unallocated.\nsrun: error: node2: task 1: Exited with exit code 1\n"
+
+
+def test_an_oom_whose_process_nvml_cannot_see_is_the_jobs_model() -> None:
+    a = _run_text(PROGRESS + BLIND_NVML)
+    assert (a.category, a.culprit_nodes) == (Category.APPLICATION, []), a.summary
+    assert default_advice(a).kind == AdviceKind.STOP
+
+
+def test_an_oom_beside_another_process_holding_most_of_the_gpu_is_the_nodes() -> None:
+    a = _run_text(PROGRESS + HELD)
+    assert a.category == Category.SYSTEM_SOFTWARE, a.summary
+
+
+def _run_text(job: str) -> Attribution:
+    return attribute(Registry.default(), None, _lines(job, "job.log"), None, [], NODES)
