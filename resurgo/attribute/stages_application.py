@@ -179,7 +179,10 @@ def application_verdict(
         return Verdict(
             Category.SYSTEM_SOFTWARE, f"oom|held_by_other|{held}", f"{summary}: another "
             "process holds the GPU's memory", 0.75,
-            culprits=nodes or _first_to_exit(a, victims), ranks=ranks, evidence=evidence,
+            # (a job of one node: the GPU is that node's, whoever printed the message)
+            culprits=nodes or _first_to_exit(a, victims)
+            or (list(a.node_list) if len(a.node_list) == 1 else []),
+            ranks=ranks, evidence=evidence,
         )  # fmt: skip
     if deterministic:
         confidence = 0.95 if everywhere else (0.85 if job_scoped else 0.7)

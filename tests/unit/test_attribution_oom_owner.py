@@ -235,3 +235,17 @@ def test_an_oom_beside_another_process_holding_most_of_the_gpu_is_the_nodes() ->
 
 def _run_text(job: str) -> Attribution:
     return attribute(Registry.default(), None, _lines(job, "job.log"), None, [], NODES)
+
+
+# PyTorch < 2.1's accounting with no rank or host prefix (a single-GPU job): 7.8 of 7.92 GiB
+# neither free nor PyTorch's, a zombie of an earlier job holding it.
+ZOMBIE = "RuntimeError: CUDA out of memory. Tried to allocate 216.00 MiB (GPU 0; 7.92 GiB total capacity; 69.17 MiB already allocated; 24.56 MiB free; 86.00 MiB reserved in total by PyTorch)\n"
+
+
+def test_another_holder_of_the_only_nodes_gpu_names_that_node() -> None:
+    a = attribute(
+        Registry.default(), None, _lines("Epoch # 0 ...\n" + ZOMBIE, "job.log"), None, [],
+        ["iabeng11"],
+    )  # fmt: skip
+    assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["iabeng11"]), a.summary
+    assert default_advice(a).kind == AdviceKind.REQUEUE_EXCLUDING
