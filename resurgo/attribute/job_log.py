@@ -159,6 +159,7 @@ def scan_job(registry: Registry, lines: list[LogLine], topo: Topology) -> JobSca
     progress = ProgressParser()
     tracebacks = TracebackTracker()
     relayed: dict[str | None, int] = {}  # actor → the peer whose traceback it is printing
+    watchdog_abort: dict[str | None, int] = {}  # actor → its watchdog's `what()` line
     elastic_section: str | None = None
     elastic_fields: dict[str, str] = {}
     elastic_line: LogLine | None = None
@@ -273,6 +274,15 @@ def scan_job(registry: Registry, lines: list[LogLine], topo: Topology) -> JobSca
                 # Nor a generic cascade besides (`NCCL WARN Cuda failure 'out of memory'` is
                 # NCCL's allocation failing, not a reaction to an earlier CUDA error).
                 matches = [m for m in matches if m.role == "root"]
+        if "what()" in body and _WATCHDOG_WHAT.search(body):
+            watchdog_abort[actor] = order
+        elif matches and "Abort" in body and order - watchdog_abort.get(actor, -99) <= 8:
+            # The watchdog's own abort of the process it found stuck (ProcessGroupNCCL throws
+            # from its thread and std::terminate raises SIGABRT): the hang's consequence.
+            matches = [
+                m.model_copy(update={"role": "cascade"}) if m.id in _ABORT_IDS else m
+                for m in matches
+            ]
         exception_line = (
             ("Error" in body or "Exception" in body)  # (what `_EXC_LINE` needs: most lines skip it)
             and _EXC_LINE.match(body) is not None
@@ -316,6 +326,12 @@ def scan_job(registry: Registry, lines: list[LogLine], topo: Topology) -> JobSca
     return scan
 
 
+# `terminate called after throwing an instance of ...` then `  what():  [Rank 0] Watchdog caught
+# collective operation timeout: WorkNCCL(...)` (c10d ProcessGroupNCCL's watchdog thread).
+_WATCHDOG_WHAT = re.compile(
+    r"\bwhat\(\):\s+\[.{0,80}?Rank \d+\] Watchdog caught collective operation"
+)
+_ABORT_IDS = frozenset({"python_fatal_signal", "abort_signal"})
 _RELAYED = re.compile(r"^Traceback \(most recent call last\): \(RANK (\d{1,7})\)$")
 
 

@@ -87,3 +87,24 @@ def test_a_port_error_the_ranks_then_wait_out_in_their_collectives_is_a_hang() -
 def test_a_port_error_followed_by_the_nccl_error_that_ended_the_rank_is_a_crash() -> None:
     a = _run(BARS + PORT_ERROR + NCCL_ERROR, ["h800-a1", "h800-a2"])
     assert (a.kind, a.culprit_nodes) == (AnomalyKind.CRASH, ["h800-a2"]), a.summary
+
+
+# The watchdog's own abort: std::terminate after ProcessGroupNCCL's `what()`, then faulthandler's
+# `Fatal Python error: Aborted` (a one-node torchrun job without rank prefixes).
+def _watchdog_then_abort(gap: int) -> str:
+    return (
+        "".join(f"Training Epoch: 1/3, step {k}/1841 completed (loss: 1.44)\n" for k in range(15))
+        + "[E ProcessGroupNCCL.cpp:828] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=388923, OpType=_ALLGATHER_BASE, Timeout(ms)=1800000) ran for 1804615 milliseconds before timing out.\n"
+        "terminate called after throwing an instance of 'std::runtime_error'\n"
+        "  what():  [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=388923, OpType=_ALLGATHER_BASE, Timeout(ms)=1800000) ran for 1804615 milliseconds before timing out.\n"
+        + "  <no Python frame>\n"
+        * gap
+        + "Fatal Python error: Aborted\n"
+        "[2023-08-29 10:33:33,904] torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: -6) local_rank: 0 (pid: 41187) of binary: /venv/bin/python\n"
+        "srun: error: eu-g4-021: task 0: Exited with exit code 1\n"
+    )
+
+
+def test_the_watchdogs_own_abort_after_its_timeout_is_the_hangs_consequence() -> None:
+    a = _run(_watchdog_then_abort(1), ["eu-g4-021"])
+    assert a.kind == AnomalyKind.HANG, a.summary
