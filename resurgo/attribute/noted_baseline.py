@@ -49,7 +49,7 @@ _RATE = re.compile(
     # the unit before the number, as trainers print it: DiT's `Train Steps/Sec: 2.94`, ms-swift's
     # `train_speed(iter/s) 0.194`; and MetricLogger's `time: 0.2441 per iter` (seconds)
     r"|\b(?P<unit2>steps?/sec|iter/s)\)?[:=]?\s*(?P<val2>\d+(?:\.\d+)?)"
-    r"|\btime[:=]\s*(?P<per>\d+(?:\.\d+)?)\s*(?:s\s*)?per iter(?:ation)?\b"
+    r"|\btime[:=]?\s*~?(?P<per>\d+(?:\.\d+)?)\s*(?:s\s*)?per iter(?:ation)?\b"
     # Megatron's own field quoted: `elapsed time per iteration (ms): 4480`
     r"|\bper iteration \(ms\):\s*(?P<itms>\d+(?:\.\d+)?)"
     # torchtitan's `tps` (tokens per second per GPU) as a note quotes it: `tps ~3,300`

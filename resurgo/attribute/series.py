@@ -107,7 +107,7 @@ _METRICS: list[tuple[str, re.Pattern[str], float, bool]] = [
     ("images_per_s", re.compile(r"\bimages/sec:\s*" + _NUM), 1.0, False),
     ("it_per_s", re.compile(r"\btrain_speed\(iter/s\)['\"]?:\s*" + _NUM), 1.0, False),
 ]  # fmt: skip
-_SEPARATED_UNIT = ("s |", "s\t", ")\t", "s,", "s (")
+_SEPARATED_UNIT = ("s |", "s\t", ")\t", "s,", "s (", "Time  ")
 _TIME_GATE = gated(re.compile(r"time|\bt_|\bdt\b|ms\b"))
 _GATE = gated(re.compile(
     r"(?i)/s|s/(?:it|iter|step|batch)\b|per[ _]?sec|persec|per iteration|timing|step_time|tps|"

@@ -47,7 +47,10 @@ _FLAGS = re.ASCII
 
 # Cheap gate: a line without any of these cannot be a built-in progress line.
 _GATE = gated(
-    re.compile(r"(?i)iter|step|%\||it \[|epoch|\bit[ =:]|\bitr\b|train: |num_updates|\[batch=")
+    re.compile(
+        r"(?i)iter|step|%\||it \[|epoch|\bit[ =:]|\bitr\b|train: |num_updates|\[batch="
+        r"|\]\s+(?:lr|time|loss|data|eta)\b"
+    )
 )
 _RESUME = re.compile(
     r"(?i)\b(?:resum\w*|restor\w*|load(?:ed|ing)?\s+(?:the\s+)?(?:\w+\s+)?checkpoint"
@@ -76,6 +79,12 @@ _EPOCH_ONLY = re.compile(
     r"(?i)(?<![\w.])epoch\s*(?:#\s*|[=:]\s*)?(\d{1,9})(?:\s*/\s*\d{1,9})?(?:\s*[|,:\]]|\s+)"
     r"(?=.{0,200}?\b(?:train[_ ])?loss\b)",  # (the epoch's result, not its announcement)
     _FLAGS,
+)
+# The same ProgressMeter with no epoch prefix (an iteration-based trainer's logger line, as
+# mmcv/OpenSelfSup-era loggers print it): `- INFO - [  10/5000]    lr: 0.000040    Time  2.828
+# ( 4.689)    Data ...`; the bracketed counter, then its meters.
+_BRACKET_COUNTER = re.compile(
+    r"(?:^|\s)\[\s*(\d{1,15})/\d{1,15}\]\s+(?=(?:lr|Time|Loss|loss|Data|eta)\b)", _FLAGS
 )
 # nnU-Net opens each epoch on a line of its own (v1 `epoch:  3`, v2 `2024-04-30 14:12:08.401733:
 # Epoch 318`, after its time stamp) and prints the losses on the lines after: the epoch before
@@ -318,6 +327,8 @@ def _parse_builtin(line: str, body: str | None = None) -> int | None:
     if "epoch" in folded and (m := _EPOCH_ONLY.search(text)) is not None:
         return _to_iteration(m.group(1))
     if "poch" in text and len(text) < 60 and (m := _EPOCH_LINE.match(text)) is not None:
+        return _to_iteration(m.group(1))
+    if "/" in text and "]" in text and (m := _BRACKET_COUNTER.search(text)) is not None:
         return _to_iteration(m.group(1))
     return None
 

@@ -46,6 +46,12 @@ _SEPARATED_FIELD = re.compile(
     r"(?i)(?:[|,\t])\s*(?P<key>[a-z][a-z0-9_+/-]{0,30}?)\s+"
     r"(?P<value>\d{1,9}(?:\.\d{1,9})?)(?:\s?(?P<unit>ms|s)\b(?!/)|(?=\s+\(\s*\d+\.\d+\)))"
 )
+# The same meters with their tabs expanded to blanks (a logger's formatter, a terminal's copy):
+# `[  10/5000]    lr: 0.000040    Time  2.828 ( 4.689)    Data  0.011 ( 1.300)`; only the two
+# meters that are durations, by the names pytorch/examples gives them.
+_SPACED_METER = re.compile(
+    r"(?:^|\s{2})(?P<key>Time|Data)\s+(?P<value>\d{1,9}\.\d{1,9})\s+\(\s*\d{1,9}\.\d{1,9}\)", _FLAGS
+)
 # (`data_wait=   7ms`: a timer that pads its values to a column)
 _UNIT_FIELD = re.compile(
     r"(?<![\w.+-])(?P<key>[A-Za-z][A-Za-z0-9_]{0,30})= {0,8}(?P<value>\d{1,9}(?:\.\d{1,9})?)"
@@ -146,6 +152,10 @@ def _timing_fields(text: str) -> dict[str, float]:
             unit = (m.group("unit") or "s").lower()
             if (dur := _duration_ms(m.group("value"), unit)) is not None:
                 out.setdefault(key, dur)
+    if not out and "  " in text and "(" in text:
+        for m in _SPACED_METER.finditer(text):
+            if (dur := _duration_ms(m.group("value"), "s")) is not None:
+                out.setdefault(m.group("key").lower(), dur)
     if not out and (spelled := parse_step_duration(text)) is not None:
         out["step"] = spelled
     if " " in text and SPACED_HINT.search(text) is not None:

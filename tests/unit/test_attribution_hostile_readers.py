@@ -83,6 +83,7 @@ FRAGMENTS = [
     "Building extension module x... Fatal Python error: Illegal instruction Time to load x op: ",
     "# Ended (code 99999) at epoch:  1 Epoch 9 Epoch 1/2  train_loss ",
     "$ sacct -o JobID%1,A,B,C,D,E,F,G,H,I,J,K,L,M,N,O,P,Q,R, srun --ntasks-per-node=",
+    "[  1/2]    Time  1.0 ( 1.0  Time  9.9 (  [9/9] lr ",
 ]
 NODES = ["gpu-c01", "gpu-c02"]
 

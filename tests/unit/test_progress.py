@@ -70,6 +70,8 @@ MEGATRON = (
         # nnU-Net opening an epoch on a line of its own (v1; v2 after its time stamp).
         ("epoch:  3", 3),
         ("2024-04-30 14:12:08.401733: Epoch 318", 318),
+        # ProgressMeter's counter with no epoch before it, its tabs expanded by the logger.
+        ("2019-09-16 06:06:43,447 - INFO - [  10/5000]    lr: 0.000040    Time  2.828 ( 4.689)    Data  0.011 ( 1.300)", 10),
     ],
 )  # fmt: skip
 def test_builtin_formats(line: str, iteration: int) -> None:
@@ -93,6 +95,7 @@ def test_builtin_formats(line: str, iteration: int) -> None:
         "node1:1234:5678 [0] NCCL INFO Channel 00/02 :    0   1   2   3",
         "Epoch 1/10",
         "Epoch 3 of the schedule starts after warm-up",
+        "[3/4] Building extension module cpu_adam...",
         "2024-04-30 14:12:08.401733: Epoch 318 took 212 s, next: Epoch 319",
         "Starting epoch 1: 3 steps expected",
         "epochs=5000 loss=mse",

@@ -36,6 +36,27 @@ def test_imagenet_progress_meter_is_progress_with_step_and_data_times() -> None:
     assert timing_fields(line) == {"time": 781.0, "data": 372.0}
 
 
+def test_the_meters_with_their_tabs_expanded_are_the_same_times() -> None:
+    line = "2019-09-16 06:06:43,447 - INFO - [  10/5000]    lr: 0.000040    Time  2.828 ( 4.689)    Data  0.011 ( 1.300)    Loss 2.8722 (2.9722)"
+    assert timing_fields(line) == {"time": 2828.0, "data": 11.0}
+    # (a sentence about time is no meter)
+    assert timing_fields("Time  to first batch was 2.8 seconds (see above)") == {}
+
+
+# The same job's own rate on one GPU, as a note gives it, against its meters' Time now.
+SPACED_METERS = "".join(
+    f"2019-09-16 06:{6 + k // 20:02d}:{(3 * k) % 60:02d},447 - INFO - [{k:>4}/5000]    lr: 0.000040    Time  2.82{k % 9} ( 4.689)    Data  0.011 ( 1.300)    Loss 2.87 (2.97)\n"
+    for k in range(1, 40)
+)
+
+
+def test_a_noted_time_per_iteration_of_the_same_script_against_the_meters_is_a_straggler(
+    tmp_path: Path,
+) -> None:
+    note = "# operator note: job still running at collection time; the same script on one V100 of this node logs Time ~1.7 s per iteration\n"
+    assert verdict(tmp_path, note + SPACED_METERS)[0::3] == ("straggler", "none")
+
+
 def test_a_bare_time_field_is_a_step_time_and_a_date_is_not() -> None:
     """maskrcnn-benchmark's and detectron2's MetricLogger (`time: 1.0310 (1.020)`, `time:
     0.4140  data_time: 0.0150`); torchrun's error summary prints `time : 2024-02-27_06:02:13`."""
