@@ -79,6 +79,7 @@ NODE_LOCAL_SYSTEM = frozenset(
         "fs_transport_shutdown",
         "dhcp_address_changed",
         "container_gpu_runtime_missing",
+        "shm_name_exists",
         # NCCL's own detail of a node's network setup (catalogue_nccl.json).
         "nccl_no_socket_interface",
         "nccl_ib_no_device",
@@ -89,6 +90,9 @@ NODE_LOCAL_SYSTEM = frozenset(
         "address_in_use",
     }
 )
+# State only the node holds (its /dev/shm): a job of one node names it even when no line does.
+# (A stale handle or a full disk may be a shared file system's, which the next node shares.)
+NODE_OWN_STATE = frozenset({"shm_name_exists"})
 # A process's own native crash report: without a hardware fault on its host, it is the
 # framework's or the node's software (failure taxonomy B.14).
 NATIVE_CRASH = frozenset(
@@ -359,6 +363,8 @@ def _from_primaries(
             # one rank on a node whose kernel log is clean, is no evidence against the node.
             and not (mid in LIBRARY_BUGS and all(quiet_node(a, n) for n in nodes))
         )
+        if not nodes and mid in NODE_OWN_STATE and len(a.node_list) == 1:
+            nodes = list(a.node_list)  # (a job of one node: its /dev/shm is that node's)
         node_local = (
             odd_node
             or mid in NODE_LOCAL_SYSTEM

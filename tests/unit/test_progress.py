@@ -274,6 +274,12 @@ def _reference_iteration(line: str) -> int | None:
         if last := progress._last(regex, text):
             return progress._to_iteration(last.group(1))
     m = progress._KEYED.search(text) or progress._SHORT_IT.search(text)
+    if m is not None:
+        return progress._to_iteration(m.group(1))
+    m = progress._EPOCH_ONLY.search(text)
+    if m is None and len(text) < 60:
+        m = progress._EPOCH_LINE.match(text)
+    m = m or progress._BRACKET_COUNTER.search(text)
     return progress._to_iteration(m.group(1)) if m else None
 
 
