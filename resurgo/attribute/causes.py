@@ -219,6 +219,10 @@ SITE_IMAGE_FAULTS = frozenset(
         "mig_enabled_no_instances",
     }
 )
+# The cluster's Slurm configuration failing the step's launch (catalogue_system.json).
+SITE_SLURM_FAULTS = frozenset(
+    {"slurm_mpi_plugin_error", "srun_container_option_unknown", "slurm_spank_init_failed"}
+)
 # EDQUOT (errno 122): a quota stays exhausted until someone frees space or raises it.
 _QUOTA = re.compile(r"\bDisk quota exceeded\b|\bEDQUOT\b|\[Errno 122\]")
 
@@ -235,6 +239,13 @@ def _no_retry_helps(
     human changes the site's software or the quota), or None."""
     if (quota := _over_quota(a, first, primaries, summary)) is not None:
         return quota
+    if first.match.id in SITE_SLURM_FAULTS:
+        # The site's Slurm itself cannot launch the step (its MPI plugin, its SPANK plugins):
+        # every attempt goes through the same configuration.
+        return Verdict(
+            Category.SYSTEM_SOFTWARE, NO_RETRY_HELPS_KEY,
+            f"{summary}: the site's Slurm cannot launch the job's step", 0.85,
+        )  # fmt: skip
     site_nodes = {event_node(a, e) for e in [first, *primaries] if e.match.id in SITE_IMAGE_FAULTS}
     if everywhere and len(nodes) >= 2 and set(nodes) | set(a.node_list) <= site_nodes:
         if (own := built_for_newer_driver(a, [first, *primaries], summary)) is not None:
