@@ -161,6 +161,10 @@ def oom_killed_child(a: Analysis) -> Event | None:
     for e in roots:
         if e.match.id == "dataloader_worker_killed" and (w := _WORKER_KILLED.search(e.message)):
             killed.add(int(w["pid"]))  # (a DataLoader worker SIGKILLed: its pid)
+        if e.match.id == _DEEPSPEED_SIGNAL and e.match.groups.get("signal_number") == "9":
+            # DeepSpeed's launcher names no pid with the child's -9; it lists its children as
+            # it kills the rest (`Killing subprocess 410126`): the kernel's report picks one.
+            killed.update(_deepspeed_children(a))
     if not killed or any(not _kill_symptom(e) for e in roots):
         return None
     blocks = oom_blocks(a.node_logs)  # (the kernel's report names the pid it killed)
@@ -172,8 +176,23 @@ def oom_killed_child(a: Analysis) -> Event | None:
     return None
 
 
+_DEEPSPEED_SIGNAL = "deepspeed_launcher_child_signal"
+_DS_CHILD = re.compile(r"\bsigkill_handler\] Killing subprocess (?P<pid>\d{1,10})\b")
+
+
+def _deepspeed_children(a: Analysis) -> set[int]:
+    return {
+        int(m["pid"]) for e in a.lines
+        if "Killing subprocess" in e.text and (m := _DS_CHILD.search(e.text)) is not None
+    }  # fmt: skip
+
+
 def _kill_symptom(e: Event) -> bool:
     """What peers or the DataLoader print once a process was killed (its `Unexpected
     segmentation fault/bus error encountered in worker` is the handler's line for any dead
     worker, torch/csrc/DataLoader.cpp)."""
-    return e.match.id in KILL_SYMPTOMS or "encountered in worker" in e.line.text
+    return (
+        e.match.id in KILL_SYMPTOMS
+        or e.match.id == _DEEPSPEED_SIGNAL
+        or "encountered in worker" in e.line.text
+    )

@@ -84,6 +84,9 @@ FRAGMENTS = [
     "# Ended (code 99999) at epoch:  1 Epoch 9 Epoch 1/2  train_loss ",
     "$ sacct -o JobID%1,A,B,C,D,E,F,G,H,I,J,K,L,M,N,O,P,Q,R, srun --ntasks-per-node=",
     "[  1/2]    Time  1.0 ( 1.0  Time  9.9 (  [9/9] lr ",
+    "sigkill_handler] Killing subprocess 99999999999 exits with return code = -9 ",
+    "slurmstepd: error: mpi/pmix: ERROR: spank: Failed to open  "
+    "FileExistsError: [Errno 17] File exists: '/",
 ]
 NODES = ["gpu-c01", "gpu-c02"]
 

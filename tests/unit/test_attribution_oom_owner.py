@@ -249,3 +249,31 @@ def test_another_holder_of_the_only_nodes_gpu_names_that_node() -> None:
     )  # fmt: skip
     assert (a.category, a.culprit_nodes) == (Category.SYSTEM_SOFTWARE, ["iabeng11"]), a.summary
     assert default_advice(a).kind == AdviceKind.REQUEUE_EXCLUDING
+
+
+# DeepSpeed's launcher (deepspeed/launcher/launch.py sigkill_handler) names no pid with the
+# child's -9; it lists its children as it kills the rest. The kernel's report names one of them.
+DS_KILLED = """\
+[2025-03-11 16:20:14,552] [INFO] [launch.py:319:sigkill_handler] Killing subprocess 410125
+[2025-03-11 16:20:14,552] [INFO] [launch.py:319:sigkill_handler] Killing subprocess 410126
+[2025-03-11 16:20:15,208] [ERROR] [launch.py:325:sigkill_handler] ['/home/user/miniconda3/envs/qwen2/bin/python', '-u', 'src/train/train_sft.py', '--local_rank=2'] exits with return code = -9
+srun: error: node2: task 0: Exited with exit code 247
+"""
+HOST_OOM = "[Tue Mar 11 16:20:13 2025] Out of memory: Killed process {pid} (python) total-vm:79905000kB, anon-rss:22957108kB, file-rss:72036kB, shmem-rss:15143164kB, UID:1000 pgtables:78032kB oom_score_adj:0\n"
+
+
+def _ds(pid: str) -> Attribution:
+    return attribute(
+        Registry.default(), None, _lines(PROGRESS + DS_KILLED, "job.log"), None, [], ["node2"],
+        node_logs={"node2": _lines(HOST_OOM.format(pid=pid), "dmesg_node2.txt")},
+    )  # fmt: skip
+
+
+def test_the_kernel_oom_killing_one_of_deepspeeds_children_is_the_jobs_memory() -> None:
+    a = _ds("410126")
+    assert (a.category, a.culprit_nodes) == (Category.APPLICATION, []), a.summary
+    assert "host memory" in a.summary
+
+
+def test_an_oom_kill_of_a_process_not_the_launchers_is_not_read_as_the_jobs() -> None:
+    assert "ran out of host memory" not in _ds("999999").summary
