@@ -37,3 +37,25 @@ def test_the_sites_slurm_failing_the_steps_launch_stops(error: str) -> None:
 def test_srun_not_knowing_another_option_is_no_site_fault() -> None:
     a = attribute_text("srun: unrecognized option '--gpus-per-task'\n", NODES, scheduler=SCHED)
     assert first_action(a) != "stop"
+
+
+# A step's CPU binding its allocation cannot satisfy (a nested srun inheriting SLURM_CPU_BIND):
+# the step's own request, though srun names the node the launch failed on.
+CPU_BIND = """\
+srun: error: CPU binding outside of job step allocation, allocated CPUs are: 0x0000000F0000000F0000000F0000000F.
+srun: error: Task launch for StepId=7993406.0 failed on node pool0-00509: Unable to satisfy cpu bind request
+srun: error: Application launch failed: Unable to satisfy cpu bind request
+srun: Job step aborted
+"""
+
+
+def test_a_cpu_binding_the_allocation_cannot_satisfy_is_the_steps_own_request() -> None:
+    a = attribute_text(CPU_BIND, ["pool0-00509", "pool0-00510"])
+    assert (a.category, a.culprit_nodes) == (Category.APPLICATION, []), a.summary
+    assert first_action(a) == "stop"
+
+
+def test_a_task_launch_failing_on_a_node_for_its_own_reason_still_names_it() -> None:
+    job = CPU_BIND.replace("Unable to satisfy cpu bind request", "Communication connection failure")
+    a = attribute_text(job, ["pool0-00509", "pool0-00510"])
+    assert a.culprit_nodes == ["pool0-00509"], a.summary
