@@ -211,7 +211,8 @@ def hung_before_the_cancel(a: Analysis) -> Verdict | None:
 def _hung_before(a: Analysis) -> Verdict | None:
     lines = [e.line for e in a.events if e.match.id == "slurm_job_cancelled"][:3]
     if not lines:
-        return None
+        # (sacct's CANCELLED with no kill line in the output: only a note can date the hang)
+        return noted_silence(a, [], "the cancel", None) if a.state == "CANCELLED" else None
     return (
         hung_until_time_limit(a, lines, "the cancel", None)
         or silent_until_time_limit(a, lines, "the cancel", None)
@@ -233,11 +234,18 @@ def _duration(tag: str) -> str:
 
 
 _NOTED_SILENCE = re.compile(
-    r"(?i)^\s*#.*?(?:\bno (?:further|more) (?:output|progress|log lines?)\b[^;.]{0,40}?\bfor "
+    r"(?i)^\s*#.*?(?:\b(?:no (?:further |more |new )?(?:output|progress|log lines?)|"
+    r"(?:printed|logged|wrote) nothing)\b[^;.]{0,40}?\bfor (?:about |~)?"
     + _duration("1")
     + r"|\bafter "
     + _duration("2")
     + r"\s+without (?:a |any )?(?:log line|output|progress))"
+)
+# A note that the job was stuck, with no time to it: `# no iteration was ever logged; ...
+# cancelled by the user after 2 h`, `# the process is still alive but makes no progress`.
+_NOTED_STUCK = re.compile(
+    r"(?i)^\s*#.*?\b(?:makes? no (?:further )?progress|no (?:iteration|step|training step) "
+    r"(?:was|has been) ever (?:logged|printed))\b"
 )
 
 
@@ -246,7 +254,7 @@ def noted_silence(
 ) -> Verdict | None:
     """An operator's note that the job printed nothing for longer than a collective's timeout
     (HANG_SILENCE_FLOOR_SECONDS) before Slurm ended it: it was stuck, not cut short."""
-    for entry in a.lines:
+    for entry in itertools.chain(a.lines, a.facts.lines):  # (a note in either file)
         if "#" not in entry.text[:8]:
             continue
         if (since := _silent_since(entry.text, killed_at(kill))) is not None:
@@ -258,6 +266,12 @@ def noted_silence(
                 )  # fmt: skip
             continue
         if (m := _NOTED_SILENCE.search(entry.text)) is None:
+            if _NOTED_STUCK.search(entry.text):
+                return Verdict(
+                    Category.UNKNOWN, "hang|noted_silence", f"an operator's note says the job "
+                    f"was stuck before {until}", 0.6,
+                    evidence=[entry, *kill[:1]], kind=AnomalyKind.HANG, outcome=outcome,
+                )  # fmt: skip
             continue
         hours = m["h1"] or m["h2"]
         minutes = (m["hm1"] or m["hm2"]) if hours else (m["m1"] or m["m2"])

@@ -87,6 +87,7 @@ FRAGMENTS = [
     "sigkill_handler] Killing subprocess 99999999999 exits with return code = -9 ",
     "slurmstepd: error: mpi/pmix: ERROR: spank: Failed to open  "
     "FileExistsError: [Errno 17] File exists: '/",
+    "# no output printed nothing for ~ makes no further progress no step has been ever ",
 ]
 NODES = ["gpu-c01", "gpu-c02"]
 

@@ -95,3 +95,53 @@ def test_tasks_blocked_only_after_the_kill_are_its_teardown() -> None:
     after = HUNG.replace("Wed Dec 20 09:14:03 2023", "Thu Dec 21 06:09:03 2023")
     a = attribute_text(RETURNN, ["cn-507"], {"dmesg_cn-507": after}, scheduler=RSACCT)
     assert a.culprit_nodes == [], a.summary
+
+
+# An owner's cancel after a stall an operator's note describes, in the job's output or beside
+# sacct's row (a stuck DataLoader, py-spy showing it in `_try_get_data`).
+EPOCHS = "".join(
+    f" | Epoch: [1][{k}/10010]    Time 3.370  Data 3.228  Err 6.5334  top1  98.438\n"
+    for k in range(680, 689)
+)
+CANCEL = "slurmstepd: error: *** JOB 77215 ON titanx-05 CANCELLED AT 2016-05-13T09:40:17 ***\n"
+CANCELLED = "$ sacct -j 77215 --format=JobID,State,ExitCode,Elapsed,NodeList\n77215      CANCELLED+     0:0   10:41:12 titanx-05\n"
+
+
+@pytest.mark.parametrize(
+    ("note", "where"),
+    [
+        (
+            "# operator note: no output after iteration 201 for 4 h; py-spy: dataloader.py _try_get_data",
+            "job",
+        ),
+        (
+            "# operator note: the owner cancelled the job after it had printed nothing for ~20 minutes past the end of epoch 1",
+            "scheduler",
+        ),
+        (
+            "# operator note: no further output; the process is still alive but makes no progress; cancelled by the user",
+            "job",
+        ),
+        (
+            "# operator note: no iteration was ever logged; py-spy on rank 0 shows it waiting for the next batch",
+            "job",
+        ),
+    ],
+)
+def test_a_note_of_a_stall_before_the_owners_cancel_makes_a_hang(note: str, where: str) -> None:
+    job = EPOCHS + (note + "\n" if where == "job" else "") + CANCEL
+    scheduler = CANCELLED + (note + "\n" if where == "scheduler" else "")
+    a = attribute_text(job, ["titanx-05"], scheduler=scheduler)
+    assert a.kind == AnomalyKind.HANG, a.summary
+    assert first_action(a) == "requeue"
+
+
+def test_a_cancel_with_no_note_of_a_stall_stays_the_owners() -> None:
+    a = attribute_text(EPOCHS + CANCEL, ["titanx-05"], scheduler=CANCELLED)
+    assert (a.kind, a.category) == (AnomalyKind.CRASH, Category.SCHEDULER), a.summary
+    # (nor does a short pause an operator noted)
+    note = "# operator note: printed nothing for 5 minutes, then the owner cancelled\n"
+    assert (
+        attribute_text(EPOCHS + note + CANCEL, ["titanx-05"], scheduler=CANCELLED).kind
+        != AnomalyKind.HANG
+    )
