@@ -12,6 +12,8 @@ down reasons that do name one.
 - A node failure (sacct NODE_FAIL) that names no node: slurmctld's own reason for the job's node
   going down (`Not responding`, `Node unexpectedly rebooted`, src/slurmctld/node_mgr.c and
   ping_nodes.c, cut short by sinfo -R's 20-character REASON column), or the job's only node.
+  When Slurm gives the same reason for many nodes outside the job too (a room's power, a
+  cluster-wide reboot), the loss was shared: no node of the job's to leave out.
 """
 
 from __future__ import annotations
@@ -98,3 +100,24 @@ def lost_by_slurm(a: Analysis) -> list[str]:
         and _LOST_REASON.search(r.reason)
     })  # fmt: skip
     return said or (list(a.node_list) if len(a.node_list) == 1 else [])
+
+
+SHARED_LOSS_NODES = 5  # other nodes lost for the same reason that make the loss a shared one
+
+
+def lost_together(a: Analysis, nodes: list[str]) -> bool:
+    """Slurm's reason for each of `nodes` is also its reason for SHARED_LOSS_NODES or more
+    nodes outside the job."""
+    if not nodes:
+        return False
+    by_reason: dict[str, set[str]] = {}
+    for r in a.facts.reasons:
+        if _LOST_REASON.search(r.reason):
+            by_reason.setdefault(r.reason.strip().lower(), set()).add(r.node)
+    for node in nodes:
+        said = [s for s in by_reason.values() if node in s]
+        if not said or all(
+            len({n for n in s if not a.in_job(n)}) < SHARED_LOSS_NODES for s in said
+        ):
+            return False
+    return True

@@ -15,16 +15,11 @@ from __future__ import annotations
 import itertools
 import re
 
+from resurgo.attribute import node_removals as removals
 from resurgo.attribute.analysis import Analysis, Verdict, event_node
 from resurgo.attribute.events import Event
 from resurgo.attribute.fault_order import in_time_order, stuck_before_node_loss
 from resurgo.attribute.metrics import Finding
-from resurgo.attribute.node_removals import (
-    hardware_reason,
-    lost_by_slurm,
-    not_resumed,
-    set_down_by_operator,
-)
 from resurgo.attribute.peer_ends import common_end, numbered_owners
 from resurgo.attribute.rerun_checks import rerun_suspects
 from resurgo.attribute.scheduler import node_failed
@@ -78,10 +73,10 @@ def _node_failure(a: Analysis, outcome: str | None) -> Verdict | None:
             if e.node and a.in_job(e.node) and e.root and e.match.severity == "fatal"
         }  # fmt: skip
         # (else the nodes Slurm's own reasons say it lost, or the job's only node)
-        failed.update(fatal if len(fatal) == 1 else dict.fromkeys(lost_by_slurm(a)))
+        failed.update(fatal if len(fatal) == 1 else dict.fromkeys(removals.lost_by_slurm(a)))
     # A power-saved (cloud) node the controller woke for the job and that never came up is
     # powered down again and replaced by a fresh instance: nothing of it to leave out.
-    never_up = {n for n in failed if not_resumed(a, n)}
+    never_up = {n for n in failed if removals.not_resumed(a, n)}
     culprits = sorted(set(failed) - never_up)
     # Known only from Slurm (NODE_FAIL, `Not responding`, BOOT_FAIL): a scheduler event whose
     # node is still excluded (attribution-labels.md); node evidence below names the hardware.
@@ -93,7 +88,7 @@ def _node_failure(a: Analysis, outcome: str | None) -> Verdict | None:
         e for e in _hardware_events(a)
         if e.node in failed and (e.origin == "node" or e.match.id not in AMBIGUOUS_HARDWARE)
     ]  # fmt: skip
-    if not specific and (taken := set_down_by_operator(a, set(culprits))) is not None:
+    if not specific and (taken := removals.set_down_by_operator(a, set(culprits))) is not None:
         reason, lines = taken
         return Verdict(
             Category.SCHEDULER, "node_failure|operator", f"an operator set "
@@ -114,7 +109,7 @@ def _node_failure(a: Analysis, outcome: str | None) -> Verdict | None:
         evidence = [e.line for e in software[:3]] + evidence
     evidence += [e.line for e in a.events if e.match.id.startswith("slurm_cancelled_node")]
     where = ", ".join(culprits) or "an unidentified node"
-    if _shared_outage(specific, culprits):
+    if _shared_outage(specific, culprits) or (not specific and removals.lost_together(a, culprits)):
         return Verdict(
             category, "node_failure|shared", f"{where} failed at the same moment with the same "
             "fault: a shared cause (power, switch), no node to exclude", 0.7,
@@ -189,7 +184,7 @@ def _drain_findings(a: Analysis) -> list[Finding]:
         node = a.topo.hosts.canonical(name)
         if node is None or not a.in_job(node) or reason.lower().startswith("resurgo"):
             continue
-        category = hardware_reason(reason)
+        category = removals.hardware_reason(reason)
         if category is None:
             continue
         where = line or next(

@@ -40,3 +40,18 @@ def test_an_operators_reason_is_no_loss_and_several_nodes_stay_unnamed() -> None
     )
     a = attribute_text(STEPS, ["gpu1", "gpu2"], scheduler=sched)
     assert a.culprit_nodes == [], a.summary
+
+
+def test_a_reboot_slurm_reports_on_many_nodes_beyond_the_job_is_a_shared_loss() -> None:
+    sched = SACCT.format(nodes="c015", first="c015") + (
+        "$ sinfo -R\n"
+        "REASON               USER      TIMESTAMP           NODELIST\n"
+        "Node unexpectedly re slurm     2022-07-23T15:27:10 c015\n"
+        "Node unexpectedly re slurm     2022-07-23T15:31:00 d[001-002,004-024],f[002-010]\n"
+    )
+    a = attribute_text(STEPS, ["c015"], scheduler=sched)
+    assert (a.category, a.culprit_nodes) == (Category.SCHEDULER, []), a.summary
+    assert first_action(a) == "requeue"
+    # (a handful of other nodes down for it is no room-wide event)
+    few = sched.replace("d[001-002,004-024],f[002-010]", "d[001-003]")
+    assert attribute_text(STEPS, ["c015"], scheduler=few).culprit_nodes == ["c015"]
