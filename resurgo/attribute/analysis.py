@@ -37,6 +37,13 @@ _PDSH_REMOTE_EXIT = re.compile(r"\bpdsh@\S+: \S+: \w+ exited with exit code [1-9
 _KILL_REASON = re.compile(r"CANCELLED AT \S+ DUE TO (?P<why>[A-Z][A-Z ]+?)(?:,| \*\*\*)")
 
 
+# The state a kill line's reason leaves a job in (sacct's names; a bare cancel: CANCELLED).
+_ENDED_BY = {
+    "TIME LIMIT": "TIMEOUT", "PREEMPTION": "PREEMPTED", "NODE FAILURE": "NODE_FAIL",
+    "JOB REQUEUE": "REQUEUED",
+}  # fmt: skip
+
+
 def fingerprint(category: Category, key: str) -> str:
     digest = hashlib.sha256(f"{category.value}|{key}".encode()).hexdigest()[:12]
     return f"{category.value}:{digest}"
@@ -112,6 +119,11 @@ class Analysis:
         self.state = job.state if job is not None else None
         self.events = self.scan.events
         self.kill_order = self._kill_order()
+        if self.state == "COMPLETING" and self.kill_order is not None:
+            # (Completing after Slurm's own kill line, however long it stays in CG: the job
+            # ended as that line says, it does not run.)
+            why = _KILL_REASON.search(self.lines[self.kill_order].text)
+            self.state = _ENDED_BY.get(why.group("why").strip() if why else "", "CANCELLED")
         self.offline = False
         if not self.running:
             # (a running job slowed since a flap ran over the port as it came back: degraded)

@@ -55,3 +55,28 @@ def test_a_reboot_slurm_reports_on_many_nodes_beyond_the_job_is_a_shared_loss() 
     # (a handful of other nodes down for it is no room-wide event)
     few = sched.replace("d[001-002,004-024],f[002-010]", "d[001-003]")
     assert attribute_text(STEPS, ["c015"], scheduler=few).culprit_nodes == ["c015"]
+
+
+# A job squeue still lists as completing (CG) after Slurm's own kill line: it ended as that
+# line says (Slurm 17.11's stuck-CG bug left one so for days).
+CG = """\
+$ squeue -j 2977957
+             JOBID PARTITION     NAME     USER ST       TIME  NODES NODELIST(REASON)
+           2977957       gpu  train.sh mkphuth CG 1-00:51:20      1 c024
+"""
+
+
+def test_a_job_completing_after_its_cancel_line_was_cancelled() -> None:
+    job = (
+        STEPS + "slurmstepd: error: *** JOB 2977957 ON c024 CANCELLED AT 2021-07-10T15:20:35 ***\n"
+    )
+    a = attribute_text(job, ["c024"], scheduler=CG)
+    assert (a.kind, a.category) == ("crash", Category.SCHEDULER), a.summary
+    assert first_action(a) == "none"
+    limit = job.replace(" ***", " DUE TO TIME LIMIT ***")
+    assert attribute_text(limit, ["c024"], scheduler=CG).scheduler_outcome is not None
+
+
+def test_a_job_completing_with_no_kill_line_is_still_ending_its_run() -> None:
+    a = attribute_text(STEPS, ["c024"], scheduler=CG)
+    assert a.scheduler_outcome is None, a.summary
