@@ -60,6 +60,7 @@ from resurgo.attribute.node_local import (
 from resurgo.attribute.node_software import node_software
 from resurgo.attribute.rank_finished import rank_finished_early
 from resurgo.attribute.recurred_elsewhere import recurred_elsewhere
+from resurgo.attribute.recurred_on_node import recurred_on_node
 from resurgo.attribute.scheduler import parse_scheduler
 from resurgo.attribute.shared_services import hung_on_shared_service, shared_outage
 from resurgo.attribute.site_notes import noted_fabric_outage
@@ -219,7 +220,7 @@ def analyse(
     verdict = running_kind(a, died_of_node_fault(a, verdict))
     verdict = slow_link_behind(a, verdict)
     verdict = recurred_elsewhere(a, verdict)  # (tie-breaker 3, from an operator's note)
-    verdict = sigill_in_own_build(a, verdict)
+    verdict = sigill_in_own_build(a, recurred_on_node(a, verdict))
     if (
         anomaly is not None
         and anomaly.suspects

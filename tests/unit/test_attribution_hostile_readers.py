@@ -88,6 +88,7 @@ FRAGMENTS = [
     "slurmstepd: error: mpi/pmix: ERROR: spank: Failed to open  "
     "FileExistsError: [Errno 17] File exists: '/",
     "# no output printed nothing for ~ makes no further progress no step has been ever ",
+    "# all jobs failed; in each case every one of the crashes gpu-c01 gpu-c0 ",
 ]
 NODES = ["gpu-c01", "gpu-c02"]
 
