@@ -152,7 +152,8 @@ def _runs_named_by_id(a: Analysis, ours: set[str]) -> LogLine | None:
 
 
 _SAME_NODES = re.compile(
-    r"(?i)\b(?:same|identical) (?:[\w/-]+(?:,? (?:and )?)?){0,4}(?:nodes?|hosts?|machines?)\b"
+    # (each word before `nodes` ends at its blank: one way to read the words, no backtracking)
+    r"(?i)\b(?:same|identical) (?:[\w/-]{1,40},? (?:and )?){0,4}(?:nodes?|hosts?|machines?)\b"
     r"|\bon (?:both|these|all(?: \w+)?) nodes\b"
 )
 _RAN = re.compile(

@@ -194,3 +194,11 @@ def test_a_changed_run_named_by_id_that_sacct_shows_completed_on_the_same_nodes(
     assert got[1:] == ("application", [], "stop")
     failed = COMPLETED_RUN.replace("COMPLETED|0:0", "FAILED|1:0")
     assert verdict(tmp_path, STEPS + CRASH, _failed_sacct(failed) + note)[1] != "application"
+
+
+def test_a_long_word_after_same_in_a_note_is_read_in_one_pass(tmp_path: Path) -> None:
+    # (a note of 590 characters with no blank after `same`: each word before `nodes` ends at a
+    # blank, so the reader never tries the ways to cut one word into four)
+    note = "# same " + "a" * 583 + "\n"
+    got = verdict(tmp_path, STEPS + CRASH, _failed_sacct("") + note)
+    assert got[1] != "application"
