@@ -328,7 +328,7 @@ def _parse_builtin(line: str, body: str | None = None) -> int | None:
         return _to_iteration(m.group(1))
     if "poch" in text and len(text) < 60 and (m := _EPOCH_LINE.match(text)) is not None:
         return _to_iteration(m.group(1))
-    if "/" in text and "]" in text and (m := _BRACKET_COUNTER.search(text)) is not None:
+    if "/" in text and "] " in text and (m := _BRACKET_COUNTER.search(text)) is not None:
         return _to_iteration(m.group(1))
     return None
 

@@ -152,7 +152,7 @@ def _timing_fields(text: str) -> dict[str, float]:
             unit = (m.group("unit") or "s").lower()
             if (dur := _duration_ms(m.group("value"), unit)) is not None:
                 out.setdefault(key, dur)
-    if not out and "  " in text and "(" in text:
+    if not out and ("Time  " in text or "Data  " in text):
         for m in _SPACED_METER.finditer(text):
             if (dur := _duration_ms(m.group("value"), "s")) is not None:
                 out.setdefault(m.group("key").lower(), dur)
