@@ -37,6 +37,7 @@ _PDSH_REMOTE_EXIT = re.compile(r"\bpdsh@\S+: \S+: \w+ exited with exit code [1-9
 _KILL_REASON = re.compile(r"CANCELLED AT \S+ DUE TO (?P<why>[A-Z][A-Z ]+?)(?:,| \*\*\*)")
 
 
+_PREEMPTED = re.compile(r"\bpreempted JobId=(\d+) has been requeued to reclaim resources\b")
 # The state a kill line's reason leaves a job in (sacct's names; a bare cancel: CANCELLED).
 _ENDED_BY = {
     "TIME LIMIT": "TIMEOUT", "PREEMPTION": "PREEMPTED", "NODE FAILURE": "NODE_FAIL",
@@ -119,6 +120,8 @@ class Analysis:
         self.state = job.state if job is not None else None
         self.events = self.scan.events
         self.kill_order = self._kill_order()
+        if self.state == "PENDING" and self._preempted():
+            self.state = "PREEMPTED"  # (requeued after its preemption: this attempt is over)
         if self.state == "COMPLETING" and self.kill_order is not None:
             # (Completing after Slurm's own kill line, however long it stays in CG: the job
             # ended as that line says, it does not run.)
@@ -215,6 +218,18 @@ class Analysis:
         return not any(
             e.order > after and e.match.severity in ("fatal", "error") for e in self.events
         ) and all(x.order > after for x in self.scan.exit_order)
+
+    def _preempted(self) -> bool:
+        """slurmctld's own line that it requeued this job to make room (src/slurmctld's
+        preemption: `preempted JobId=N has been requeued to reclaim resources for JobId=M`)."""
+        job = self.job
+        if job is None:
+            return False
+        return any(
+            "preempted JobId=" in e.text and (m := _PREEMPTED.search(e.text)) is not None
+            and int(m.group(1)) == job.job_id
+            for e in self.facts.lines
+        )  # fmt: skip
 
     def _kill_order(self) -> int | None:
         """Where the scheduler started killing the job (time limit, preemption, cancel)."""

@@ -2,6 +2,8 @@
 own reason says it lost (`sinfo -R`), or the job's only node. Lines as sacct, sinfo and the job
 print them."""
 
+# ruff: noqa: E501  (real log lines are long)
+
 from __future__ import annotations
 
 from resurgo.contracts import Category
@@ -80,3 +82,31 @@ def test_a_job_completing_after_its_cancel_line_was_cancelled() -> None:
 def test_a_job_completing_with_no_kill_line_is_still_ending_its_run() -> None:
     a = attribute_text(STEPS, ["c024"], scheduler=CG)
     assert a.scheduler_outcome is None, a.summary
+
+
+# Requeued after its preemption (sacct shows it PENDING again): slurmctld's own line says why
+# the attempt ended; submitit's handler saw SIGUSR1.
+PREEMPTED = """\
+$ sacct -j 39025082 --format=JobID,Partition,Elapsed,State,Restarts
+       JobID  Partition    Elapsed      State Restarts
+------------ ---------- ---------- ---------- --------
+39025082        learnfair   01:00:38    PENDING        1
+$ grep 39025082 /var/log/slurm/slurmctld.log
+[2021-04-01T02:26:27.412] preempted JobId=39025082 has been requeued to reclaim resources for JobId=39025317
+"""
+SUBMITIT = STEPS + (
+    "submitit WARNING (2021-04-01 02:26:27,644) - Caught signal SIGUSR1 on lf-gpu4096: this job is preempted.\n"
+    "slurmstepd: error: *** STEP 39025082.0 ON lf-gpu4096 CANCELLED AT 2021-04-01T02:26:27 ***\n"
+)
+
+
+def test_a_job_pending_again_after_slurm_requeued_it_for_another_was_preempted() -> None:
+    a = attribute_text(SUBMITIT, ["lf-gpu4096"], scheduler=PREEMPTED)
+    assert (a.kind, a.category, a.scheduler_outcome) == ("crash", Category.SCHEDULER, "preempted")
+    assert first_action(a) == "requeue"
+
+
+def test_another_jobs_preemption_says_nothing_of_this_one() -> None:
+    other = PREEMPTED.replace("preempted JobId=39025082", "preempted JobId=39025001")
+    a = attribute_text(SUBMITIT, ["lf-gpu4096"], scheduler=other)
+    assert a.scheduler_outcome != "preempted", a.summary
