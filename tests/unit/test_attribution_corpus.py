@@ -193,9 +193,9 @@ FLOORS = {
     # Sets 67-70 (forum threads, research code bases, storage, Slurm's own side), session 19:
     # scored on arrival (README), then the classes they exposed fixed.
     "s67-": (0.6, 0.823, 0.725, 0),
-    "s68-": (0.425, 0.5, 0.475, 0),
-    "s69-": (0.5, 0.5, 0.625, 0),
-    "s70-": (0.675, 0.307, 0.775, 0),
+    "s68-": (0.475, 0.5, 0.5, 0),
+    "s69-": (0.55, 0.5, 0.625, 0),
+    "s70-": (0.7, 0.307, 0.8, 0),
     "hardware": (1.0, 1.0, 1.0, 0),
     "software": (1.0, 1.0, 1.0, 0),
     "lifecycle": (1.0, 1.0, 1.0, 0),
