@@ -79,19 +79,17 @@ def recurred_elsewhere(a: Analysis, v: Verdict) -> Verdict:
             None,
             "the job stopped and its owner cancelled it",
         )
-    if changed is not None:
-        return Verdict(
-            Category.APPLICATION, "changed_job_ran_here",
-            f"{summary}; the job with its own setup changed ran on the same nodes (its code, "
-            "configuration or software, not the nodes)", 0.8,
-            ranks=v.ranks, evidence=[changed, *v.evidence[:2]], kind=kind, outcome=outcome,
-        )  # fmt: skip
-    assert note is not None
+    key, why, confidence, said = (
+        ("recurred_on_other_nodes", "an earlier run on other nodes failed the same way (the "
+         "job's own code, configuration or environment)", 0.85, note)
+        if note is not None else
+        ("changed_job_ran_here", "the job with its own setup changed ran on the same nodes "
+         "(its code, configuration or software, not the nodes)", 0.8, changed)
+    )  # fmt: skip
+    assert said is not None
     return Verdict(
-        Category.APPLICATION, "recurred_on_other_nodes",
-        f"{summary}; an earlier run on other nodes failed the same way (the job's own code, "
-        "configuration or environment)", 0.85,
-        ranks=v.ranks, evidence=[note, *v.evidence[:2]], kind=kind, outcome=outcome,
+        Category.APPLICATION, key, f"{summary}; {why}", confidence,
+        ranks=v.ranks, evidence=[said, *v.evidence[:2]], kind=kind, outcome=outcome,
     )  # fmt: skip
 
 

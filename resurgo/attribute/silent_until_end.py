@@ -257,32 +257,31 @@ def noted_silence(
     for entry in itertools.chain(a.lines, a.facts.lines):  # (a note in either file)
         if "#" not in entry.text[:8]:
             continue
-        if (since := _silent_since(entry.text, killed_at(kill))) is not None:
-            if since > HANG_SILENCE_FLOOR_SECONDS:
-                return Verdict(
-                    Category.UNKNOWN, "hang|noted_silence", f"an operator's note says the job "
-                    f"printed nothing for {since / 3600:.1f} h before {until}", 0.6,
-                    evidence=[entry, *kill[:1]], kind=AnomalyKind.HANG, outcome=outcome,
-                )  # fmt: skip
-            continue
-        if (m := _NOTED_SILENCE.search(entry.text)) is None:
-            if _NOTED_STUCK.search(entry.text):
-                return Verdict(
-                    Category.UNKNOWN, "hang|noted_silence", f"an operator's note says the job "
-                    f"was stuck before {until}", 0.6,
-                    evidence=[entry, *kill[:1]], kind=AnomalyKind.HANG, outcome=outcome,
-                )  # fmt: skip
-            continue
-        hours = m["h1"] or m["h2"]
-        minutes = (m["hm1"] or m["hm2"]) if hours else (m["m1"] or m["m2"])
-        seconds = 3600 * int(hours or 0) + 60 * int(minutes or 0)
-        if seconds > HANG_SILENCE_FLOOR_SECONDS:
+        said = _noted_stall(entry.text, killed_at(kill))
+        if said is not None:
             return Verdict(
                 Category.UNKNOWN, "hang|noted_silence", f"an operator's note says the job "
-                f"printed nothing for {seconds / 3600:.1f} h before {until}", 0.6,
+                f"{said} before {until}", 0.6,
                 evidence=[entry, *kill[:1]], kind=AnomalyKind.HANG, outcome=outcome,
             )  # fmt: skip
     return None
+
+
+def _noted_stall(text: str, killed: str | None) -> str | None:
+    """What a note says of the job's stall (`printed nothing for 1.8 h`, `was stuck`), when it
+    says one longer than a collective's timeout or one with no time to it."""
+    since = _silent_since(text, killed)
+    if since is None and (m := _NOTED_SILENCE.search(text)) is not None:
+        hours = m["h1"] or m["h2"]
+        minutes = (m["hm1"] or m["hm2"]) if hours else (m["m1"] or m["m2"])
+        since = 3600.0 * int(hours or 0) + 60.0 * int(minutes or 0)
+    if since is not None:
+        return (
+            f"printed nothing for {since / 3600:.1f} h"
+            if since > HANG_SILENCE_FLOOR_SECONDS
+            else None
+        )
+    return "was stuck" if _NOTED_STUCK.search(text) else None
 
 
 # The clock time the output stopped at, as a note gives it (`# no output after 19:24; the step
