@@ -28,6 +28,7 @@ from datetime import datetime
 from resurgo.attribute.analysis import Analysis, Verdict, event_node
 from resurgo.attribute.causes import LIBRARY_BUGS, _version_drift
 from resurgo.attribute.events import _CORRECTED
+from resurgo.attribute.gpu_count import fewer_gpus_than_peers
 from resurgo.attribute.setting_owner import GENERIC_NCCL_IDS, job_owned_transport
 from resurgo.attribute.topology import split_host_prefix
 from resurgo.contracts import HARDWARE_CATEGORIES, AnomalyKind, Category, LogLine
@@ -348,6 +349,11 @@ def explain_unknown(a: Analysis, v: Verdict) -> Verdict:
     if v.category != Category.UNKNOWN or len(v.culprits) != 1:
         return v
     node = v.culprits[0]
+    if (listing := fewer_gpus_than_peers(a, node)) is not None:
+        v.category = Category.HARDWARE_GPU
+        v.summary = f"{v.summary}; {node} lists fewer GPUs than the job's other nodes"
+        v.evidence = [listing, *v.evidence]
+        return v
     for host, lines in a.node_logs.items():
         if a.topo.hosts.canonical(host) != node:
             continue

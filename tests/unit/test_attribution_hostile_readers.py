@@ -89,6 +89,7 @@ FRAGMENTS = [
     "FileExistsError: [Errno 17] File exists: '/",
     "# no output printed nothing for ~ makes no further progress no step has been ever ",
     "# all jobs failed; in each case every one of the crashes gpu-c01 gpu-c0 ",
+    "|   0  A100 " + "x" * 70 + " | 0000:0",  # an nvidia-smi row cut short
 ]
 NODES = ["gpu-c01", "gpu-c02"]
 
