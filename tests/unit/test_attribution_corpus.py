@@ -189,7 +189,7 @@ FLOORS = {
     # 2633 is no longer an accidental hang `unknown` but a running job, its action now right;
     # 2624's launch fixed the same session keeps the set's category at 0.9.)
     "s65-": (0.6, 0.428, 0.65, 0),
-    "s66-": (0.7, 0.777, 0.8, 0),
+    "s66-": (0.725, 0.777, 0.825, 0),
     # Sets 67-70 (forum threads, research code bases, storage, Slurm's own side), session 19:
     # scored on arrival (README), then the classes they exposed fixed.
     "s67-": (0.6, 0.823, 0.725, 0),
