@@ -31,7 +31,6 @@ from __future__ import annotations
 import re
 
 from resurgo.attribute.analysis import Analysis, Verdict
-from resurgo.attribute.sacct_rows import sacct_row
 from resurgo.contracts import AnomalyKind, Category, LogLine
 from resurgo.slurm.errors import ParseError
 from resurgo.slurm.parsers import expand_hostlist
@@ -196,22 +195,12 @@ def _names_a_completed_run(a: Analysis, text: str) -> bool:
 def _sacct_runs(a: Analysis) -> dict[str, tuple[str, set[str]]]:
     """Every job's own row in the scheduler text's sacct tables: id → (state, nodes)."""
     runs: dict[str, tuple[str, set[str]]] = {}
-    header: list[str] | None = None
-    for entry in a.facts.lines:
-        text = entry.text.strip()
-        if text.startswith("JobID"):
-            header = [h for h in re.split(r"\||\s+", text) if h]
-            continue
-        if header is None or not text[:1].isdigit():
-            continue
-        row = sacct_row(text, header)
-        if row is None or not row.get("JobID", "").isdigit():
-            continue  # (steps, `1903110.batch`, are the job's own)
+    for job_id, row in a.facts.sacct_jobs.items():
         try:
             nodes = set(expand_hostlist(row.get("NodeList", ""), limit=256))
         except ParseError:
             nodes = set()
-        runs[row["JobID"]] = (row.get("State", ""), nodes)
+        runs[job_id] = (row.get("State", ""), nodes)
     return runs
 
 

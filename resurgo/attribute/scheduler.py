@@ -86,6 +86,9 @@ class SchedulerFacts:
     """squeue's TIME or sacct's Elapsed for the job, as printed."""
     earlier_nodes: list[str] = field(default_factory=list)
     """Nodes of the job's earlier runs (`sacct -D`) that its last run did not have."""
+    sacct_jobs: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Job id → its job-level sacct row, for every job the tables list (this one's earlier
+    runs and others' too: an operator's note may name them)."""
     lines: list[LogLine] = field(default_factory=list)
 
     @property
@@ -264,6 +267,8 @@ def parse_scheduler(
             continue
         if sacct_header is not None and re.match(r"^\d+(?:[._+]\w+)?(?:\s|\|)", stripped):
             row = sacct_row(stripped, sacct_header)
+            if row and row.get("JobID", "").isdigit():
+                facts.sacct_jobs[row["JobID"]] = row  # (any job's: notes name earlier runs)
             if row and own is not None and _job_of(row.get("JobID", "")) != own:
                 continue  # another job's row (an earlier run, a namesake)
             if row and array_task is not None and _other_task(row.get("JobID", ""), array_task):
