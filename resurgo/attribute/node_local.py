@@ -30,6 +30,7 @@ from resurgo.attribute.causes import LIBRARY_BUGS, _version_drift
 from resurgo.attribute.events import _CORRECTED
 from resurgo.attribute.gpu_count import fewer_gpus_than_peers
 from resurgo.attribute.setting_owner import GENERIC_NCCL_IDS, job_owned_transport
+from resurgo.attribute.silent_until_end import killed_at
 from resurgo.attribute.topology import split_host_prefix
 from resurgo.contracts import HARDWARE_CATEGORIES, AnomalyKind, Category, LogLine
 from resurgo.detect.lines import parse_nccl_prefix
@@ -390,14 +391,10 @@ def explain_unknown(a: Analysis, v: Verdict) -> Verdict:
     return v
 
 
-_CANCELLED_AT = re.compile(r"\bCANCELLED AT (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\b")
-
-
 def _killed_at(a: Analysis) -> datetime | None:
     """When Slurm's kill line says it ended the job (naive, as node events are dated)."""
-    if a.kill_order is None or (m := _CANCELLED_AT.search(a.lines[a.kill_order].text)) is None:
-        return None
-    return datetime.fromisoformat(m.group(1))
+    said = killed_at([a.lines[a.kill_order]]) if a.kill_order is not None else None
+    return datetime.fromisoformat(said) if said is not None else None
 
 
 # The kernel's hung-task watchdog (kernel/hung_task.c: `INFO: task python3:20941 blocked for
