@@ -391,6 +391,17 @@ def explain_unknown(a: Analysis, v: Verdict) -> Verdict:
     return v
 
 
+def first_exit_unnamed(v: Verdict) -> Verdict:
+    """The first task to exit without a word stays `unknown` when nothing on its node explained
+    it: being first is no evidence against the node, so none is excluded (attribution-labels.md
+    names nodes without a known cause only for a NODE_FAIL node and an agent that never
+    started). Its task and line stay in the record; the stages before read the node to look
+    for such an explanation."""
+    if v.category == Category.UNKNOWN and v.key.startswith("exit|"):
+        v.culprits = []
+    return v
+
+
 def _killed_at(a: Analysis) -> datetime | None:
     """When Slurm's kill line says it ended the job (naive, as node events are dated)."""
     said = killed_at([a.lines[a.kill_order]]) if a.kill_order is not None else None

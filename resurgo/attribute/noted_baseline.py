@@ -54,6 +54,9 @@ _RATE = re.compile(
     r"|\bper iteration \(ms\):\s*(?P<itms>\d+(?:\.\d+)?)"
     # torchtitan's `tps` (tokens per second per GPU) as a note quotes it: `tps ~3,300`
     r"|\btps\s*[=:~]?\s*~?(?P<tps>\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?)\b"
+    # model FLOPs utilisation, in percent or as verl's fraction: `perf/mfu/actor around 0.5`
+    r"|(?i:\bmfu)(?:/\w{1,20})?\s*(?:[:=]|around|about|of|at|is)?\s*~?(?P<mfu>\d+(?:\.\d+)?)"
+    r"(?P<mfu_pct>\s*%)?"
 )
 _METRIC = {
     "it/s": ("it_per_s", 1.0), "s/it": ("iteration_ms", 1000.0),
@@ -97,6 +100,10 @@ def slower_than_noted(a: Analysis) -> Slowdown | None:
             factor = 1.0 if m["step_unit"] == "ms" or m["itms"] else 1000.0
             candidates = ["iteration_ms", *_STEP_FIELDS]
             noted = float(m["step"] or m["per"] or m["itms"]) * factor
+        elif m["mfu"] is not None:
+            candidates = ["mfu"]
+            value = float(m["mfu"])
+            noted = value if m["mfu_pct"] or value > 1 else value * 100.0  # (kept in percent)
         elif m["unit2"] is not None:
             candidates = ["it_per_s"]
             noted = float(m["val2"])

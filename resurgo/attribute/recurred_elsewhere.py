@@ -38,7 +38,8 @@ from resurgo.slurm.parsers import expand_hostlist
 # The failure again, in the words notes use.
 _SAME = re.compile(
     r"(?i)\b(?:the same way|identically|with the same (?:error|message|assertion|traceback|"
-    r"exception|'|\")|same (?:error|failure|hang|crash|traceback|assertion)\b)"
+    r"exception|'|\")|same (?:(?:kind|type|sort) of )?(?:error|failure|hang|crash|traceback|"
+    r"assertion)\b)"
 )
 _FAILED = re.compile(
     r"(?i)\b(?:fail|died|dies|hung|hang|stopp|stops\b|ended|crash|abort|diverg|error)"
@@ -52,9 +53,13 @@ _EARLIER = re.compile(
 # on a different node`): the note says the nodes differ without naming them.
 _EACH = re.compile(
     r"(?i)\b(?:each|every|all(?: \w+)?) (?:attempts?|runs?|resubmissions?|retr(?:y|ies))\b"
+    r"|\bhappened (?:again and again|repeatedly)\b"
 )
+# (Other machines by any name: nodes, hosts, clusters, cloud providers: `on several different
+# cloud GPU providers`.)
 _ELSEWHERE = re.compile(
-    r"(?i)\bon (?:a |\w+ )?(?:different|other|disjoint|new) (?:nodes?|hosts?|hardware|machines?)\b"
+    r"(?i)\bon (?:a |\w+ )?(?:different|other|disjoint|new) (?:\w+ ){0,2}?(?:nodes?|hosts?|"
+    r"hardware|machines?|clusters?|providers?|clouds?|systems?|sites?)\b"
 )
 # Host names and Slurm hostlists in the note's text.
 _HOSTS = re.compile(r"\b[A-Za-z][\w-]*?(?:\[[\d,-]+\]|\d+)[\w-]*(?![\w\[])")
@@ -100,20 +105,18 @@ def _rests_on_node_files(v: Verdict) -> bool:
 def _note(a: Analysis) -> LogLine | None:
     ours = set(a.job_nodes())
     prefixes = {m.group(0) for n in ours if (m := _PREFIX.match(n))}
-    if not ours:
-        return None
     for entry in [*a.lines, *a.facts.lines]:
         text = entry.text.lstrip()
         if not text.startswith("#") or len(text) > 600:
             continue
         if _EACH.search(text) and _ELSEWHERE.search(text) and _FAILED.search(text):
             return entry
-        if not (_SAME.search(text) and _FAILED.search(text) and _EARLIER.search(text)):
-            continue
+        if not (ours and _SAME.search(text) and _FAILED.search(text) and _EARLIER.search(text)):
+            continue  # (nodes named in a note are compared with this run's, when it has some)
         named = _named_nodes(text, prefixes)
         if named and not named & ours:
             return entry
-    return _runs_named_by_id(a, ours)
+    return _runs_named_by_id(a, ours) if ours else None
 
 
 # The same work as this run (`ran the same recipe`, `same config`), said of the runs a note names.

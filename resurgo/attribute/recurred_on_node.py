@@ -18,10 +18,21 @@ import re
 from resurgo.attribute.analysis import Analysis, Verdict
 from resurgo.contracts import HARDWARE_CATEGORIES, AnomalyKind, Category, LogLine
 
-_EACH = re.compile(r"(?i)\b(?:all|each|every one|always|in each case|in every case|every time)\b")
-_FAILURES = re.compile(r"(?i)\b(?:jobs|runs|failures|attempts|crashes|aborts)\b")
+_EACH = re.compile(
+    r"(?i)\b(?:all|each|every (?:one|time|attempt|run|try)|always|in each case|in every case)\b"
+)
+_FAILURES = re.compile(r"(?i)\b(?:jobs|runs|failures|attempts?|crashes|aborts)\b")
 _FAILED = re.compile(r"(?i)\b(?:fail|died|dies|hung|hang|abort|crash|error)")
 _ELSEWHERE = re.compile(r"(?i)\b(?:different|other|another|disjoint) (?:nodes?|hosts?)\b")
+# A job of one node: the note may call it `this GPU` or `this machine` (`# fails like this on
+# every attempt on this GPU ...; the same script runs to completion on other machines`).
+_THIS = re.compile(r"(?i)\bon this (?:GPU|card|node|host|machine|workstation|server)\b")
+# ... and say that the job ran elsewhere, which is no recurrence elsewhere.
+_WORKS_ELSEWHERE = re.compile(
+    r"(?i)\b(?:runs?|ran|works?|worked|completes?|completed|trains?|trained|succeeds?|succeeded)"
+    r"(?: [\w-]+){0,3} (?:on|elsewhere)(?: (?:other|different|another) (?:nodes?|hosts?|"
+    r"machines?|GPUs?|servers?))?\b"
+)
 _GPU_FAULT = re.compile(r"(?i)\bcuda|\bgpu\b|\bxid\b|\bnccl\b|\bnvrm\b|\bcudnn\b")
 
 
@@ -52,9 +63,12 @@ def _note(a: Analysis, ours: list[str]) -> tuple[LogLine, str] | None:
             continue
         if not (_EACH.search(text) and _FAILURES.search(text) and _FAILED.search(text)):
             continue
-        if _ELSEWHERE.search(text):
+        works_elsewhere = _WORKS_ELSEWHERE.search(text)
+        if _ELSEWHERE.search(_WORKS_ELSEWHERE.sub("", text) if works_elsewhere else text):
             continue
         named = [n for n in ours if re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", text)]
         if len(named) == 1:
             return entry, named[0]
+        if not named and len(ours) == 1 and works_elsewhere and _THIS.search(text):
+            return entry, ours[0]
     return None

@@ -52,13 +52,15 @@ from resurgo.attribute.launch_mismatch import launch_exceeds_allocation
 from resurgo.attribute.liveness import noted_running, running_fine, still_progressing
 from resurgo.attribute.log_header import job_id_in_log, nodes_in_log
 from resurgo.attribute.node_diagnostics import slow_link_behind
+from resurgo.attribute.node_drift import collective_test_hangs_here, file_missing_on_some_nodes
 from resurgo.attribute.node_local import (
     explain_unknown,
+    first_exit_unnamed,
     name_node_local,
     path_error_after_fs_loss,
 )
 from resurgo.attribute.node_software import node_software
-from resurgo.attribute.rank_finished import rank_finished_early
+from resurgo.attribute.rank_finished import rank_finished_early, rank_left_early
 from resurgo.attribute.recurred_elsewhere import recurred_elsewhere
 from resurgo.attribute.recurred_on_node import recurred_on_node
 from resurgo.attribute.scheduler import parse_scheduler
@@ -210,17 +212,19 @@ def analyse(
         or waiting_for_debugger(a, outcome)
         or _scheduler(a, outcome)
         or rank_finished_early(a)
+        or rank_left_early(a)
         or _cascade_only(a)
         or (stragglers(a) if a.running else None)
         or _nothing(a)
     )
     verdict = explain_unknown(a, noted_fabric_outage(a, name_node_local(a, verdict)))
+    verdict = collective_test_hangs_here(a, file_missing_on_some_nodes(a, verdict))
     verdict = switch_port_down(a, path_error_after_fs_loss(a, verdict))
     verdict = ended_by_error(a, node_software(a, shared_outage(a, verdict)))
     verdict = running_kind(a, died_of_node_fault(a, verdict))
     verdict = slow_link_behind(a, verdict)
     verdict = recurred_elsewhere(a, verdict)  # (tie-breaker 3, from an operator's note)
-    verdict = sigill_in_own_build(a, recurred_on_node(a, verdict))
+    verdict = first_exit_unnamed(sigill_in_own_build(a, recurred_on_node(a, verdict)))
     if (
         anomaly is not None
         and anomaly.suspects

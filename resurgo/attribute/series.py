@@ -92,6 +92,8 @@ _METRICS: list[tuple[str, re.Pattern[str], float, bool]] = [
     ("tflops", re.compile(r"(?i)(?<![\w./])tflops[:=]\s*" + _NUM), 1.0, False),
     # torchtitan `mfu: 16.99%`, nanoGPT `mfu 30.21%`
     ("mfu", re.compile(r"(?i)(?<![\w.])mfu[:=]?\s*" + _NUM + r"\s*%"), 1.0, False),
+    # verl's metrics line, MFU as a fraction (`perf/mfu/actor:0.171`): kept in percent
+    ("mfu", re.compile(r"\bperf/mfu/\w{1,20}[:=]\s*" + _NUM), 100.0, False),
     # tqdm `1.18it/s`; progress tables that space the unit, `| step 500 | 4.19 it/s |`
     ("it_per_s", re.compile(r"(?<![\w.])" + _NUM + r" ?it/s\b"), 1.0, False),
     ("it_per_s", re.compile(r"(?<![\w.])\"?ups\"?[=:]\s*\"?" + _NUM), 1.0, False),

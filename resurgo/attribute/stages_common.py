@@ -13,7 +13,7 @@ from datetime import datetime
 
 from resurgo.attribute.analysis import Analysis, Verdict, event_node
 from resurgo.attribute.bundle import line_time
-from resurgo.attribute.events import ElasticFailure, Event
+from resurgo.attribute.events import ElasticFailure, Event, TaskExit
 from resurgo.attribute.oom_blocks import oom_blocks
 from resurgo.attribute.scheduler import node_failed
 from resurgo.contracts import AnomalyKind, Category, LogLine
@@ -85,6 +85,52 @@ def _event_seconds(e: Event) -> float | None:
     return None
 
 
+# System-software failures that live on one node (driver, device, mount, image, launch).
+NODE_LOCAL_SYSTEM = frozenset(
+    {
+        "cuda_driver_insufficient",
+        "cuda_device_busy",
+        "cuda_system_not_ready",
+        "illegal_instruction",
+        "container_start_failed",
+        "slurm_task_launch_failed",
+        "slurm_prolog_failed",
+        "fs_stale_handle",
+        "fs_read_only",
+        "dataloader_shm_bus_error",
+        "nfs_not_responding",
+        "lustre_error",
+        "kernel_hung_task",
+        "kernel_soft_lockup",
+        # catalogue_system.json: a node's driver, file-system client, network configuration.
+        "nvidia_driver_library_mismatch",
+        "neuron_driver_missing",
+        "rocblas_arch_library_missing",
+        "memlock_limit_too_low",
+        "fs_transport_shutdown",
+        "dhcp_address_changed",
+        "container_gpu_runtime_missing",
+        "shm_name_exists",
+        # NCCL's own detail of a node's network setup (catalogue_nccl.json).
+        "nccl_no_socket_interface",
+        "nccl_ib_no_device",
+        # Both sides of a version mismatch report it; _version_drift names the odd node.
+        "nccl_version_mismatch",
+        # A port held on the rendezvous host (a leftover process): the next attempt should
+        # rendezvous elsewhere.
+        "address_in_use",
+    }
+)
+# State only the node holds (its /dev/shm): a job of one node names it even when no line does.
+# (A stale handle or a full disk may be a shared file system's, which the next node shares.)
+NODE_OWN_STATE = frozenset({"shm_name_exists"})
+# A process's own native crash report: without a hardware fault on its host, it is the
+# framework's or the node's software (failure taxonomy B.14).
+NATIVE_CRASH = frozenset(
+    {"segmentation_fault", "sigsegv_signal", "bus_error", "abort_signal", "python_fatal_signal"}
+)
+
+
 def _primary_candidates(a: Analysis, victims: set[str]) -> list[Event]:
     cut = a.kill_order
     out = []
@@ -150,6 +196,18 @@ def _watchdog_aborts(a: Analysis, elastic: list[ElasticFailure]) -> bool:
     if any(f.exitcode != -6 for f in elastic):
         return False
     return any(e.cascade and e.serious and e.match.kind == AnomalyKind.HANG for e in a.events)
+
+
+def watchdog_abort(a: Analysis, x: TaskExit) -> bool:
+    """srun's `Aborted` for a task after ranks reported collective timeouts: ProcessGroupNCCL's
+    watchdog ending the timed-out process with SIGABRT (the hang's consequence, as in
+    `_primary_candidates`), not a native crash of the node's software."""
+    if not x.what.startswith("Aborted"):
+        return False
+    waited = min(
+        (e.order for e in a.events if e.cascade and e.match.kind == AnomalyKind.HANG), default=None
+    )
+    return waited is not None and x.order > waited
 
 
 def _checked(a: Analysis, node: str) -> bool:

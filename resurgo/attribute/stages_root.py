@@ -1,4 +1,4 @@
-"""Attribution stages that find the failure the others followed from.
+"""Attribution stages that find the failure the others followed from (numbered as in `rules`).
 
 5. the earliest root-candidate failure across ranks. A rank whose first error is a cascade
    (connection closed/reset by peer, collective timeouts, aborted communicators) is a victim and
@@ -7,8 +7,6 @@
    some ranks only is retried. A rank killed by a signal names its node (unless its node's
    kernel log shows the OOM killer: the application);
 7. only cascades: the ranks that stayed silent while their peers timed out are suspects.
-
-(Numbers are the stages' places in `rules.analyse`.)
 """
 
 from __future__ import annotations
@@ -37,6 +35,9 @@ from resurgo.attribute.events import Event, TaskExit, normalise
 from resurgo.attribute.site_notes import all_reported_abridged
 from resurgo.attribute.stages_application import application_verdict
 from resurgo.attribute.stages_common import (
+    NATIVE_CRASH,
+    NODE_LOCAL_SYSTEM,
+    NODE_OWN_STATE,
     _backed,
     _checked,
     _exit_lines,
@@ -50,54 +51,11 @@ from resurgo.attribute.stages_common import (
     every_rank_waited,
     quiet_node,
     said_everywhere,
+    watchdog_abort,
 )
 from resurgo.attribute.stages_outcome import ranks_diverged
 from resurgo.contracts import AnomalyKind, Category
 
-# System-software failures that live on one node (driver, device, mount, image, launch).
-NODE_LOCAL_SYSTEM = frozenset(
-    {
-        "cuda_driver_insufficient",
-        "cuda_device_busy",
-        "cuda_system_not_ready",
-        "illegal_instruction",
-        "container_start_failed",
-        "slurm_task_launch_failed",
-        "slurm_prolog_failed",
-        "fs_stale_handle",
-        "fs_read_only",
-        "dataloader_shm_bus_error",
-        "nfs_not_responding",
-        "lustre_error",
-        "kernel_hung_task",
-        "kernel_soft_lockup",
-        # catalogue_system.json: a node's driver, file-system client, network configuration.
-        "nvidia_driver_library_mismatch",
-        "neuron_driver_missing",
-        "rocblas_arch_library_missing",
-        "memlock_limit_too_low",
-        "fs_transport_shutdown",
-        "dhcp_address_changed",
-        "container_gpu_runtime_missing",
-        "shm_name_exists",
-        # NCCL's own detail of a node's network setup (catalogue_nccl.json).
-        "nccl_no_socket_interface",
-        "nccl_ib_no_device",
-        # Both sides of a version mismatch report it; _version_drift names the odd node.
-        "nccl_version_mismatch",
-        # A port held on the rendezvous host (a leftover process): the next attempt should
-        # rendezvous elsewhere.
-        "address_in_use",
-    }
-)
-# State only the node holds (its /dev/shm): a job of one node names it even when no line does.
-# (A stale handle or a full disk may be a shared file system's, which the next node shares.)
-NODE_OWN_STATE = frozenset({"shm_name_exists"})
-# A process's own native crash report: without a hardware fault on its host, it is the
-# framework's or the node's software (failure taxonomy B.14).
-NATIVE_CRASH = frozenset(
-    {"segmentation_fault", "sigsegv_signal", "bus_error", "abort_signal", "python_fatal_signal"}
-)
 # Unknown roots about shared state (storage, checkpoints) or a lone CUDA error: no node to blame.
 SHARED_UNKNOWN = frozenset(
     {"checkpoint_save_failed", "dcp_checkpoint_exception", "resume_load_failed", "python_exception"}
@@ -221,6 +179,13 @@ def _from_death(a: Analysis, x: TaskExit, node_app: list[Event]) -> Verdict:
         explained.evidence.append(x.line)
         explained.ranks = [x.task]
         return explained
+    if watchdog_abort(a, x):  # (the hang's own teardown: no native crash of the node's)
+        return Verdict(
+            Category.UNKNOWN, "exit|watchdog_abort", f"ranks timed out in a collective, then "
+            f"the watchdog aborted them (task {x.task} on {x.node} first)", 0.4,
+            culprits=[x.node] if x.node else [], ranks=[x.task], evidence=[x.line],
+            kind=AnomalyKind.HANG,
+        )  # fmt: skip
     if x.status == "oom":
         return Verdict(
             Category.APPLICATION, "oom|task", f"task {x.task} on {x.node} ran out of memory",
@@ -381,6 +346,8 @@ def _from_primaries(
             category, first.key, summary, 0.8 if local else 0.75,
             culprits=nodes if local else [], ranks=ranks, evidence=evidence,
         )  # fmt: skip
+    if category == Category.SCHEDULER:  # (Slurm failing to serve the job: no node, no code)
+        return Verdict(category, first.key, summary, 0.8, ranks=ranks, evidence=evidence)
     # unknown root (segfault, abort, CUDA error of no known class, exception of no known type)
     if mid == "python_exception" and job_owned_path(a, first.message):  # its data, config
         return Verdict(Category.APPLICATION, first.key, summary, 0.85, ranks=ranks,

@@ -116,7 +116,7 @@ FLOORS = {
     "s22-": (0.95, 0.98, 0.975, 0),
     # Sets 23-25 (session 9, third round): scored on arrival, classes fixed in session 10.
     "s23-": (0.85, 0.844, 0.9, 0),
-    "s24-": (0.975, 0.958, 0.975, 0),
+    "s24-": (0.975, 0.978, 0.975, 0),
     "s25-": (0.925, 0.947, 0.925, 0),
     # Sets 26-28 (session 10): scored on arrival (README), then the classes they exposed fixed.
     "s26-": (0.9, 1.0, 0.975, 0),
@@ -127,7 +127,7 @@ FLOORS = {
     "s30-": (0.95, 0.977, 0.975, 0),
     "s31-": (0.875, 0.888, 0.925, 0),
     # Sets 32-36 (session 11): scored on arrival (README), then the classes they exposed fixed.
-    "s32-": (0.875, 0.952, 0.95, 0),
+    "s32-": (0.875, 0.975, 0.95, 0),
     # (s33-3308, a job still running through an NFS outage, labelled requeue; s45-4508, the
     # same evidence of a Lustre one, labelled none: session 13 follows the running job, none)
     "s33-": (0.95, 1.0, 0.95, 0),
@@ -165,7 +165,7 @@ FLOORS = {
     "s53-": (0.975, 1.0, 0.975, 0),
     "s54-": (0.975, 1.0, 0.975, 0),
     # Set 55 (other vendors' accelerators: AMD, Gaudi, Trainium, GH200), session 15.
-    "s55-": (0.9, 0.904, 0.9, 0),
+    "s55-": (0.9, 0.95, 0.9, 0),
     # Set 56 (real logs from resolved public GitHub issue threads), session 15.
     "s56-": (0.8, 0.731, 0.8, 0),
     # Sets 57 (real logs from public issue threads, a third batch) and 58 (a balanced set across
@@ -178,24 +178,32 @@ FLOORS = {
     "s60-": (0.975, 1.0, 0.975, 0),
     # Sets 61 (real logs from a fifth batch of issue threads) and 62 (bundles as an on-call
     # operator collects them), session 16, a third round: scored on arrival, then classes fixed.
-    "s61-": (0.725, 0.761, 0.85, 0),
+    "s61-": (0.725, 0.8, 0.85, 0),
     "s62-": (1.0, 1.0, 1.0, 0),
     # Sets 63 (real issue threads, 6th batch) and 64 (cluster-side threads: Slurm, pyxis, UCX,
     # ROCm, JAX sites), session 17: scored on arrival (README), then the classes fixed.
     "s63-": (0.675, 0.705, 0.725, 0),
-    "s64-": (0.7, 0.7, 0.75, 0),
+    "s64-": (0.7, 0.736, 0.75, 0),
     # Sets 65 (training-framework trackers' threads) and 66 (node- and fabric-side threads),
     # session 18: scored on arrival (README), then the classes they exposed fixed. (s26's
     # 2633 is no longer an accidental hang `unknown` but a running job, its action now right;
     # 2624's launch fixed the same session keeps the set's category at 0.9.)
-    "s65-": (0.6, 0.428, 0.65, 0),
-    "s66-": (0.725, 0.777, 0.825, 0),
+    "s65-": (0.6, 0.6, 0.65, 0),
+    "s66-": (0.75, 0.842, 0.85, 0),
     # Sets 67-70 (forum threads, research code bases, storage, Slurm's own side), session 19:
     # scored on arrival (README), then the classes they exposed fixed.
     "s67-": (0.6, 0.823, 0.725, 0),
-    "s68-": (0.475, 0.5, 0.5, 0),
-    "s69-": (0.55, 0.5, 0.625, 0),
-    "s70-": (0.7, 0.307, 0.8, 0),
+    "s68-": (0.475, 0.615, 0.5, 0),
+    "s69-": (0.55, 0.666, 0.625, 0),
+    "s70-": (0.7, 0.363, 0.8, 0),
+    # Sets 71-74 (2024-2026 training-stack threads, hangs and slowness, hardware in threads, the
+    # software environment and the job's own mistakes), session 20: scored on arrival (README),
+    # then the classes they exposed fixed. (s72's and s74's false stops: a lone illegal memory
+    # access, and a note comparing nodes; see the README.)
+    "s71-": (0.675, 0.0, 0.75, 0),
+    "s72-": (0.275, 0.352, 0.4, 1),
+    "s73-": (0.475, 0.538, 0.5, 0),
+    "s74-": (0.4, 0.315, 0.5, 1),
     "hardware": (1.0, 1.0, 1.0, 0),
     "software": (1.0, 1.0, 1.0, 0),
     "lifecycle": (1.0, 1.0, 1.0, 0),
@@ -205,7 +213,7 @@ FLOORS = {
 def _sets() -> list[tuple[str, list[Path]]]:
     sets = [
         (prefix, [b for b in corpus_dirs(NEXT) if b.name.startswith(prefix)])
-        for prefix in [f"s{n}-" for n in range(6, 71)]
+        for prefix in [f"s{n}-" for n in range(6, 75)]
     ]
     for name in ("hardware", "software", "lifecycle"):
         if (SHARED / name / "cases").is_dir():

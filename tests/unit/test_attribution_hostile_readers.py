@@ -90,6 +90,13 @@ FRAGMENTS = [
     "# no output printed nothing for ~ makes no further progress no step has been ever ",
     "# all jobs failed; in each case every one of the crashes gpu-c01 gpu-c0 ",
     "|   0  A100 " + "x" * 70 + " | 0000:0",  # an nvidia-smi row cut short
+    # session 20's readers: a file missing on some nodes (node_drift)
+    "ls: cannot access '/usr/lib/x.so': No such file or directory\n/usr/lib/x.so -> /usr/lib/",
+    "# the same kind of failure happened repeatedly on several different cloud a b c d e ",
+    "destroy_process_group() was not called before program exit recvValue failed ",
+    "# fails on every attempt on this GPU; it runs to completion on other machines on ",
+    "perf/mfu/actor:0.1 # same configuration reports perf/mfu/actor around 0.",
+    "all_reduce_perf -g 4 hangs; on gpu-c01 xxxxxxxx yyyyyyyy trains normally on gpu-c0",
 ]
 NODES = ["gpu-c01", "gpu-c02"]
 

@@ -202,3 +202,24 @@ def test_a_long_word_after_same_in_a_note_is_read_in_one_pass(tmp_path: Path) ->
     note = "# same " + "a" * 583 + "\n"
     got = verdict(tmp_path, STEPS + CRASH, _failed_sacct("") + note)
     assert got[1] != "application"
+
+
+def test_a_note_that_the_failure_recurred_on_other_providers_is_the_applications(
+    tmp_path: Path,
+) -> None:
+    # (axolotl: the elastic agent's death signal, with no scheduler record naming the nodes)
+    job = (
+        "{'loss': 0.151, 'grad_norm': 0.0081498883664608, 'epoch': 0.29}\n"
+        "W1221 17:13:59.240000 46660 torch/distributed/elastic/agent/server/api.py:704] "
+        "Received 1 death signal, shutting down workers\n"
+        "W1221 17:13:59.241000 46660 torch/distributed/elastic/multiprocessing/api.py:897] "
+        "Sending process 46807 closing signal SIGHUP\n"
+    )
+    state = "JobID|JobName|State|ExitCode\n4411|train|FAILED|1:0\n"
+    note = (
+        "# operator note: the same kind of failure happened repeatedly on several different "
+        "cloud GPU providers (AWS, RunPod, Lambda) with axolotl 0.6.0 / accelerate 1.2.1\n"
+    )
+    assert verdict(tmp_path, job, state + note)[1:] == ("application", [], "stop")
+    once = "# operator note: the failure happened once, on this cluster\n"
+    assert verdict(tmp_path, job, state + once)[1] != "application"

@@ -46,3 +46,34 @@ def test_failures_that_all_had_one_of_this_runs_nodes_are_its_hardware(note: str
 def test_notes_short_of_one_node_in_every_failure_leave_the_verdict(note: str) -> None:
     a = attribute_text(note + JOB, NODES, scheduler=SCHED)
     assert a.category not in (Category.HARDWARE_HOST, Category.HARDWARE_GPU), a.summary
+
+
+ONE_GPU = """\
+Train Epoch: 1 [1920/60000 (3%)]\tLoss: 2.080935
+RuntimeError: CUDA error: an illegal memory access was encountered
+srun: error: dl-ws05: task 0: Exited with exit code 1
+"""
+WORKSTATION = "JobId=3310 JobName=mnist\n   JobState=FAILED Reason=NonZeroExitCode ExitCode=1:0\n   NodeList=dl-ws05\n"
+
+
+def test_a_one_node_job_failing_every_attempt_on_this_gpu_and_running_elsewhere_is_its_gpu() -> (
+    None
+):
+    note = "# operator note: the unmodified example fails like this on every attempt on this GPU, at varying points early in epoch 1; the same script runs to completion on other machines.\n"
+    a = attribute_text(note + ONE_GPU, ["dl-ws05"], scheduler=WORKSTATION)
+    assert (a.category, a.culprit_nodes) == (Category.HARDWARE_GPU, ["dl-ws05"]), a.summary
+    assert first_action(a) == "requeue_excluding_nodes"
+
+
+@pytest.mark.parametrize(
+    "note",
+    [
+        # (no word that the job ran anywhere else)
+        "# operator note: it fails like this on every attempt on this GPU.\n",
+        # (it failed elsewhere too: the job's)
+        "# operator note: it fails on every attempt on this GPU and on other machines too.\n",
+    ],
+)
+def test_this_gpu_without_the_job_running_elsewhere_names_nothing(note: str) -> None:
+    a = attribute_text(note + ONE_GPU, ["dl-ws05"], scheduler=WORKSTATION)
+    assert a.category != Category.HARDWARE_GPU, a.summary
