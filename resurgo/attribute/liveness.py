@@ -295,10 +295,12 @@ def running_fine(a: Analysis) -> Verdict | None:
     if not resumed and (a.kill_order is not None or a.scheduler_outcome() is not None):
         return None  # Slurm ended (or is ending) this attempt: a time limit, a preemption
     if any(
-        e.serious and (e.root or e.cascade) and e.order > last and not retried_ok(a, e)
+        e.serious and (e.root or e.cascade) and e.order >= last and not retried_ok(a, e)
         for e in a.events
     ):
-        return None  # something failed after the last progress line (and was not retried past)
+        # Something failed after the last progress line (and was not retried past), or on it:
+        # `generation failed at step 0/25: CUDA_ERROR_ILLEGAL_ADDRESS` counts no step.
+        return None
     last_time = next((t for e in reversed(a.lines[: last + 1]) if (t := stamp_in(e.text))), None)
     for e in a.node_events:
         # A fatal node fault after the last progress line (an Xid 79, a panic) stops the job.

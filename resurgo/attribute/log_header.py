@@ -22,6 +22,9 @@ _SLURM_ENV = re.compile(rf"\bSLURM_(?:JOB_)?NODELIST=\"?({_HOSTLIST})")
 _NODES_WORD = re.compile(rf"(?i)\b(?:nodes?|nodelist|allocation)\s*[=:]?\s*({_HOSTLIST})")
 _BRACKETED = re.compile(r"(?<![\w/.-])([A-Za-z][\w.-]*\[[\d,-]+\][\w.-]*)")
 HEADER_LINES = 60
+# A one-node allocation, as the note quotes the request (`--nodes=1`, `-N 1`): a single host
+# named beside it (`node hgx-h100-04`) is then the job's node.
+_ONE_NODE = re.compile(r"(?:--nodes[= ]|(?<![\w-])-N ?)1(?![\d-])")
 
 
 def _expand(expr: str) -> list[str]:
@@ -59,11 +62,16 @@ def nodes_in_log(lines: list[LogLine]) -> list[str]:
                 continue
             m = _NODES_WORD.search(text)
             expr = m.group(1) if m is not None else None
+            named = [x[1] for x in _NODES_WORD.finditer(text)] if _ONE_NODE.search(text) else []
+            one = next((g for g in named if any(c.isdigit() for c in g)), None)
             if expr is None or ("[" not in expr and "," not in expr):
                 b = _BRACKETED.search(text)
                 expr = b.group(1) if b is not None else None
             if expr is not None and len(got := _expand(expr)) >= 2:
                 found = got
+                break
+            if one is not None and len(got := _expand(one)) == 1:
+                found = got  # (`sbatch --nodes=1 ... node hgx-h100-04`: the one node named)
                 break
     if not found:
         return []

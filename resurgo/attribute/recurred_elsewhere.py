@@ -157,8 +157,8 @@ _SAME_NODES = re.compile(
     r"|\bon (?:both|these|all(?: \w+)?) nodes\b"
 )
 _RAN = re.compile(
-    r"(?i)\b(?:completed?|completes|trains|trained|works|worked|ran fine|runs fine|passe[sd]|"
-    r"succeed(?:s|ed)?|finishe[sd]|initiali[sz]es and trains)\b"
+    r"(?i)\b(?:completed?|completes|trains|trained|works|worked|(?:ran|runs?) (?:fine|normally)|"
+    r"passe[sd]|succeed(?:s|ed)?|finishe[sd]|initiali[sz]es and trains)\b"
 )
 # What the job changed for that run: a setting (`pipeline_parallel_degree 1`, `NCCL_ALGO=Ring`),
 # a rebuilt image, another release of its software.
@@ -174,12 +174,17 @@ _CHANGED = re.compile(
 
 def _changed_job_ran_here(a: Analysis) -> LogLine | None:
     """A note that the job, changed in its own setup, ran on the same nodes."""
+    ours = set(a.job_nodes())
+    prefixes = {m.group(0) for n in ours if (m := _PREFIX.match(n))}
     for entry in [*a.lines[:400], *a.lines[-100:], *a.facts.lines]:
         text = entry.text.lstrip()
         if not text.startswith("#") or len(text) > 600:
             continue
         if not (_SAME_NODES.search(text) and _CHANGED.search(text)):
             continue
+        named = _named_nodes(text, prefixes)
+        if named and not named & ours:
+            continue  # (`same model, nodes gpu[211-214]`: another run's nodes, not these)
         if _RAN.search(text) or _names_a_completed_run(a, text):
             return entry
     return None

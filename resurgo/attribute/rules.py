@@ -60,6 +60,7 @@ from resurgo.attribute.node_local import (
     path_error_after_fs_loss,
 )
 from resurgo.attribute.node_software import node_software
+from resurgo.attribute.noted_error import noted_oom
 from resurgo.attribute.rank_finished import rank_finished_early, rank_left_early
 from resurgo.attribute.recurred_elsewhere import recurred_elsewhere
 from resurgo.attribute.recurred_on_node import recurred_on_node
@@ -225,6 +226,7 @@ def analyse(
     verdict = slow_link_behind(a, verdict)
     verdict = recurred_elsewhere(a, verdict)  # (tie-breaker 3, from an operator's note)
     verdict = first_exit_unnamed(sigill_in_own_build(a, recurred_on_node(a, verdict)))
+    verdict = noted_oom(a, verdict)
     if (
         anomaly is not None
         and anomaly.suspects

@@ -111,6 +111,7 @@ NODE_LOCAL_SYSTEM = frozenset(
         "dhcp_address_changed",
         "container_gpu_runtime_missing",
         "shm_name_exists",
+        "lmod_not_installed",
         # NCCL's own detail of a node's network setup (catalogue_nccl.json).
         "nccl_no_socket_interface",
         "nccl_ib_no_device",
@@ -123,7 +124,16 @@ NODE_LOCAL_SYSTEM = frozenset(
 )
 # State only the node holds (its /dev/shm): a job of one node names it even when no line does.
 # (A stale handle or a full disk may be a shared file system's, which the next node shares.)
-NODE_OWN_STATE = frozenset({"shm_name_exists"})
+# (So is its GPU driver's state: a fabric manager not running or not matching the driver, a
+# kernel module of another version than its user-space library.)
+NODE_OWN_STATE = frozenset(
+    {
+        "shm_name_exists",
+        "cuda_system_not_ready",
+        "nvidia_driver_library_mismatch",
+        "lmod_not_installed",
+    }
+)
 # A process's own native crash report: without a hardware fault on its host, it is the
 # framework's or the node's software (failure taxonomy B.14).
 NATIVE_CRASH = frozenset(

@@ -193,17 +193,21 @@ FLOORS = {
     # Sets 67-70 (forum threads, research code bases, storage, Slurm's own side), session 19:
     # scored on arrival (README), then the classes they exposed fixed.
     "s67-": (0.6, 0.823, 0.725, 0),
-    "s68-": (0.475, 0.615, 0.5, 0),
+    "s68-": (0.5, 0.615, 0.525, 0),
     "s69-": (0.55, 0.666, 0.625, 0),
     "s70-": (0.7, 0.363, 0.8, 0),
     # Sets 71-74 (2024-2026 training-stack threads, hangs and slowness, hardware in threads, the
     # software environment and the job's own mistakes), session 20: scored on arrival (README),
     # then the classes they exposed fixed. (s72's and s74's false stops: a lone illegal memory
     # access, and a note comparing nodes; see the README.)
-    "s71-": (0.675, 0.0, 0.75, 0),
-    "s72-": (0.275, 0.352, 0.4, 1),
-    "s73-": (0.475, 0.538, 0.5, 0),
-    "s74-": (0.4, 0.315, 0.5, 1),
+    "s71-": (0.75, 0.0, 0.825, 0),
+    "s72-": (0.325, 0.374, 0.45, 1),
+    "s73-": (0.525, 0.592, 0.55, 0),
+    "s74-": (0.475, 0.4, 0.525, 1),
+    # Sets 75 (resolved threads of less common stacks: MPI science codes, JAX, TF, Paddle, ROCm)
+    # and 76 (which node: quiet culprits, loud victims, node files), session 20, second round.
+    "s75-": (0.375, 0.476, 0.55, 0),
+    "s76-": (0.325, 0.285, 0.525, 0),
     "hardware": (1.0, 1.0, 1.0, 0),
     "software": (1.0, 1.0, 1.0, 0),
     "lifecycle": (1.0, 1.0, 1.0, 0),
@@ -213,7 +217,7 @@ FLOORS = {
 def _sets() -> list[tuple[str, list[Path]]]:
     sets = [
         (prefix, [b for b in corpus_dirs(NEXT) if b.name.startswith(prefix)])
-        for prefix in [f"s{n}-" for n in range(6, 75)]
+        for prefix in [f"s{n}-" for n in range(6, 77)]
     ]
     for name in ("hardware", "software", "lifecycle"):
         if (SHARED / name / "cases").is_dir():

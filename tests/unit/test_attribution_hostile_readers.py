@@ -97,6 +97,8 @@ FRAGMENTS = [
     "# fails on every attempt on this GPU; it runs to completion on other machines on ",
     "perf/mfu/actor:0.1 # same configuration reports perf/mfu/actor around 0.",
     "all_reduce_perf -g 4 hangs; on gpu-c01 xxxxxxxx yyyyyyyy trains normally on gpu-c0",
+    "# sbatch --nodes=1 -N 1 node node1 nodes=a1 allocation: b2 node ",
+    "# the run fails with a b c d e f g h CUDA out-of-memor ends in the ",
 ]
 NODES = ["gpu-c01", "gpu-c02"]
 

@@ -223,3 +223,13 @@ def test_a_note_that_the_failure_recurred_on_other_providers_is_the_applications
     assert verdict(tmp_path, job, state + note)[1:] == ("application", [], "stop")
     once = "# operator note: the failure happened once, on this cluster\n"
     assert verdict(tmp_path, job, state + once)[1] != "application"
+
+
+def test_the_job_without_its_new_input_running_fine_on_the_same_nodes_is_the_applications(
+    tmp_path: Path,
+) -> None:
+    # (WarpX on Perlmutter: srun's SIGABRT of one node's tasks, AMReX's own message cut)
+    job = "srun: error: nid008415: tasks 12-15: Aborted\n"
+    sacct = "JobID|JobName|NodeList|State|ExitCode\n34518820|WarpX|nid[008412-008415]|FAILED|6:0\n"
+    note = "# operator note (user): a simple example and the full input WITHOUT the LASY file both run fine on the same nodes; with the LASY file every run fails.\n"
+    assert verdict(tmp_path, job + note, sacct)[1:] == ("application", [], "stop")
