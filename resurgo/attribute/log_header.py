@@ -19,9 +19,15 @@ _HOSTLIST = (
     r"[A-Za-z][\w.-]*(?:\[[\d,\s-]+\][\w.-]*)?(?:,[A-Za-z][\w.-]*(?:\[[\d,\s-]+\][\w.-]*)?)*"
 )
 _SLURM_ENV = re.compile(rf"\bSLURM_(?:JOB_)?NODELIST=\"?({_HOSTLIST})")
-_NODES_WORD = re.compile(rf"(?i)\b(?:nodes?|nodelist|allocation)\s*[=:]?\s*({_HOSTLIST})")
+# (bounded blanks: two open `\s*` around an optional `=` try every split of a long blank run)
+_NODES_WORD = re.compile(
+    rf"(?i)\b(?:nodes?|nodelist|allocation)\s{{0,8}}[=:]?\s{{0,8}}({_HOSTLIST})"
+)
 _BRACKETED = re.compile(r"(?<![\w/.-])([A-Za-z][\w.-]*\[[\d,-]+\][\w.-]*)")
 HEADER_LINES = 60
+# Docker names a container's host after its id's first 12 hex digits unless told otherwise: a
+# process inside it prints that, not the node's name (no evidence of another allocation).
+_CONTAINER_ID = re.compile(r"[0-9a-f]{12}")
 # A one-node allocation, as the note quotes the request (`--nodes=1`, `-N 1`): a single host
 # named beside it (`node hgx-h100-04`) is then the job's node.
 _ONE_NODE = re.compile(r"(?:--nodes[= ]|(?<![\w-])-N ?)1(?![\d-])")
@@ -78,7 +84,11 @@ def nodes_in_log(lines: list[LogLine]) -> list[str]:
     listed = set(found)
     for entry in lines[:2000]:
         nccl = parse_nccl_prefix(entry.text)
-        if nccl is not None and nccl.host.split(".", 1)[0] not in listed:
+        if (
+            nccl is not None
+            and (host := nccl.host.split(".", 1)[0]) not in listed
+            and not _CONTAINER_ID.fullmatch(host)
+        ):
             return []  # the note names another allocation than the one that ran
         if from_note and ("rdzv" in entry.text or "MASTER" in entry.text or "master" in entry.text):
             # The launch's rendezvous host runs the job: a note's list without it is

@@ -66,8 +66,12 @@ def shm_too_small(a: Analysis, v: Verdict) -> Verdict:
     size = None
     if launch is not None and not _HOST_IPC.search(launch.text):
         size = _SHM_SIZE.search(launch.text)
+    # (A `docker run` of the job's own without --shm-size or --ipc=host starts at Docker's
+    # 64 MB default by definition: no banner needed to say so.)
     default = len(job) <= 1 and (
-        size is not None or any(_DEFAULT_SHM.search(x.text.strip()) for x in head)
+        size is not None
+        or any(_DEFAULT_SHM.search(x.text.strip()) for x in head)
+        or (launch is not None and not _SHM_OPTIONS.search(launch.text))
     )
     if not faults or not ((len(job) >= 2 and job <= nodes) or default):
         return v

@@ -4,6 +4,8 @@ Lines as NVIDIA/nccl#290 and #342 quote them (older NCCL's include/shm.h); Docke
 64 MB unless `--shm-size` or `--ipc=host` says otherwise.
 """
 
+# ruff: noqa: E501  (real log lines are long)
+
 from __future__ import annotations
 
 from resurgo.attribute.offline import default_advice
@@ -90,3 +92,32 @@ def test_a_small_shm_size_the_jobs_own_container_sets_is_its_own_on_one_node() -
         ["dgx-b-04"], scheduler_lines=[],
     )  # fmt: skip
     assert "--shm-size=64m" not in host.summary
+
+
+# A one-node job whose script starts its own container (PaddlePaddle's launcher inside it): NCCL
+# prints the container's host name, Docker's 12 hex digits of its id, not the node's.
+PADDLE = (
+    "# sbatch -N 1 --gres=gpu:4 run_paddle.sh ; the script starts the user's own docker container:\n"
+    "#   docker run --gpus all --rm -v $PWD:/work paddle-dev:2.5-cuda11.2 python -m paddle.distributed.launch --gpus 0,1,2,3 train.py\n"
+    "# SLURM_JOB_ID=880231 SLURM_JOB_NODELIST=a6000-n02\n"
+    "196d1db4e5fe:15374:15374 [3] include/shm.h:28 NCCL WARN Call to posix_fallocate failed : No space left on device\n"
+    "196d1db4e5fe:15374:15374 [3] include/shm.h:48 NCCL WARN Error while creating shared memory segment nccl-shm-recv-a6fd15028d324d0c-0-3-0 (size 9637888)\n"
+    "srun: error: a6000-n02: task 0: Exited with exit code 1\n"
+)
+
+
+def _bundle(job: str) -> Attribution:
+    return attribute(
+        Registry.default(), None, _lines(job), None, [], [], node_logs={}, scheduler_lines=[]
+    )
+
+
+def test_the_jobs_own_docker_run_without_shm_options_on_one_node_is_its_own() -> None:
+    a = _bundle(PADDLE)
+    assert (a.category, a.culprit_nodes) == (Category.APPLICATION, []), a.summary
+
+
+def test_a_container_host_name_is_no_node_to_exclude() -> None:
+    # (the same lines from a container given the host's IPC: not the size; still no node)
+    a = _bundle(PADDLE.replace("docker run --gpus all", "docker run --ipc=host --gpus all"))
+    assert "196d1db4e5fe" not in a.culprit_nodes, a.summary
