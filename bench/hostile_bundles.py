@@ -59,6 +59,14 @@ SHAPES = {
     "relayed traceback": "Traceback (most recent call last): (RANK ",
     "store hostlist": "[c10d] socket to (gpu-b[12-",
     "link pair": "cxi_core 0000:c1:00.0: cxi0[hsn0] CXI_EVENT_LINK_",
+    # A key, then a long blank run and no value: two open `\s*` around an optional `=` try
+    # every split of the run (progress's `step`, the timing readers' `| max`, a tab-separated
+    # field, a note's `nodes`, a rich traceback frame's box).
+    "blank run after step": "step" + " " * 4000,
+    "blank run after a cell": "| max" + " " * 4000,
+    "tabs before a field": "\t" * 4000 + "mfu",
+    "blank run after nodes": "# nodes" + " " * 4000,
+    "blank run in a frame": "│ /a.py:1 in f" + " " * 4000,
 }
 
 

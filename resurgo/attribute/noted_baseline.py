@@ -53,9 +53,11 @@ _RATE = re.compile(
     # Megatron's own field quoted: `elapsed time per iteration (ms): 4480`
     r"|\bper iteration \(ms\):\s*(?P<itms>\d+(?:\.\d+)?)"
     # torchtitan's `tps` (tokens per second per GPU) as a note quotes it: `tps ~3,300`
-    r"|\btps\s*[=:~]?\s*~?(?P<tps>\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?)\b"
+    r"|\btps\s{0,3}[=:~]?\s{0,3}~?(?P<tps>\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?)\b"
     # model FLOPs utilisation, in percent or as verl's fraction: `perf/mfu/actor around 0.5`
-    r"|(?i:\bmfu)(?:/\w{1,20})?\s*(?:[:=]|around|about|of|at|is)?\s*~?(?P<mfu>\d+(?:\.\d+)?)"
+    # (one run of blanks on each side of the optional word: no two `\s*` compete for them)
+    r"|(?i:\bmfu)(?:/\w{1,20})?\s{0,3}(?:(?:[:=]|around|about|of|at|is)\s{0,3})?~?"
+    r"(?P<mfu>\d+(?:\.\d+)?)"
     r"(?P<mfu_pct>\s*%)?"
 )
 _METRIC = {

@@ -186,8 +186,8 @@ _RANK_FIELD = re.compile(
     r"(?<![\w.])(?P<name>[A-Za-z][A-Za-z_]{0,30}_(?:cost|time|ms))[:=]\s*(?P<value>\d+(?:\.\d+)?)\b"
 )
 _RANK_CELL = re.compile(
-    r"(?:^|[|,(])\s*(?P<name>[A-Za-z][\w+/-]{0,30})\s*[:=]?\s*(?P<value>\d+(?:\.\d+)?)"
-    r"\s*(?P<unit>ms|s)?\s*(?=[|,)]|$)"
+    r"(?:^|[|,(])\s{0,16}(?P<name>[A-Za-z][\w+/-]{0,30})\s{0,16}[:=]?\s{0,16}"
+    r"(?P<value>\d+(?:\.\d+)?)\s{0,16}(?P<unit>ms|s)?\s{0,16}(?=[|,)]|$)"
 )
 # The heading a block of such lines stands under gives the unit of bare numbers
 # (`per-rank iteration breakdown (s):`, then `rank 0: step 1.94 (compute 1.19, summary 0.71)`).

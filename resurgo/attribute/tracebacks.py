@@ -30,7 +30,10 @@ _LIBRARY_PATH = re.compile(
 # `╭──── Traceback (most recent call last) ────╮`, frames `│ /home/u/train.py:88 in main │`.)
 _TRACEBACK = re.compile(r"\bTraceback \(most recent call last\)(?::|\s*─)")
 # (A long path pushes the function's name onto the box's next line: `...xla_bridge.py:879 in │`.)
-_RICH_FRAME = re.compile(r"^│ (?P<path>[^\s│]{1,500}\.py):\d+ in(?: (?P<func>[\w<>.]+))?\s*│?\s*$")
+# (`\s*(?:│\s*)?$`, not `\s*│?\s*$`: one way through a long blank run, not every split of it)
+_RICH_FRAME = re.compile(
+    r"^│ (?P<path>[^\s│]{1,500}\.py):\d+ in(?: (?P<func>[\w<>.]+))?\s*(?:│\s*)?$"
+)
 _EXC_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?(?P<name>[A-Za-z_]\w*(?:Error|Exception))(?::|$)")
 _SAVE_FUNC = re.compile(r"(?i)save|persist|serialize|dump_state")
 # A library function whose job is to check its caller's input (Lightning's

@@ -43,7 +43,7 @@ _WORK_SUMMARY = re.compile(
 )
 _RANK_WORK = re.compile(
     rf"(?i)\b(?P<label>(?:mean|avg|average|max)[ _]{_WORK}"
-    rf"|{_WORK}(?:/step|/batch|/iter|[ _]per[ _](?:step|batch|iter))?)\s*[=:]?\s*"
+    rf"|{_WORK}(?:/step|/batch|/iter|[ _]per[ _](?:step|batch|iter))?)\s{{0,16}}[=:]?\s{{0,16}}"
     r"(?P<value>\d+(?:\.\d+)?)\b"
 )
 _SAID_RANK = re.compile(r"\brank[\s=:]*(\d{1,6})\b")

@@ -103,7 +103,7 @@ _TQDM_UNKNOWN_TOTAL = re.compile(r"(?:^|\s)(\d{1,15})it \[\d", _FLAGS)
 # 245/3861`; fairchem/OCP print every field in `%.4e`, the step too: `step: 1.4000e+03`.)
 _KEYED = re.compile(
     r"(?i)(?<![\w.])(?:global[_ ]step(?:/max_steps)?|num_updates|step|iter(?:ation)?|itr)\b['\"]?"
-    r"\s*[=:]?\s*['\"]?(?:(\d{1,15})\b(?![.]\d)|(\d\.\d{1,12}e\+\d{1,2})\b)",
+    r"\s{0,16}[=:]?\s{0,16}['\"]?(?:(\d{1,15})\b(?![.]\d)|(\d\.\d{1,12}e\+\d{1,2})\b)",
     _FLAGS,
 )
 _SCIENTIFIC = re.compile(r"\d\.\d{1,12}[eE]\+\d{1,2}", _FLAGS)
@@ -112,7 +112,7 @@ _SCIENTIFIC = re.compile(r"\d\.\d{1,12}[eE]\+\d{1,2}", _FLAGS)
 # (prose such as "did it 3 times" stays out); `it=100 loss=2.18`: key=value fields. A space,
 # `=` or `:` after `it`, as the gate's `\bit[ =:]` has it (`s/it12|` is no step: hypothesis).
 _SHORT_IT = re.compile(
-    r"(?i)(?<![\w.])it[ =:]\s*[=:]?\s*(\d{1,15})\s*(?:\||,|/\s*\d)"
+    r"(?i)(?<![\w.])it[ =:]\s{0,16}[=:]?\s{0,16}(\d{1,15})\s{0,16}(?:\||,|/\s{0,16}\d)"
     r"|(?<![\w.])it=(\d{1,15}) +(?=[A-Za-z_]\w{0,40}=)",
     _FLAGS,
 )
@@ -125,8 +125,8 @@ _STEP_TIME = re.compile(
 _STEP_DURATION = re.compile(
     r"(?i)\b(?:(?:step|iter(?:ation)?|batch|it)[_ ]?time|time[_ ]?(?:/|per[_ ])[_ ]?"
     r"(?:step|iter(?:ation)?|batch)|elapsed time per iteration)"
-    r"(?:[_ ]?\(?(?P<key_unit>ms|s)\)?)?\s*[=:]?\s*(?P<value>\d{1,9}(?:\.\d{1,9})?)"
-    r"\s*(?P<unit>ms|s)?\b"
+    r"(?:[_ ]?\(?(?P<key_unit>ms|s)\)?)?\s{0,16}[=:]?\s{0,16}(?P<value>\d{1,9}(?:\.\d{1,9})?)"
+    r"\s{0,16}(?P<unit>ms|s)?\b"
 )
 _PER_IT = re.compile(
     r"(?i)(?<![\w.])(?P<value>\d{1,9}(?:\.\d{1,9})?)\s*(?P<unit>ms|s)/(?:it|iter|step)\b"

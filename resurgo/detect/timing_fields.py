@@ -43,7 +43,7 @@ _TIME_KEY = re.compile(
 # pytorch/examples' AverageMeter `Time  0.781 ( 0.70)` / `Data  0.372 ( 0.30)` (seconds: the
 # current value, then the running average in parentheses).
 _SEPARATED_FIELD = re.compile(
-    r"(?i)(?:[|,\t])\s*(?P<key>[a-z][a-z0-9_+/-]{0,30}?)\s+"
+    r"(?i)(?:[|,\t])\s{0,16}(?P<key>[a-z][a-z0-9_+/-]{0,30}?)\s{1,16}"
     r"(?P<value>\d{1,9}(?:\.\d{1,9})?)(?:\s?(?P<unit>ms|s)\b(?!/)|(?=\s+\(\s*\d+\.\d+\)))"
 )
 # The same meters with their tabs expanded to blanks (a logger's formatter, a terminal's copy):

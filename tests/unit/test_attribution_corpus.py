@@ -206,7 +206,7 @@ FLOORS = {
     "s74-": (0.475, 0.4, 0.525, 1),
     # Sets 75 (resolved threads of less common stacks: MPI science codes, JAX, TF, Paddle, ROCm)
     # and 76 (which node: quiet culprits, loud victims, node files), session 20, second round.
-    "s75-": (0.375, 0.476, 0.55, 0),
+    "s75-": (0.4, 0.5, 0.575, 0),
     "s76-": (0.325, 0.285, 0.525, 0),
     "hardware": (1.0, 1.0, 1.0, 0),
     "software": (1.0, 1.0, 1.0, 0),

@@ -72,6 +72,10 @@ MEGATRON = (
         ("2024-04-30 14:12:08.401733: Epoch 318", 318),
         # ProgressMeter's counter with no epoch before it, its tabs expanded by the logger.
         ("2019-09-16 06:06:43,447 - INFO - [  10/5000]    lr: 0.000040    Time  2.828 ( 4.689)    Data  0.011 ( 1.300)", 10),
+        # Blanks around the key's `=`, as aligned columns print them (the blank runs the
+        # readers accept are bounded: an 8 KiB run of blanks after `step` is no field).
+        ("step   =   120 | loss 2.31", 120),
+        ("it :  42 | loss 1.2", 42),
     ],
 )  # fmt: skip
 def test_builtin_formats(line: str, iteration: int) -> None:
@@ -106,6 +110,7 @@ def test_builtin_formats(line: str, iteration: int) -> None:
         "step: 1.4567e+03",  # (not a whole number: not a step)
         "step: 5.0e-04",
         "speed: 4.91(0.61s r4.30)s/itr 5.27h/epoch",
+        "step" + " " * 8000 + "120",  # (a user's blank run: no field, and read in one pass)
     ],
 )
 def test_not_progress(line: str) -> None:
