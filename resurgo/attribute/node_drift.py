@@ -39,13 +39,8 @@ def _lists(text: str, path: str) -> bool:
     if "cannot" in text or "No such file" in text or _COMMAND.match(text):
         return False
     line = text.rstrip().removesuffix("/")
-    for form in (path, f"{path} ->"):
-        at = line.rfind(form) if form == path else line.find(form)
-        if at < 0 or (form == path and at + len(path) != len(line)):
-            continue
-        if at == 0 or line[at - 1] in " \t:":
-            return True
-    return False
+    at = len(line) - len(path) if line.endswith(path) else line.find(f"{path} ->")
+    return at == 0 or (at > 0 and line[at - 1] in " \t:")
 
 
 def file_missing_on_some_nodes(a: Analysis, v: Verdict) -> Verdict:
