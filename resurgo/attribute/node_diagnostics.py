@@ -229,7 +229,8 @@ def _node_lines(a: Analysis, node: str) -> list[LogLine]:
     return out
 
 
-def _all_node_lines(a: Analysis, node: str) -> list[LogLine]:
+def all_node_lines(a: Analysis, node: str) -> list[LogLine]:
+    """Every line of the files the bundle holds for `node` (any of its names)."""
     return [
         e for name, lines in a.node_logs.items()
         if a.topo.hosts.canonical(name) == node or name == node for e in lines
@@ -239,7 +240,7 @@ def _all_node_lines(a: Analysis, node: str) -> list[LogLine]:
 def _node_causes(a: Analysis, node: str) -> list[tuple[Category, LogLine]]:
     """What slows the node down, from its diagnostics, its other files (`slow_node_files`)
     and its HCAs' rates against the same HCAs on the job's other nodes."""
-    found = _causes(_node_lines(a, node)) + node_file_causes(_all_node_lines(a, node))
+    found = _causes(_node_lines(a, node)) + node_file_causes(all_node_lines(a, node))
     fleet: dict[str, LogLine] | None = getattr(a, "_fleet_rates", None)
     if fleet is None:
         hosts = {a.topo.hosts.canonical(n) or n for n in a.node_logs}

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 
 from resurgo.attribute.analysis import Analysis, Verdict
+from resurgo.attribute.node_diagnostics import all_node_lines
 from resurgo.contracts import AnomalyKind, Category, LogLine
 
 # `ls: cannot access '/usr/lib/x.so': No such file or directory`, `stat: cannot stat ...`.
@@ -96,7 +97,7 @@ def collective_test_hangs_here(a: Analysis, v: Verdict) -> Verdict:
     if v.category != Category.UNKNOWN or len(v.culprits) != 1 or v.kind != AnomalyKind.HANG:
         return v
     node = v.culprits[0]
-    lines = [e for h, ls in a.node_logs.items() if a.topo.hosts.canonical(h) == node for e in ls]
+    lines = all_node_lines(a, node)
     hung = next(
         (e for i, e in enumerate(lines) if _BENCH.search(e.text)
          and any(_HANGS.search(x.text) for x in lines[i : i + 8])), None,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 
 from resurgo.attribute.analysis import Analysis, Verdict
+from resurgo.attribute.site_notes import short_notes
 from resurgo.contracts import Category
 
 # (each filler word ends at its blank: one way to read the words, no backtracking)
@@ -35,10 +36,7 @@ def noted_oom(a: Analysis, v: Verdict) -> Verdict:
     """An `unknown` verdict made the job's OOM when a note says the run died of one."""
     if v.category != Category.UNKNOWN:
         return v
-    for entry in [*a.lines[:400], *a.lines[-100:], *a.facts.lines]:
-        text = entry.text.lstrip()
-        if not text.startswith("#") or len(text) > 600:
-            continue
+    for entry, text in short_notes(a):
         if _ENDED_WITH.search(text) and not _NOT_ITS_OWN.search(text):
             return Verdict(
                 Category.APPLICATION, "oom|noted", f"{v.summary}; an operator's note says the "

@@ -31,6 +31,7 @@ from __future__ import annotations
 import re
 
 from resurgo.attribute.analysis import Analysis, Verdict
+from resurgo.attribute.site_notes import short_notes
 from resurgo.contracts import AnomalyKind, Category, LogLine
 from resurgo.slurm.errors import ParseError
 from resurgo.slurm.parsers import expand_hostlist
@@ -176,10 +177,7 @@ def _changed_job_ran_here(a: Analysis) -> LogLine | None:
     """A note that the job, changed in its own setup, ran on the same nodes."""
     ours = set(a.job_nodes())
     prefixes = {m.group(0) for n in ours if (m := _PREFIX.match(n))}
-    for entry in [*a.lines[:400], *a.lines[-100:], *a.facts.lines]:
-        text = entry.text.lstrip()
-        if not text.startswith("#") or len(text) > 600:
-            continue
+    for entry, text in short_notes(a):
         if not (_SAME_NODES.search(text) and _CHANGED.search(text)):
             continue
         named = _named_nodes(text, prefixes)

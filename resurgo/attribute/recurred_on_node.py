@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 
 from resurgo.attribute.analysis import Analysis, Verdict
+from resurgo.attribute.site_notes import short_notes
 from resurgo.contracts import HARDWARE_CATEGORIES, AnomalyKind, Category, LogLine
 
 _EACH = re.compile(
@@ -57,10 +58,7 @@ def recurred_on_node(a: Analysis, v: Verdict) -> Verdict:
 
 
 def _note(a: Analysis, ours: list[str]) -> tuple[LogLine, str] | None:
-    for entry in [*a.lines[:400], *a.lines[-100:], *a.facts.lines]:
-        text = entry.text.lstrip()
-        if not text.startswith("#") or len(text) > 600:
-            continue
+    for entry, text in short_notes(a):
         if not (_EACH.search(text) and _FAILURES.search(text) and _FAILED.search(text)):
             continue
         works_elsewhere = _WORKS_ELSEWHERE.search(text)

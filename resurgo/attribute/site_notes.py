@@ -12,7 +12,7 @@ import re
 
 from resurgo.attribute.analysis import Analysis, Verdict
 from resurgo.attribute.shared_network import LINK_DOWN
-from resurgo.contracts import Category
+from resurgo.contracts import Category, LogLine
 
 # A network switch by its role or name (`spine ib-sp-03`, `leaf switch ib-leaf-r07-3`,
 # `leaf-ib-r07`, `core switch`, `TOR switch`), then what happened to it.
@@ -81,3 +81,13 @@ def all_reported_abridged(a: Analysis) -> bool:
         e.text.lstrip().startswith("#") and _ABRIDGED.search(e.text) and _EVERY_ACTOR.search(e.text)
         for e in a.lines
     )
+
+
+def short_notes(a: Analysis) -> list[tuple[LogLine, str]]:
+    """Operators' `#` notes of at most 600 characters (a note, not a pasted file) in the
+    output's first 400 and last 100 lines and the scheduler text, each with its text stripped:
+    where notes about earlier runs, the nodes and the job's ending are written."""
+    return [
+        (entry, text) for entry in [*a.lines[:400], *a.lines[-100:], *a.facts.lines]
+        if (text := entry.text.lstrip()).startswith("#") and len(text) <= 600
+    ]  # fmt: skip
